@@ -1,0 +1,119 @@
+//! The contract: every request and response type of every face, the values that reject
+//! bad input while deserializing, the one error type, and the command registry. This
+//! module compiles to wasm: no server-only dependency may enter it.
+
+pub mod call;
+pub mod clusters;
+pub mod command;
+pub mod error;
+pub mod inspect;
+pub mod operations;
+pub mod tokens;
+pub mod values;
+
+pub use command::{Command, CommandEntry, CommandSpec, Effect, HttpMethod, Role};
+pub use error::{ApiError, FieldError, Problems};
+
+/// Calls `$m! { Type, Type, … }` with every command type: the one list the registry, the
+/// server's dispatch and the tests are generated from.
+#[macro_export]
+macro_rules! for_each_command {
+    ($m:ident) => {
+        $m! {
+            $crate::api::inspect::Whoami,
+            $crate::api::inspect::ListRegions,
+            $crate::api::inspect::ListAvailabilityZones,
+            $crate::api::inspect::ListInstanceTypes,
+            $crate::api::clusters::ListClusters,
+            $crate::api::clusters::GetCluster,
+            $crate::api::operations::ListOperations,
+            $crate::api::operations::GetOperation,
+            $crate::api::operations::WaitOperation,
+            $crate::api::tokens::CreateToken,
+            $crate::api::tokens::ListTokens,
+            $crate::api::tokens::RevokeToken,
+        }
+    };
+}
+
+macro_rules! registry {
+    ($($c:ty),* $(,)?) => {
+        /// Every command, in the order tools and routes are listed.
+        pub const COMMANDS: &[CommandEntry] = &[$(CommandEntry::of::<$c>()),*];
+    };
+}
+for_each_command!(registry);
+
+pub fn find(name: &str) -> Option<&'static CommandEntry> {
+    COMMANDS.iter().find(|e| e.spec.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_mutations_name_their_status_command() {
+        let mut names: Vec<&str> = COMMANDS.iter().map(|e| e.spec.name).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "duplicate command names");
+        for e in COMMANDS {
+            let s = e.spec;
+            if s.effect != Effect::ReadOnly {
+                let status = s
+                    .status_command
+                    .unwrap_or_else(|| panic!("{} names no status command", s.name));
+                assert!(
+                    find(status).is_some(),
+                    "{}: unknown status command {status}",
+                    s.name
+                );
+                assert!(
+                    s.role >= Role::Operator,
+                    "{}: a viewer may not mutate",
+                    s.name
+                );
+            }
+            assert!(s.path.starts_with("/api/v1/"), "{}", s.name);
+            assert!(
+                s.description.len() > 60,
+                "{}: describe it for an agent",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn routes_are_unique() {
+        let mut routes: Vec<(&str, &str)> = COMMANDS
+            .iter()
+            .map(|e| (e.spec.method.as_str(), e.spec.path))
+            .collect();
+        routes.sort_unstable();
+        let before = routes.len();
+        routes.dedup();
+        assert_eq!(before, routes.len());
+    }
+
+    #[test]
+    fn path_params_are_request_fields() {
+        for e in COMMANDS {
+            let mut g = schemars::SchemaGenerator::default();
+            let schema = serde_json::to_value((e.request_schema)(&mut g)).unwrap();
+            let defs = serde_json::to_value(g.definitions()).unwrap();
+            let resolved = match schema.get("$ref").and_then(|r| r.as_str()) {
+                Some(r) => defs[r.rsplit('/').next().unwrap()].clone(),
+                None => schema,
+            };
+            for p in e.spec.path_params() {
+                assert!(
+                    resolved["properties"].get(p).is_some(),
+                    "{}: {{{p}}} is not a field",
+                    e.spec.name
+                );
+            }
+        }
+    }
+}

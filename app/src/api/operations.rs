@@ -1,0 +1,155 @@
+//! Following operations: every mutation returns an operation id and names the command
+//! that decides completion. `wait_operation` long-polls so an agent never sleeps blind.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::values::WaitSeconds;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationState {
+    Pending,
+    Running,
+    Waiting,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl OperationState {
+    pub const ALL: [OperationState; 6] = [
+        OperationState::Pending,
+        OperationState::Running,
+        OperationState::Waiting,
+        OperationState::Succeeded,
+        OperationState::Failed,
+        OperationState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationState::Pending => "pending",
+            OperationState::Running => "running",
+            OperationState::Waiting => "waiting",
+            OperationState::Succeeded => "succeeded",
+            OperationState::Failed => "failed",
+            OperationState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    /// No further change will happen without a new command (retry).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            OperationState::Succeeded | OperationState::Failed | OperationState::Cancelled
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Operation {
+    pub operation_id: String,
+    /// The command that started it, e.g. `create_cluster`.
+    pub command: String,
+    /// What it acts on, e.g. `cluster/ml-1`.
+    pub target: String,
+    pub state: OperationState,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListOperations {
+    /// Only operations in this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<OperationState>,
+    /// Only operations on this target, e.g. `cluster/ml-1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OperationList {
+    /// Newest first, at most 200.
+    pub operations: Vec<Operation>,
+}
+
+impl Command for ListOperations {
+    type Output = OperationList;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_operations",
+        summary: "List operations, newest first, optionally by state or target",
+        description: "Returns up to 200 operations, newest first, with their command, target and state. Filter by state (e.g. running) or target (e.g. cluster/ml-1) to find work in progress before starting more.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/operations",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetOperation {
+    pub operation_id: String,
+}
+
+impl Command for GetOperation {
+    type Output = Operation;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "get_operation",
+        summary: "Show one operation and its state",
+        description: "Returns the operation's command, target and state. A state of succeeded, failed or cancelled is final. To wait for it instead of polling, call wait_operation.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/operations/{operation_id}",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitOperation {
+    pub operation_id: String,
+    /// Longest wait in seconds (at most 300; default 60).
+    #[serde(default = "default_wait", skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<WaitSeconds>,
+}
+
+fn default_wait() -> Option<WaitSeconds> {
+    WaitSeconds::new(60).ok()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WaitResult {
+    pub operation: Operation,
+    /// True when the wait ended before the operation reached a final state: call
+    /// wait_operation again.
+    pub timed_out: bool,
+    pub waited_seconds: f64,
+}
+
+impl Command for WaitOperation {
+    type Output = WaitResult;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "wait_operation",
+        summary: "Wait until an operation reaches a final state, or a timeout of at most 300 s",
+        description: "Long-polls an operation: returns as soon as it is succeeded, failed or cancelled, or when timeout_seconds (default 60, at most 300) pass, with timed_out true. Call it again until timed_out is false; report the final state to the user, never just the submission.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/operations/{operation_id}/wait",
+    };
+}

@@ -1,0 +1,91 @@
+//! API tokens: how people and agents authenticate on every face. Tokens are shown once
+//! and stored only as hashes; roles are viewer, operator and admin.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::values::TokenName;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenInfo {
+    pub name: String,
+    pub role: Role,
+    pub created_at: String,
+    pub last_used_at: Option<String>,
+    pub revoked_at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    pub name: TokenName,
+    pub role: Role,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedToken {
+    pub info: TokenInfo,
+    /// The secret, shown this once: store it now.
+    pub token: String,
+}
+
+impl Command for CreateToken {
+    type Output = CreatedToken;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "create_token",
+        summary: "Create an API token with a role (viewer, operator or admin)",
+        description: "Creates a named API token and returns its secret once; hypd keeps only a hash. Viewer tokens can only read; operators can change clusters and workloads; admins can also manage tokens. Fails with conflict if the name is taken.",
+        effect: Effect::Mutating,
+        role: Role::Admin,
+        idempotent: false,
+        status_command: Some("list_tokens"),
+        method: HttpMethod::Post,
+        path: "/api/v1/tokens",
+    };
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTokens {}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenList {
+    pub tokens: Vec<TokenInfo>,
+}
+
+impl Command for ListTokens {
+    type Output = TokenList;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_tokens",
+        summary: "List API tokens (names, roles, last use; never the secrets)",
+        description: "Returns every API token's name, role, creation and last-use time, and whether it was revoked. Secrets are never returned.",
+        effect: Effect::ReadOnly,
+        role: Role::Admin,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/tokens",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeToken {
+    pub name: TokenName,
+}
+
+impl Command for RevokeToken {
+    type Output = TokenInfo;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "revoke_token",
+        summary: "Revoke an API token; it stops working at once",
+        description: "Revokes the named token and ends its console sessions. Revoking a revoked token changes nothing. A token cannot revoke itself, so an admin cannot lock everyone out by accident.",
+        effect: Effect::Destructive,
+        role: Role::Admin,
+        idempotent: true,
+        status_command: Some("list_tokens"),
+        method: HttpMethod::Delete,
+        path: "/api/v1/tokens/{name}",
+    };
+}

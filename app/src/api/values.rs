@@ -1,0 +1,566 @@
+//! Values that reject bad input while deserializing ("parse, don't validate"): once a
+//! request holds a `ClusterName`, it is a valid one, whichever face it came through. The
+//! rules are AWS's own; the messages say what is accepted, and the JSON Schemas carry the
+//! same limits so agents and forms see them before sending.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A string newtype with one parse rule, a schema and the usual conversions.
+macro_rules! string_value {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $parse:ident, schema: $schema:tt
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Checks `s` against the rule; the error says what is accepted.
+            pub fn parse(s: &str) -> Result<Self, String> {
+                $parse(s).map(|()| Self(s.to_owned()))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::parse(s)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = Cow::<'de, str>::deserialize(d)?;
+                Self::parse(&s).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl JsonSchema for $name {
+            fn schema_name() -> Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!($schema)
+            }
+        }
+    };
+}
+
+fn is_alnum(c: char) -> bool {
+    c.is_ascii_alphanumeric()
+}
+
+/// HyperPod's name rule (`^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`), which also satisfies EKS's.
+fn check_hyperpod_style(s: &str, what: &str) -> Result<(), String> {
+    let ok = (1..=63).contains(&s.len())
+        && s.chars().all(|c| is_alnum(c) || c == '-')
+        && s.chars().next().is_some_and(is_alnum)
+        && s.chars().last().is_some_and(is_alnum);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} must be 1-63 characters of letters, digits and hyphens, starting and ending with a letter or digit (got {s:?})"
+        ))
+    }
+}
+
+fn check_cluster_name(s: &str) -> Result<(), String> {
+    check_hyperpod_style(s, "a cluster name")
+}
+
+fn check_instance_group_name(s: &str) -> Result<(), String> {
+    check_hyperpod_style(s, "an instance group name")
+}
+
+/// EKS: 1-100 characters, `^[0-9A-Za-z][A-Za-z0-9\-_]*$`.
+fn check_eks_cluster_name(s: &str) -> Result<(), String> {
+    let ok = (1..=100).contains(&s.len())
+        && s.chars().next().is_some_and(is_alnum)
+        && s.chars().all(|c| is_alnum(c) || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an EKS cluster name must be 1-100 characters of letters, digits, hyphens and underscores, starting with a letter or digit (got {s:?})"
+        ))
+    }
+}
+
+/// Splits `us-east-1`-like names: partition-prefixed geography, a direction, a number.
+fn region_parts(s: &str) -> Option<()> {
+    let mut parts: Vec<&str> = s.split('-').collect();
+    let number = parts.pop()?;
+    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let geo = parts.first()?;
+    if geo.len() != 2 || !geo.chars().all(|c| c.is_ascii_lowercase()) {
+        return None;
+    }
+    // us-east, us-gov-west, cn-northwest, eu-central, ap-southeast, us-isob-east…
+    if !(2..=3).contains(&parts.len())
+        || !parts[1..]
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()))
+    {
+        return None;
+    }
+    Some(())
+}
+
+fn check_region(s: &str) -> Result<(), String> {
+    region_parts(s)
+        .map(|_| ())
+        .ok_or_else(|| format!("a region looks like us-east-1 or eu-central-1 (got {s:?})"))
+}
+
+/// `us-east-1a`: a region followed by one zone letter.
+fn check_az_name(s: &str) -> Result<(), String> {
+    let ok = s.len() > 1
+        && s.chars().last().is_some_and(|c| c.is_ascii_lowercase())
+        && region_parts(&s[..s.len() - 1]).is_some();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an Availability Zone name looks like us-east-1a (got {s:?})"
+        ))
+    }
+}
+
+/// `use1-az1`, `usw2-az4`, `use1-bos1-az1` (Local Zones).
+fn check_az_id(s: &str) -> Result<(), String> {
+    let ok = s.len() <= 32
+        && s.rsplit_once("-az").is_some_and(|(prefix, n)| {
+            !prefix.is_empty()
+                && prefix
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_lowercase())
+                && prefix.split('-').all(|p| {
+                    !p.is_empty()
+                        && p.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                })
+                && !n.is_empty()
+                && n.len() <= 2
+                && n.chars().all(|c| c.is_ascii_digit())
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an Availability Zone id looks like use1-az1 (got {s:?})"
+        ))
+    }
+}
+
+/// `family.size` with lowercase letters, digits and hyphens, e.g. `p5.48xlarge`,
+/// `p6-b200.48xlarge`.
+fn check_type_parts(s: &str) -> bool {
+    let Some((family, size)) = s.split_once('.') else {
+        return false;
+    };
+    let word = |w: &str| {
+        !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    word(family)
+        && word(size)
+        && !size.contains('.')
+        && family
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase())
+        && s.len() <= 64
+}
+
+fn check_instance_type(s: &str) -> Result<(), String> {
+    if check_type_parts(s) {
+        Ok(())
+    } else {
+        Err(format!(
+            "an EC2 instance type looks like p5.48xlarge (got {s:?})"
+        ))
+    }
+}
+
+fn check_ml_instance_type(s: &str) -> Result<(), String> {
+    match s.strip_prefix("ml.") {
+        Some(rest) if check_type_parts(rest) => Ok(()),
+        _ => Err(format!(
+            "a HyperPod instance type looks like ml.p5.48xlarge (got {s:?})"
+        )),
+    }
+}
+
+/// `arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE`.
+fn check_arn(s: &str) -> Result<(), String> {
+    let parts: Vec<&str> = s.splitn(6, ':').collect();
+    let ok = parts.len() == 6
+        && parts[0] == "arn"
+        && matches!(parts[1], "aws" | "aws-cn" | "aws-us-gov")
+        && !parts[2].is_empty()
+        && (parts[4].is_empty()
+            || (parts[4].len() == 12 && parts[4].chars().all(|c| c.is_ascii_digit())))
+        && !parts[5].is_empty()
+        && s.len() <= 2048;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an ARN looks like arn:aws:SERVICE:REGION:ACCOUNT:RESOURCE (got {s:?})"
+        ))
+    }
+}
+
+fn check_training_plan_arn(s: &str) -> Result<(), String> {
+    check_arn(s)?;
+    let parts: Vec<&str> = s.splitn(6, ':').collect();
+    if parts[2] == "sagemaker" && parts[5].starts_with("training-plan/") {
+        Ok(())
+    } else {
+        Err(format!(
+            "a training plan ARN looks like arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME (got {s:?})"
+        ))
+    }
+}
+
+fn check_token_name(s: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a token name must be 1-64 characters of letters, digits, '-', '_' and '.' (got {s:?})"
+        ))
+    }
+}
+
+string_value!(
+    /// A hypd cluster name: used as both the EKS and the HyperPod cluster name, so it
+    /// follows the stricter HyperPod rule.
+    ClusterName, check_cluster_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$",
+              "description": "Cluster name: letters, digits and hyphens, starting and ending with a letter or digit" }
+);
+string_value!(
+    /// An existing EKS cluster's name (EKS allows underscores and up to 100 characters).
+    EksClusterName, check_eks_cluster_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 100, "pattern": "^[0-9A-Za-z][A-Za-z0-9\\-_]*$" }
+);
+string_value!(
+    /// A HyperPod instance group name.
+    InstanceGroupName, check_instance_group_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$" }
+);
+string_value!(
+    /// An AWS region such as `us-east-1`.
+    Region, check_region,
+    schema: { "type": "string", "pattern": "^[a-z]{2}(-[a-z]+){1,2}-[0-9]+$", "examples": ["us-east-1"] }
+);
+string_value!(
+    /// An Availability Zone name such as `us-east-1a` (differs between accounts).
+    AzName, check_az_name,
+    schema: { "type": "string", "pattern": "^[a-z]{2}(-[a-z]+){1,2}-[0-9]+[a-z]$", "examples": ["us-east-1a"] }
+);
+string_value!(
+    /// An Availability Zone id such as `use1-az1` (the same in every account).
+    AzId, check_az_id,
+    schema: { "type": "string", "maxLength": 32, "pattern": "^[a-z][a-z0-9]*(-[a-z0-9]+)*-az[0-9]{1,2}$", "examples": ["use1-az1"] }
+);
+string_value!(
+    /// An EC2 instance type such as `p5.48xlarge`.
+    InstanceType, check_instance_type,
+    schema: { "type": "string", "maxLength": 64, "pattern": "^[a-z][a-z0-9-]*\\.[a-z0-9-]+$", "examples": ["p5.48xlarge"] }
+);
+string_value!(
+    /// A HyperPod instance type such as `ml.p5.48xlarge`.
+    MlInstanceType, check_ml_instance_type,
+    schema: { "type": "string", "maxLength": 67, "pattern": "^ml\\.[a-z][a-z0-9-]*\\.[a-z0-9-]+$", "examples": ["ml.p5.48xlarge"] }
+);
+string_value!(
+    /// Any AWS ARN.
+    Arn, check_arn,
+    schema: { "type": "string", "maxLength": 2048, "pattern": "^arn:(aws|aws-cn|aws-us-gov):[^:]+:[^:]*:([0-9]{12})?:.+$" }
+);
+string_value!(
+    /// A SageMaker training plan ARN (a capacity reservation; it fixes the AZ).
+    TrainingPlanArn, check_training_plan_arn,
+    schema: { "type": "string", "maxLength": 2048, "pattern": "^arn:(aws|aws-cn|aws-us-gov):sagemaker:[^:]+:[0-9]{12}:training-plan/.+$" }
+);
+string_value!(
+    /// A name for an API token, to recognise it in lists and the audit log.
+    TokenName, check_token_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9._-]+$" }
+);
+
+/// An IPv4 CIDR block, host bits zero, with a prefix VPCs accept (/16 to /28).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    addr: u32,
+    prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let err = || {
+            format!(
+                "a CIDR block looks like 10.0.0.0/16, with a prefix from /16 to /28 (got {s:?})"
+            )
+        };
+        let (ip, prefix) = s.split_once('/').ok_or_else(err)?;
+        let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| err())?;
+        let prefix: u8 = prefix.parse().map_err(|_| err())?;
+        if !(16..=28).contains(&prefix) {
+            return Err(err());
+        }
+        let addr = u32::from(ip);
+        let mask = u32::MAX << (32 - prefix);
+        if addr & !mask != 0 {
+            return Err(format!(
+                "{s:?} has host bits set: the network address is {}/{prefix}",
+                std::net::Ipv4Addr::from(addr & mask)
+            ));
+        }
+        Ok(Self { addr, prefix })
+    }
+
+    pub fn prefix(self) -> u8 {
+        self.prefix
+    }
+
+    pub fn network(self) -> std::net::Ipv4Addr {
+        self.addr.into()
+    }
+
+    /// First and last address of the block.
+    pub fn range(self) -> (u32, u32) {
+        let size = 1u64 << (32 - self.prefix);
+        (self.addr, (u64::from(self.addr) + size - 1) as u32)
+    }
+
+    pub fn overlaps(self, other: Cidr) -> bool {
+        let (a0, a1) = self.range();
+        let (b0, b1) = other.range();
+        a0 <= b1 && b0 <= a1
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", std::net::Ipv4Addr::from(self.addr), self.prefix)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Cow::<'de, str>::deserialize(d)?;
+        Cidr::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for Cidr {
+    fn schema_name() -> Cow<'static, str> {
+        "Cidr".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": "^([0-9]{1,3}\\.){3}[0-9]{1,3}/(1[6-9]|2[0-8])$",
+            "examples": ["10.0.0.0/16"]
+        })
+    }
+}
+
+/// A bounded integer newtype (counts, sizes, timeouts).
+macro_rules! bounded_int {
+    ($(#[$doc:meta])* $name:ident, $min:expr, $max:expr, $what:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(u32);
+
+        impl $name {
+            pub const MIN: u32 = $min;
+            pub const MAX: u32 = $max;
+
+            pub fn new(n: u32) -> Result<Self, String> {
+                if ($min..=$max).contains(&n) {
+                    Ok(Self(n))
+                } else {
+                    Err(format!("{} must be from {} to {} (got {n})", $what, $min, $max))
+                }
+            }
+
+            pub fn get(self) -> u32 {
+                self.0
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let n = i64::deserialize(d)?;
+                let n = u32::try_from(n)
+                    .map_err(|_| serde::de::Error::custom(format!("{} must be from {} to {} (got {n})", $what, $min, $max)))?;
+                Self::new(n).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl JsonSchema for $name {
+            fn schema_name() -> Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!({ "type": "integer", "minimum": $min, "maximum": $max })
+            }
+        }
+    };
+}
+
+bounded_int!(
+    /// Instances in a group (HyperPod allows up to 2,000 per cluster-level quota; 0 is for
+    /// groups that autoscale from zero).
+    InstanceCount, 0, 2000, "an instance count"
+);
+bounded_int!(
+    /// EBS volume size per instance in GB.
+    VolumeSizeGb, 1, 16384, "a volume size in GB"
+);
+bounded_int!(
+    /// Seconds a long-poll may wait.
+    WaitSeconds, 0, 300, "a wait in seconds"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_names() {
+        assert!(ClusterName::parse("ml-cluster-1").is_ok());
+        assert!(ClusterName::parse("a").is_ok());
+        assert!(ClusterName::parse(&"a".repeat(63)).is_ok());
+        for bad in ["", "-a", "a-", "a_b", "a.b", &"a".repeat(64)] {
+            assert!(ClusterName::parse(bad).is_err(), "{bad}");
+        }
+        assert!(EksClusterName::parse("my_eks-1").is_ok());
+        assert!(EksClusterName::parse("_x").is_err());
+        assert!(EksClusterName::parse(&"a".repeat(101)).is_err());
+    }
+
+    #[test]
+    fn regions_and_zones() {
+        for ok in [
+            "us-east-1",
+            "eu-central-1",
+            "ap-southeast-2",
+            "us-gov-west-1",
+            "cn-northwest-1",
+        ] {
+            assert!(Region::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["us-east", "US-EAST-1", "useast1", "us-east-1a", ""] {
+            assert!(Region::parse(bad).is_err(), "{bad}");
+        }
+        assert!(AzName::parse("us-east-1a").is_ok());
+        assert!(AzName::parse("us-east-1").is_err());
+        for ok in ["use1-az1", "usw2-az4", "use1-bos1-az1", "apne1-az11"] {
+            assert!(AzId::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["use1", "az1", "use1-az", "use1-az123", "USE1-az1"] {
+            assert!(AzId::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn instance_types() {
+        assert!(InstanceType::parse("p5.48xlarge").is_ok());
+        assert!(InstanceType::parse("p6-b200.48xlarge").is_ok());
+        assert!(InstanceType::parse("ml.p5.48xlarge").is_err());
+        assert!(MlInstanceType::parse("ml.p5.48xlarge").is_ok());
+        assert!(MlInstanceType::parse("ml.g6e.48xlarge").is_ok());
+        assert!(MlInstanceType::parse("p5.48xlarge").is_err());
+    }
+
+    #[test]
+    fn arns() {
+        assert!(Arn::parse("arn:aws:iam::123456789012:role/x").is_ok());
+        assert!(Arn::parse("arn:aws:iam::12345:role/x").is_err());
+        assert!(
+            TrainingPlanArn::parse(
+                "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-plan"
+            )
+            .is_ok()
+        );
+        assert!(TrainingPlanArn::parse("arn:aws:iam::123456789012:role/x").is_err());
+    }
+
+    #[test]
+    fn cidrs() {
+        let a = Cidr::parse("10.0.0.0/16").unwrap();
+        let b = Cidr::parse("10.0.16.0/20").unwrap();
+        let c = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(a.overlaps(b) && b.overlaps(a));
+        assert!(!a.overlaps(c));
+        assert_eq!(b.to_string(), "10.0.16.0/20");
+        assert!(
+            Cidr::parse("10.0.0.1/16")
+                .unwrap_err()
+                .contains("10.0.0.0/16")
+        );
+        assert!(Cidr::parse("10.0.0.0/8").is_err());
+        assert!(Cidr::parse("10.0.0.0").is_err());
+    }
+
+    #[test]
+    fn serde_rejects_while_deserializing() {
+        let err = serde_json::from_str::<ClusterName>("\"bad_name\"").unwrap_err();
+        assert!(err.to_string().contains("letters, digits and hyphens"));
+        let n: InstanceCount = serde_json::from_str("4").unwrap();
+        assert_eq!(n.get(), 4);
+        assert!(serde_json::from_str::<InstanceCount>("-1").is_err());
+        assert!(serde_json::from_str::<VolumeSizeGb>("0").is_err());
+        assert_eq!(
+            serde_json::to_string(&Cidr::parse("10.0.0.0/16").unwrap()).unwrap(),
+            "\"10.0.0.0/16\""
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! The console shell (document, header, theme) and its overview page. The shell is the
+//! same markup on the server and in the browser: hydration fails on any difference.
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::{
+    StaticSegment,
+    components::{Route, Router, Routes},
+};
+use serde::{Deserialize, Serialize};
+
+/// What the server tells every page about itself. The server provides it as context to
+/// each render; pages read it through [`get_console_info`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsoleInfo {
+    pub version: String,
+    /// True when hypd talks to the local test world (moto + sim) instead of AWS.
+    pub sandbox: bool,
+    pub region: Option<String>,
+}
+
+#[server(prefix = "/fn")]
+pub async fn get_console_info() -> Result<ConsoleInfo, ServerFnError> {
+    use_context::<ConsoleInfo>().ok_or_else(|| ServerFnError::new("console context is not set"))
+}
+
+/// The HTML document around the app, rendered on the server only.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <meta name="color-scheme" content="light dark"/>
+                <link rel="icon" type="image/svg+xml" href="/favicon.svg"/>
+                <AutoReload options=options.clone()/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Theme {
+    /// Follow the operating system (`prefers-color-scheme`).
+    System,
+    Light,
+    Dark,
+}
+
+impl Theme {
+    fn attr(self) -> &'static str {
+        match self {
+            Theme::System => "system",
+            Theme::Light => "light",
+            Theme::Dark => "dark",
+        }
+    }
+
+    fn next(self) -> Self {
+        match self {
+            Theme::System => Theme::Light,
+            Theme::Light => Theme::Dark,
+            Theme::Dark => Theme::System,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Theme::System => "Theme: system",
+            Theme::Light => "Theme: light",
+            Theme::Dark => "Theme: dark",
+        }
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    let theme = RwSignal::new(Theme::System);
+    // Effects run only in the browser, so this marks the page as hydrated: the signal
+    // end-to-end tests wait for before they interact.
+    let hydrated = RwSignal::new(false);
+    Effect::new(move || hydrated.set(true));
+
+    view! {
+        <Stylesheet id="leptos" href="/pkg/hypd.css"/>
+        <Title text="hypd console"/>
+        <div
+            class="console"
+            data-theme=move || theme.get().attr()
+            data-hydrated=move || if hydrated.get() { "true" } else { "false" }
+        >
+            <Router>
+                <header class="topbar">
+                    <a class="brand" href="/">"hypd"</a>
+                    <span class="tagline">"GPU clusters on EKS + SageMaker HyperPod"</span>
+                    <button
+                        class="theme-toggle"
+                        type="button"
+                        aria-label="Switch colour theme"
+                        on:click=move |_| theme.update(|t| *t = t.next())
+                    >
+                        {move || theme.get().label()}
+                    </button>
+                </header>
+                <SandboxBanner/>
+                <main class="content">
+                    <Routes fallback=|| view! { <NotFound/> }>
+                        <Route path=StaticSegment("") view=Overview/>
+                    </Routes>
+                </main>
+            </Router>
+        </div>
+    }
+}
+
+#[component]
+fn SandboxBanner() -> impl IntoView {
+    let info = Resource::new(|| (), |_| get_console_info());
+    view! {
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                match info.await {
+                    Ok(info) if info.sandbox => {
+                        Some(
+                            view! {
+                                <div class="sandbox-banner" role="status">
+                                    "Sandbox: this console talks to a local test world (moto + sim), not to AWS. Nothing you create here costs money or exists in an account."
+                                </div>
+                            },
+                        )
+                    }
+                    _ => None,
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Overview() -> impl IntoView {
+    let info = Resource::new(|| (), |_| get_console_info());
+    view! {
+        <section class="panel">
+            <h1>"Console"</h1>
+            <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match info.await {
+                        Ok(info) => {
+                            view! {
+                                <dl class="facts">
+                                    <dt>"Version"</dt>
+                                    <dd>{info.version}</dd>
+                                    <dt>"Mode"</dt>
+                                    <dd>{if info.sandbox { "sandbox (moto + sim)" } else { "AWS" }}</dd>
+                                    <dt>"Region"</dt>
+                                    <dd>{info.region.unwrap_or_else(|| "not configured".to_owned())}</dd>
+                                </dl>
+                            }
+                                .into_any()
+                        }
+                        Err(e) => {
+                            view! { <p class="error">"The server did not answer: " {e.to_string()}</p> }
+                                .into_any()
+                        }
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+#[component]
+fn NotFound() -> impl IntoView {
+    view! {
+        <section class="panel">
+            <h1>"Not found"</h1>
+            <p>"There is no page at this address. " <a href="/">"Back to the console"</a></p>
+        </section>
+    }
+}

@@ -1,0 +1,137 @@
+"""The official MCP Python client against hypd: streamable HTTP and stdio (`hypd mcp`),
+each in the client's default mode (server/discover first) and legacy mode (initialize)."""
+
+import json
+
+import anyio
+import httpx
+import pytest
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from conftest import HYPD
+
+INSPECTION = ["whoami", "list_regions", "list_availability_zones", "list_instance_types", "list_clusters"]
+
+
+def http_transport(hypd, token):
+    return streamable_http_client(
+        f"{hypd.url}/mcp", http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    )
+
+
+def stdio_transport(hypd, token):
+    env = {**hypd.env, "HYPD_URL": hypd.url, "HYPD_TOKEN": token}
+    return StdioServerParameters(command=str(HYPD), args=["mcp"], env=env)
+
+
+def structured(result):
+    assert not result.is_error, result.content
+    return result.structured_content or json.loads(result.content[0].text)
+
+
+async def exercise(server, mode):
+    async with Client(server, mode=mode) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        for name in INSPECTION + ["wait_operation", "create_token", "revoke_token"]:
+            assert name in tools, name
+        # Annotations come from the registry.
+        assert tools["list_regions"].annotations.read_only_hint is True
+        assert tools["revoke_token"].annotations.destructive_hint is True
+        assert "wait_operation" in tools["get_operation"].description
+
+        who = structured(await client.call_tool("whoami", {}))
+        assert who["account"] == "123456789012"
+        assert who["role"] == "admin"
+
+        zones = structured(await client.call_tool("list_availability_zones", {}))
+        assert {"us-east-1a", "us-east-1b"} <= {z["name"] for z in zones["zones"]}
+        assert all(z["zone_id"].startswith("use1-az") for z in zones["zones"])
+
+        regions = structured(await client.call_tool("list_regions", {}))
+        assert "us-west-2" in {r["name"] for r in regions["regions"]}
+
+        types = structured(
+            await client.call_tool(
+                "list_instance_types", {"availability_zone": "us-east-1a", "instance_types": ["p5.48xlarge"]}
+            )
+        )
+        [p5] = types["instance_types"]
+        assert p5["hyperpod_instance_type"] == "ml.p5.48xlarge"
+        assert p5["accelerator"]["count"] == 8 and p5["accelerator"]["kind"] == "gpu"
+        assert p5["efa_supported"] and p5["max_efa_interfaces"] == 32 and p5["efa_only_allowed"]
+
+        clusters = structured(await client.call_tool("list_clusters", {}))
+        assert clusters == {"clusters": []}
+
+        # A bad field is a tool error naming the field, not a protocol error.
+        bad = await client.call_tool("list_instance_types", {"availability_zone": "mars-1"})
+        assert bad.is_error
+        err = bad.structured_content["error"]
+        assert err["kind"] == "validation"
+        assert err["errors"][0]["field"] == "availability_zone"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_streamable_http(hypd, mode):
+    anyio.run(exercise, http_transport(hypd, hypd.admin_token), mode)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_stdio_bridge(hypd, mode):
+    anyio.run(exercise, stdio_transport(hypd, hypd.admin_token), mode)
+
+
+def test_viewer_sees_only_read_only_tools_and_cannot_mutate(hypd):
+    viewer = hypd.create_token("mcp-viewer", "viewer")
+
+    async def check():
+        async with Client(http_transport(hypd, viewer)) as client:
+            tools = (await client.list_tools()).tools
+            names = {t.name for t in tools}
+            assert "whoami" in names
+            assert not names & {"create_token", "revoke_token", "list_tokens"}
+            assert all(t.annotations.read_only_hint for t in tools)
+            refused = await client.call_tool("create_token", {"name": "sneaky", "role": "admin"})
+            assert refused.is_error
+            assert refused.structured_content["error"]["kind"] == "forbidden"
+
+    anyio.run(check)
+    with hypd.client(hypd.admin_token) as c:
+        names = {t["name"] for t in c.get("/api/v1/tokens").json()["tokens"]}
+    assert "sneaky" not in names
+
+
+def test_no_or_wrong_token_is_refused(hypd):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    for auth in [{}, {"Authorization": "Bearer hypd_wrong"}]:
+        r = httpx.post(f"{hypd.url}/mcp", json=body, headers={**headers, **auth})
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["kind"] == "unauthorized"
+
+
+def test_unknown_method_is_method_not_found(hypd):
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {hypd.admin_token}",
+    }
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    r = httpx.post(f"{hypd.url}/mcp", json=init, headers=headers)
+    assert r.status_code == 200, r.text
+    r = httpx.post(
+        f"{hypd.url}/mcp",
+        json={"jsonrpc": "2.0", "id": 2, "method": "no/such/method", "params": {}},
+        headers={**headers, "MCP-Protocol-Version": "2025-11-25"},
+    )
+    answer = r.json() if r.headers["content-type"].startswith("application/json") else json.loads(
+        [l for l in r.text.splitlines() if l.startswith("data:")][0][5:]
+    )
+    assert answer["error"]["code"] == -32601, answer

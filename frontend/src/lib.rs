@@ -1,0 +1,10 @@
+//! The wasm entry of the console: it only hydrates what the server rendered, so all
+//! markup and logic stay in `app` and are shared with server-side rendering.
+
+use wasm_bindgen::prelude::wasm_bindgen;
+
+#[wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(app::App);
+}

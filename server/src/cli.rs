@@ -1,0 +1,345 @@
+//! The `hypd` command line. Every failure before the server is up is one line on stderr
+//! and exit code 2, so scripts and container supervisors can tell misconfiguration from
+//! a crash.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, ConfigError, Database, LogFormat, Resolver};
+use crate::{http, sandbox, telemetry};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hypd",
+    version,
+    about = "Control plane for GPU training and inference clusters on AWS (EKS + SageMaker HyperPod)",
+    long_about = None,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Log format: human or json  [env: HYPD_LOG_FORMAT] [default: human]
+    #[arg(long, global = true, value_name = "FORMAT")]
+    log_format: Option<String>,
+
+    /// Log filter, e.g. info or hypd=debug,tower_http=info  [env: HYPD_LOG] [default: info]
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the web console, REST API (/api/v1), MCP (/mcp) and live updates on one port
+    Serve(ServeArgs),
+    /// MCP over stdio for agents: relays to a running hypd's /mcp, so there is one engine
+    /// and one store
+    Mcp(McpArgs),
+}
+
+#[derive(Args, Debug)]
+struct McpArgs {
+    /// Base URL of the running hypd  [env: HYPD_URL] [default: http://127.0.0.1:3099]
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+
+    /// File holding the API token to use (prefer a viewer or operator token for agents)
+    /// [env: HYPD_TOKEN holds the token itself] [default: <data dir>/admin-token]
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<String>,
+
+    /// Data directory whose admin-token is used when no token is given
+    /// [env: HYPD_DATA_DIR] [default: $XDG_DATA_HOME/hypd or ~/.local/share/hypd]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<String>,
+}
+
+impl McpArgs {
+    fn resolve(
+        &self,
+        r: &Resolver<'_>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(String, String), String> {
+        let url = r
+            .get(&config::URL, self.url.as_deref(), config::parse_url)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_else(|| format!("http://127.0.0.1:{}", config::DEFAULT_PORT));
+        if let Some(path) = &self.token_file {
+            return read_token(std::path::Path::new(path)).map(|t| (url, t));
+        }
+        if let Some(token) = env(config::TOKEN.env).filter(|t| !t.trim().is_empty()) {
+            return Ok((url, token.trim().to_owned()));
+        }
+        let data_dir = r
+            .get(
+                &config::DATA_DIR,
+                self.data_dir.as_deref(),
+                config::parse_path,
+            )
+            .map_err(|e| e.to_string())?
+            .unwrap_or_else(|| config::default_data_dir(env));
+        read_token(&data_dir.join(crate::auth::ADMIN_TOKEN_FILE)).map(|t| (url, t))
+    }
+}
+
+fn read_token(path: &std::path::Path) -> Result<String, String> {
+    match std::fs::read_to_string(path) {
+        Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_owned()),
+        Ok(_) => Err(format!("the token file {} is empty", path.display())),
+        Err(e) => Err(format!(
+            "no token: set HYPD_TOKEN or --token-file (cannot read {}: {e})",
+            path.display()
+        )),
+    }
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// TCP port to listen on; 0 picks a free one  [env: HYPD_PORT] [default: 3099]
+    #[arg(long, value_name = "PORT")]
+    port: Option<String>,
+
+    /// Address to listen on; 0.0.0.0 inside a container  [env: HYPD_BIND] [default: 127.0.0.1]
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<String>,
+
+    /// Directory for the SQLite store, the admin token and sandbox logs
+    /// [env: HYPD_DATA_DIR] [default: $XDG_DATA_HOME/hypd or ~/.local/share/hypd]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<String>,
+
+    /// PostgreSQL URL for a store shared by several replicas (prefer the variable: flags
+    /// show in `ps`)  [env: HYPD_DATABASE_URL] [default: SQLite in the data dir]
+    #[arg(long, value_name = "URL")]
+    database_url: Option<String>,
+
+    /// Directory with the built console (pkg/hypd.js, pkg/hypd.wasm, pkg/hypd.css)
+    /// [env: HYPD_SITE_ROOT] [default: site/ beside the binary, else target/site]
+    #[arg(long, value_name = "DIR")]
+    site_root: Option<String>,
+
+    /// Run against a local test world (moto + hypd-sim) instead of AWS: no account needed,
+    /// nothing is created in AWS  [env: HYPD_SANDBOX]
+    #[arg(long)]
+    sandbox: bool,
+}
+
+/// Everything `hypd serve` needs, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub bind: std::net::IpAddr,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub database: Database,
+    pub site_root: PathBuf,
+    pub sandbox: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub filter: String,
+}
+
+impl ServeArgs {
+    fn resolve(
+        &self,
+        r: &Resolver<'_>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ServeConfig, ConfigError> {
+        let port = r
+            .get(&config::PORT, self.port.as_deref(), config::parse_port)?
+            .unwrap_or(config::DEFAULT_PORT);
+        let bind = r
+            .get(&config::BIND, self.bind.as_deref(), config::parse_ip)?
+            .unwrap_or(config::DEFAULT_BIND);
+        let data_dir = r
+            .get(
+                &config::DATA_DIR,
+                self.data_dir.as_deref(),
+                config::parse_path,
+            )?
+            .unwrap_or_else(|| config::default_data_dir(env));
+        // The flag is a switch; the variable can turn it on as well.
+        let sandbox = self.sandbox
+            || r.get(&config::SANDBOX, None, config::parse_bool)?
+                .unwrap_or(false);
+        let database = r
+            .get(
+                &config::DATABASE_URL,
+                self.database_url.as_deref(),
+                config::parse_database_url,
+            )?
+            .unwrap_or_else(|| Database::Sqlite(sandbox::store_file(&data_dir, sandbox)));
+        let site_root = r
+            .get(
+                &config::SITE_ROOT,
+                self.site_root.as_deref(),
+                config::parse_path,
+            )?
+            .unwrap_or_else(default_site_root);
+        Ok(ServeConfig {
+            bind,
+            port,
+            data_dir,
+            database,
+            site_root,
+            sandbox,
+        })
+    }
+}
+
+/// `site/` beside the binary (release archives and the container), else the workspace's
+/// `target/site` where cargo-leptos writes it.
+fn default_site_root() -> PathBuf {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("site")));
+    match beside {
+        Some(dir) if dir.join("pkg").is_dir() => dir,
+        _ => PathBuf::from("target/site"),
+    }
+}
+
+fn resolve_log(cli: &Cli, r: &Resolver<'_>) -> Result<LogConfig, ConfigError> {
+    let format = r
+        .get(
+            &config::LOG_FORMAT,
+            cli.log_format.as_deref(),
+            config::parse_log_format,
+        )?
+        .unwrap_or(LogFormat::Human);
+    let filter = r
+        .get(&config::LOG, cli.log.as_deref(), config::parse_log_filter)?
+        .unwrap_or_else(|| "info".to_owned());
+    Ok(LogConfig { format, filter })
+}
+
+const EXIT_USAGE: u8 = 2;
+
+fn usage_error(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("hypd: {message}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(EXIT_USAGE)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            // clap's first line names the flag and the problem; the rest is a usage dump.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            return usage_error(format_args!("{first} (see hypd --help)"));
+        }
+    };
+
+    let env = |k: &str| std::env::var(k).ok();
+    let resolver = Resolver::new(&env);
+    let log = match resolve_log(&cli, &resolver) {
+        Ok(l) => l,
+        Err(e) => return usage_error(e),
+    };
+
+    match &cli.command {
+        Command::Serve(args) => {
+            let cfg = match args.resolve(&resolver, &env) {
+                Ok(c) => c,
+                Err(e) => return usage_error(e),
+            };
+            telemetry::init_logging(&log);
+            for var in Resolver::unknown_variables(std::env::vars().map(|(k, _)| k)) {
+                tracing::warn!(variable = %var, "ignoring unknown HYPD_* variable (a typo?)");
+            }
+            run_serve(cfg)
+        }
+        Command::Mcp(args) => {
+            let (url, token) = match args.resolve(&resolver, &env) {
+                Ok(v) => v,
+                Err(e) => return usage_error(e),
+            };
+            // stdout carries the protocol: logs go to stderr only, and quietly.
+            telemetry::init_logging(&LogConfig {
+                filter: "warn".into(),
+                ..log
+            });
+            run_bridge(&url, token)
+        }
+    }
+}
+
+fn run_bridge(url: &str, token: String) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hypd: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let bridge = std::sync::Arc::new(crate::bridge::Bridge::new(url, token)?);
+        bridge.run().await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hypd mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_serve(cfg: ServeConfig) -> ExitCode {
+    // The sandbox starts before the runtime: it sets the standard AWS_* variables for this
+    // process, which is only sound while no other thread can read the environment.
+    let sandbox = if cfg.sandbox {
+        match sandbox::Sandbox::start(&cfg.data_dir) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!(error = %e, "could not start the sandbox");
+                eprintln!("hypd: could not start the sandbox: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hypd: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(http::serve(cfg, sandbox.as_ref().map(|s| s.info())));
+    drop(sandbox);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "hypd stopped");
+            eprintln!("hypd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Timestamps as RFC 3339 UTC strings with millisecond precision. Both stores keep them
+//! as text so SQLite and PostgreSQL sort and compare them the same way.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub fn now() -> String {
+    format_time(SystemTime::now())
+}
+
+/// `t` plus `d`, formatted.
+pub fn after(d: Duration) -> String {
+    format_time(SystemTime::now() + d)
+}
+
+pub fn format_time(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Parses what `format_time` writes (and RFC 3339 `Z` times without fractions).
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut dp = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (dp.next()??, dp.next()??, dp.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut tp = hms.splitn(3, ':').map(|p| p.parse::<u64>().ok());
+    let (hh, mm, ss) = (tp.next()??, tp.next()??, tp.next()??);
+    let millis: u64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
+    let days = days_from_civil(y, m, d);
+    let secs = u64::try_from(days).ok()? * 86_400 + hh * 3600 + mm * 60 + ss;
+    Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
+}
+
+// Howard Hinnant's civil-date algorithms (public domain).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(format_time(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(1_798_502_400_123);
+        assert_eq!(format_time(t), "2026-12-29T00:00:00.123Z");
+        assert_eq!(
+            format_time(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn round_trips() {
+        let now = SystemTime::now();
+        let s = format_time(now);
+        let back = parse_time(&s).unwrap();
+        let diff = now.duration_since(back).unwrap_or_default();
+        assert!(diff < Duration::from_millis(1));
+        assert_eq!(
+            parse_time("2026-11-29T22:55:56Z")
+                .map(format_time)
+                .as_deref(),
+            Some("2026-11-29T22:55:56.000Z")
+        );
+        assert!(parse_time("yesterday").is_none());
+    }
+}

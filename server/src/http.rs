@@ -1,0 +1,379 @@
+//! The one HTTP listener: the Leptos console (SSR + hydration bundle), REST under
+//! `/api/v1` with its OpenAPI document, MCP at `/mcp`, console sign-in, health and
+//! readiness probes and Prometheus metrics. One port serves every face.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use app::api::ApiError;
+use app::api::call::{Dispatcher, SharedDispatcher};
+use app::{App, ConsoleInfo, shell};
+use axum::Router;
+use axum::extract::{FromRef, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use leptos::config::LeptosOptions;
+use leptos::prelude::provide_context;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+use tower_http::compression::CompressionLayer;
+
+use crate::auth::{self, Face};
+use crate::aws::Aws;
+use crate::cli::ServeConfig;
+use crate::rest::error_response;
+use crate::sandbox::SandboxInfo;
+use crate::service::Service;
+use crate::store::{Store, StoreError};
+use crate::{mcp, openapi, rest, telemetry};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create the first admin token: {0}")]
+    FirstToken(ApiError),
+    #[error("server error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    pub store: Store,
+    pub aws: Arc<Aws>,
+    pub openapi: Arc<serde_json::Value>,
+    pub metrics: PrometheusHandle,
+    pub console: ConsoleInfo,
+    pub leptos: LeptosOptions,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos.clone()
+    }
+}
+
+/// Opens the store, connects AWS, binds and serves until SIGINT/SIGTERM.
+pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(), ServeError> {
+    create_private_dir(&cfg.data_dir)?;
+    let store = Store::open(&cfg.database).await?;
+    tracing::info!(store = %cfg.database.describe(), "store ready");
+    let aws = Arc::new(Aws::from_env().await);
+    let service = Arc::new(Service::new(store.clone(), aws.clone(), sandbox.is_some()));
+    if let Some((secret, path)) = service
+        .auth
+        .ensure_first_admin(&cfg.data_dir)
+        .await
+        .map_err(ServeError::FirstToken)?
+    {
+        // Shown once, here; afterwards only the file (mode 0600) has it.
+        println!(
+            "hypd first start: admin token {secret} (also written to {})",
+            path.display()
+        );
+        tracing::info!(file = %path.display(), "created the first admin token");
+    }
+
+    let addr = SocketAddr::new(cfg.bind, cfg.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let local = listener.local_addr()?;
+
+    check_site_root(&cfg.site_root);
+    let state = AppState {
+        service,
+        openapi: Arc::new(openapi::document()),
+        store,
+        console: ConsoleInfo {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            sandbox: sandbox.is_some(),
+            region: aws.region(),
+        },
+        aws,
+        metrics: telemetry::metrics_handle(),
+        leptos: leptos_options(&cfg.site_root, local),
+    };
+    let app = router(state);
+
+    // Tests and scripts read this line to learn the port when 0 was asked for.
+    tracing::info!(
+        url = %format!("http://{local}"),
+        sandbox = sandbox.is_some(),
+        "hypd console listening"
+    );
+    println!("hypd listening on http://{local}");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("hypd stopped");
+    Ok(())
+}
+
+pub fn router(state: AppState) -> Router {
+    let routes = generate_route_list(App);
+    let console = state.console.clone();
+    let leptos = state.leptos.clone();
+    let dispatcher: SharedDispatcher = Arc::new(ConsoleDispatch(state.service.clone()));
+    let mcp = Router::new()
+        .route_service("/mcp", mcp::service(state.service.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate_mcp,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/openapi.json", get(openapi_json))
+        .route("/auth/login", post(login))
+        .route("/auth/logout", post(logout))
+        .merge(rest::routes())
+        .merge(mcp)
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || {
+                provide_context(console.clone());
+                provide_context(dispatcher.clone());
+            },
+            move || shell(leptos.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(telemetry::track_http))
+        .layer(CompressionLayer::new())
+        .with_state(state)
+}
+
+fn leptos_options(site_root: &Path, addr: SocketAddr) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name("hypd")
+        .site_root(site_root.display().to_string())
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .build()
+}
+
+fn check_site_root(site_root: &Path) {
+    let js = site_root.join("pkg").join("hypd.js");
+    if !js.is_file() {
+        tracing::warn!(
+            site_root = %site_root.display(),
+            "console bundle not found (pkg/hypd.js): pages render but do not hydrate; build it with `cargo leptos build` or set HYPD_SITE_ROOT"
+        );
+    }
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), ServeError> {
+    let err = |source| ServeError::DataDir {
+        path: dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // The data dir holds the admin token and the store: owner only.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}
+
+/// The process is up and serving.
+async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Ready to do work: the store answers and AWS says who we are.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let store = match tokio::time::timeout(Duration::from_secs(3), state.store.ping()).await {
+        Ok(Ok(())) => json!({ "ok": true, "backend": state.store.backend() }),
+        Ok(Err(e)) => {
+            json!({ "ok": false, "backend": state.store.backend(), "error": e.to_string() })
+        }
+        Err(_) => {
+            json!({ "ok": false, "backend": state.store.backend(), "error": "timed out after 3 s" })
+        }
+    };
+    let aws = match tokio::time::timeout(Duration::from_secs(10), state.aws.identity()).await {
+        Ok(Ok(id)) => {
+            json!({ "ok": true, "account": id.account, "arn": id.arn, "region": state.aws.region() })
+        }
+        Ok(Err(e)) => json!({ "ok": false, "error": e, "region": state.aws.region() }),
+        Err(_) => json!({ "ok": false, "error": { "message": "timed out after 10 s" } }),
+    };
+    let ready = store["ok"] == true && aws["ok"] == true;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    if !ready {
+        tracing::warn!(%store, %aws, "not ready");
+    }
+    (
+        status,
+        Json(
+            json!({ "ready": ready, "sandbox": state.console.sandbox, "store": store, "aws": aws }),
+        ),
+    )
+        .into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    match state.store.operations_by_state().await {
+        Ok(counts) => {
+            for (s, n) in counts {
+                metrics::gauge!(telemetry::OPERATIONS, "state" => s).set(n as f64);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot count operations for /metrics"),
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn openapi_json(State(state): State<AppState>) -> Response {
+    Json(state.openapi.as_ref().clone()).into_response()
+}
+
+/// MCP requests must carry a token; the actor rides in the request's extensions, where
+/// the MCP handler finds it.
+async fn authenticate_mcp(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    match state
+        .service
+        .auth
+        .authenticate(req.headers(), req.method(), Face::Mcp)
+        .await
+    {
+        Ok(actor) => {
+            req.extensions_mut().insert(actor);
+            next.run(req).await
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// The console's server functions reach `dispatch` through this, authenticated by the
+/// session cookie (or a bearer token) of the request that carried them.
+struct ConsoleDispatch(Arc<Service>);
+
+impl Dispatcher for ConsoleDispatch {
+    fn dispatch_http(
+        &self,
+        parts: http::request::Parts,
+        command: String,
+        input: serde_json::Value,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<serde_json::Value, ApiError>> + Send + '_>>
+    {
+        Box::pin(async move {
+            let actor = self
+                .0
+                .auth
+                .authenticate(&parts.headers, &parts.method, Face::Console)
+                .await?;
+            self.0.dispatch(&actor, &command, input).await
+        })
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Login {
+    token: String,
+}
+
+/// A browser's sign-in must come from this console's own page.
+fn cross_origin(headers: &HeaderMap) -> Option<Response> {
+    (headers.contains_key(header::ORIGIN) && !auth::same_origin(headers)).then(|| {
+        error_response(&ApiError::Forbidden {
+            message: "cross-origin sign-in refused".into(),
+        })
+    })
+}
+
+async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Some(refused) = cross_origin(&headers) {
+        return refused;
+    }
+    let Ok(Login { token }) = serde_json::from_slice::<Login>(&body) else {
+        return error_response(&ApiError::field("token", "send {\"token\": \"hypd_…\"}"));
+    };
+    match state.service.auth.login(&token).await {
+        Ok((session, actor)) => {
+            let mut response =
+                Json(json!({ "name": actor.name, "role": actor.role })).into_response();
+            if let Ok(v) = HeaderValue::from_str(&auth::session_set_cookie(&session)) {
+                response.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            response
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = cross_origin(&headers) {
+        return refused;
+    }
+    if let Some(session) = auth::session_cookie(&headers)
+        && let Err(e) = state.service.auth.logout(&session).await
+    {
+        return error_response(&e);
+    }
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Ok(v) = HeaderValue::from_str(&auth::session_clear_cookie()) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    response
+}

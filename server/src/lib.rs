@@ -1,0 +1,22 @@
+//! hypd: a control plane for GPU training and inference clusters on AWS (EKS + SageMaker
+//! HyperPod). One process serves the web console, REST and MCP on one port; every face
+//! goes through the same service layer.
+
+pub mod audit;
+pub mod auth;
+pub mod aws;
+pub mod bridge;
+pub mod cli;
+pub mod clock;
+pub mod cluster;
+pub mod config;
+pub mod http;
+pub mod inspect;
+pub mod mcp;
+pub mod openapi;
+pub mod operation;
+pub mod rest;
+pub mod sandbox;
+pub mod service;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,120 @@
+//! Misconfiguration stops hypd before it does anything, with one line naming the flag or
+//! variable and the rule, and exit code 2.
+
+mod common;
+
+use std::process::Output;
+
+fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = common::hypd_command(dir.path());
+    cmd.args(args);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn assert_usage_error(out: &Output, must_contain: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "one line expected, got: {stderr}"
+    );
+    assert!(stderr.starts_with("hypd: "), "{stderr}");
+    for s in must_contain {
+        assert!(stderr.contains(s), "{stderr:?} should contain {s:?}");
+    }
+}
+
+#[test]
+fn bad_port_variable_names_the_variable() {
+    let out = run(&["serve"], &[("HYPD_PORT", "http")]);
+    assert_usage_error(
+        &out,
+        &["HYPD_PORT", "\"http\"", "TCP port number from 0 to 65535"],
+    );
+}
+
+#[test]
+fn bad_port_flag_names_the_flag() {
+    let out = run(&["serve", "--port", "70000"], &[]);
+    assert_usage_error(&out, &["--port", "70000"]);
+}
+
+#[test]
+fn bad_log_format_names_the_variable() {
+    let out = run(&["serve"], &[("HYPD_LOG_FORMAT", "xml")]);
+    assert_usage_error(&out, &["HYPD_LOG_FORMAT", "human or json"]);
+}
+
+#[test]
+fn bad_bind_and_sandbox_values() {
+    assert_usage_error(
+        &run(&["serve"], &[("HYPD_BIND", "localhost")]),
+        &["HYPD_BIND", "IPv4 or IPv6"],
+    );
+    assert_usage_error(
+        &run(&["serve"], &[("HYPD_SANDBOX", "perhaps")]),
+        &["HYPD_SANDBOX", "true or false"],
+    );
+}
+
+#[test]
+fn bad_database_url_is_named_but_not_echoed() {
+    let out = run(
+        &["serve"],
+        &[("HYPD_DATABASE_URL", "mysql://admin:hunter2@db/hypd")],
+    );
+    assert_usage_error(&out, &["HYPD_DATABASE_URL", "postgres://"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
+}
+
+#[test]
+fn unknown_flag_is_one_line() {
+    let out = run(&["serve", "--frobnicate"], &[]);
+    assert_usage_error(&out, &["--frobnicate", "hypd --help"]);
+}
+
+#[test]
+fn unknown_subcommand_is_one_line() {
+    let out = run(&["launch"], &[]);
+    assert_usage_error(&out, &["launch"]);
+}
+
+#[test]
+fn help_lists_commands_and_variables() {
+    let out = run(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("serve"), "{text}");
+
+    let out = run(&["serve", "--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in [
+        "HYPD_PORT",
+        "HYPD_DATA_DIR",
+        "HYPD_DATABASE_URL",
+        "HYPD_LOG_FORMAT",
+        "--sandbox",
+    ] {
+        assert!(text.contains(s), "serve --help should mention {s}: {text}");
+    }
+}
+
+#[test]
+fn unreachable_postgres_fails_without_leaking_the_password() {
+    let port = common::free_port();
+    let url = format!("postgres://hypd:s3cr3t-pw@127.0.0.1:{port}/hypd");
+    let out = run(&["serve"], &[("HYPD_DATABASE_URL", &url)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot open the postgres store"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cr3t-pw"), "{stderr}");
+}

@@ -1,0 +1,279 @@
+//! Test peers for integration tests: a real `hypd` process, moto, and a private
+//! PostgreSQL cluster. Each is started on loopback on a free port and stopped on drop.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn wait_for_port(port: u16, limit: Duration) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+pub fn hypd_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hypd"))
+}
+
+/// A command for `hypd` with a clean, AWS-free environment.
+pub fn hypd_command(data_dir: &Path) -> Command {
+    let mut cmd = Command::new(hypd_bin());
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", data_dir)
+        .env("HYPD_DATA_DIR", data_dir)
+        .env("HYPD_PORT", "0")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for var in ["HYPD_MOTO_SERVER", "HYPD_SIM_BIN", "HYPD_SITE_ROOT"] {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    cmd
+}
+
+/// A running `hypd serve`.
+pub struct Hypd {
+    pub child: Child,
+    pub url: String,
+    pub data_dir: tempfile::TempDir,
+    pub stderr_path: PathBuf,
+}
+
+impl Hypd {
+    /// Starts `hypd serve ARGS` with `envs` and waits for its listening line.
+    pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Hypd {
+        let data_dir = tempfile::tempdir().unwrap();
+        let stderr_path = data_dir.path().join("hypd.stderr");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut cmd = hypd_command(data_dir.path());
+        cmd.arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn hypd");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("hypd listening on ") {
+                    let _ = tx.send(url.to_owned());
+                }
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "hypd did not start; stderr:\n{}",
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                );
+            }
+        };
+        Hypd {
+            child,
+            url,
+            data_dir,
+            stderr_path,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::blocking::Response {
+        reqwest::blocking::Client::new()
+            .get(format!("{}{path}", self.url))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .unwrap()
+    }
+}
+
+impl Drop for Hypd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn moto_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("HYPD_MOTO_SERVER") {
+        return PathBuf::from(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("moto_server"))
+        .find(|p| p.is_file())
+        .expect("moto_server not on PATH: run scripts/setup and put its virtualenv's bin/ on PATH (scripts/test does)")
+}
+
+/// A private moto server.
+pub struct Moto {
+    child: Child,
+    pub url: String,
+}
+
+impl Moto {
+    pub fn start() -> Moto {
+        let port = free_port();
+        let child = Command::new(moto_server_bin())
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .env("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn moto_server");
+        assert!(
+            wait_for_port(port, Duration::from_secs(30)),
+            "moto did not start"
+        );
+        Moto {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The standard variables that point the AWS SDK at this moto.
+    pub fn aws_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.url.clone()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ]
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A private PostgreSQL cluster in a temporary directory (Debian's postgresql package).
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    pub url: String,
+}
+
+fn pg_bin_dir() -> PathBuf {
+    let on_path = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file());
+    if let Some(d) = on_path {
+        return d;
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL not installed: run scripts/setup --tests")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|d| d.join("initdb").is_file())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("no initdb found under /usr/lib/postgresql")
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs a PostgreSQL tool as the `postgres` user when we are root (PostgreSQL refuses
+/// to run as root).
+fn pg_command(bin: &Path, tool: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+        c
+    } else {
+        Command::new(bin.join(tool))
+    }
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        let bin = pg_bin_dir();
+        let dir = tempfile::Builder::new()
+            .prefix("hypd-pg-")
+            .tempdir()
+            .unwrap();
+        let data = dir.path().join("data");
+        if is_root() {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let out = pg_command(&bin, "initdb")
+            .args(["-A", "trust", "-U", "hypd", "-D"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = free_port();
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            dir.path().display()
+        );
+        let out = pg_command(&bin, "pg_ctl")
+            .args(["-w", "-D"])
+            .arg(&data)
+            .args(["-o", &opts, "-l"])
+            .arg(dir.path().join("pg.log"))
+            .arg("start")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Postgres {
+            url: format!("postgres://hypd@127.0.0.1:{port}/postgres"),
+            dir,
+            bin,
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = pg_command(&self.bin, "pg_ctl")
+            .args(["-D"])
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}

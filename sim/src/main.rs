@@ -1,0 +1,76 @@
+//! `hypd-sim`: the part of the test world that moto lacks (EKS, SageMaker HyperPod and a
+//! Kubernetes API server per cluster). It speaks the real wire protocols so the real
+//! `aws-sdk-*` clients reach it through `AWS_ENDPOINT_URL_EKS` /
+//! `AWS_ENDPOINT_URL_SAGEMAKER`. It is a test tool and is never shipped.
+//!
+//! Its only stdout line is `listening on http://ADDR`, printed once bound, which is how
+//! `hypd serve --sandbox` and tests learn the port; logs go to stderr.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use clap::Parser;
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hypd-sim",
+    version,
+    about = "Test world for hypd: EKS + SageMaker HyperPod fakes"
+)]
+struct Args {
+    /// Address to listen on (port 0 picks a free one)
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// moto's endpoint, asked about subnets, roles and buckets that must exist
+    #[arg(long)]
+    moto_url: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let local = listener.local_addr()?;
+    println!("listening on http://{local}");
+    tracing::info!(%local, moto = ?args.moto_url, "hypd-sim ready");
+    axum::serve(listener, app()).await?;
+    Ok(())
+}
+
+fn app() -> Router {
+    Router::new()
+        .route(
+            "/_sim/health",
+            get(|| async { Json(json!({ "ok": true })) }),
+        )
+        .fallback(unknown_operation)
+}
+
+/// What AWS answers for an operation it does not know, in the caller's protocol: JSON 1.1
+/// (SageMaker, `X-Amz-Target`) or REST-JSON (EKS, `x-amzn-errortype`).
+async fn unknown_operation(headers: HeaderMap, uri: Uri) -> Response {
+    let target = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let what = target.clone().unwrap_or_else(|| uri.path().to_owned());
+    let message = format!("hypd-sim does not implement {what}");
+    let body = Json(json!({ "__type": "UnknownOperationException", "message": message }));
+    let mut response = (StatusCode::BAD_REQUEST, body).into_response();
+    if target.is_none()
+        && let Ok(v) = "UnknownOperationException".parse()
+    {
+        response.headers_mut().insert("x-amzn-errortype", v);
+    }
+    response
+}
