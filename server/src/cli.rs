@@ -38,6 +38,15 @@ enum Command {
     /// MCP over stdio for agents: relays to a running hypd's /mcp, so there is one engine
     /// and one store
     Mcp(McpArgs),
+    /// Exit 0 when a hypd on this machine answers /healthz (for container health checks)
+    Health(HealthArgs),
+}
+
+#[derive(Args, Debug)]
+struct HealthArgs {
+    /// Base URL to check  [env: HYPD_URL] [default: http://127.0.0.1:$HYPD_PORT]
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -267,6 +276,19 @@ pub fn main() -> ExitCode {
             }
             run_serve(cfg)
         }
+        Command::Health(args) => {
+            let url = match resolver.get(&config::URL, args.url.as_deref(), config::parse_url) {
+                Ok(Some(u)) => u,
+                Ok(None) => match resolver.get(&config::PORT, None, config::parse_port) {
+                    Ok(port) => {
+                        format!("http://127.0.0.1:{}", port.unwrap_or(config::DEFAULT_PORT))
+                    }
+                    Err(e) => return usage_error(e),
+                },
+                Err(e) => return usage_error(e),
+            };
+            check_health(&url)
+        }
         Command::Mcp(args) => {
             let (url, token) = match args.resolve(&resolver, &env) {
                 Ok(v) => v,
@@ -278,6 +300,37 @@ pub fn main() -> ExitCode {
                 ..log
             });
             run_bridge(&url, token)
+        }
+    }
+}
+
+fn check_health(url: &str) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hypd health: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{url}/healthz"))
+            .timeout(std::time::Duration::from_secs(3))
+            .send()
+            .await
+    });
+    match result {
+        Ok(r) if r.status().is_success() => ExitCode::SUCCESS,
+        Ok(r) => {
+            eprintln!("hypd health: {url}/healthz answered {}", r.status());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("hypd health: {url}/healthz: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -22,6 +22,18 @@ fn probes_metrics_and_console_against_moto() {
 
     let health = hypd.get("/healthz");
     assert_eq!(health.status(), 200);
+    // The container's HEALTHCHECK command.
+    let check = std::process::Command::new(common::hypd_bin())
+        .args(["health", "--url", &hypd.url])
+        .status()
+        .unwrap();
+    assert!(check.success());
+    let down = format!("http://127.0.0.1:{}", common::free_port());
+    let check = std::process::Command::new(common::hypd_bin())
+        .args(["health", "--url", &down])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1));
 
     let ready = hypd.get("/readyz");
     assert_eq!(ready.status(), 200);

@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+# hypd's management container: the release binary and the console bundle on a slim
+# Debian, running as a non-root user. Every tool version is pinned so the same commit
+# builds the same image.
+
+ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-20261110-slim
+
+FROM ${RUST_IMAGE} AS build
+ARG CARGO_LEPTOS_VERSION=0.3.10
+# Must equal the wasm-bindgen version in Cargo.lock.
+ARG WASM_BINDGEN_VERSION=0.2.130
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# binaryen provides wasm-opt, so cargo-leptos downloads nothing.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends binaryen=108-1 \
+    && rm -rf /var/lib/apt/lists/*
+RUN rustup target add wasm32-unknown-unknown \
+    && cargo install --locked cargo-leptos --version "${CARGO_LEPTOS_VERSION}" \
+    && cargo install wasm-bindgen-cli --version "${WASM_BINDGEN_VERSION}"
+WORKDIR /src
+COPY . .
+ENV CARGO_TARGET_DIR=/src/target
+RUN cargo leptos build --release \
+    && mkdir -p /out \
+    && cp target/release/hypd /out/hypd \
+    && cp -r target/site /out/site
+
+FROM ${RUNTIME_IMAGE}
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates=20250419~deb12u2 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --user-group --home-dir /var/lib/hypd --create-home hypd
+# The console bundle sits beside the binary, where hypd looks for it by default.
+COPY --from=build /out/hypd /usr/local/bin/hypd
+COPY --from=build /out/site /usr/local/bin/site
+USER 10001:10001
+ENV HYPD_BIND=0.0.0.0 \
+    HYPD_PORT=3099 \
+    HYPD_DATA_DIR=/var/lib/hypd \
+    HYPD_LOG_FORMAT=json
+VOLUME ["/var/lib/hypd"]
+EXPOSE 3099
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 CMD ["/usr/local/bin/hypd", "health"]
+ENTRYPOINT ["/usr/local/bin/hypd"]
+CMD ["serve"]
