@@ -30,7 +30,7 @@ use crate::rest::error_response;
 use crate::sandbox::SandboxInfo;
 use crate::service::Service;
 use crate::store::{Store, StoreError};
-use crate::{mcp, openapi, rest, telemetry};
+use crate::{events, mcp, openapi, rest, telemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -145,6 +145,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/api/v1/openapi.json", get(openapi_json))
+        .route("/api/v1/events", get(events::subscribe))
         .route("/auth/login", post(login))
         .route("/auth/logout", post(logout))
         .merge(rest::routes())

@@ -50,3 +50,16 @@ pub async fn get(store: &Store, id: &str) -> Result<Option<Operation>, StoreErro
         .await)?;
     Ok(row.map(operation))
 }
+
+/// Operations changed at or after `cursor` (an RFC 3339 timestamp), oldest change first.
+pub async fn changed_since(store: &Store, cursor: &str) -> Result<Vec<Operation>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM operations WHERE updated_at >= $1 ORDER BY updated_at, id LIMIT $2"
+    );
+    let rows: Vec<Row> = on_pool!(store, |pool| sqlx::query_as(&sql)
+        .bind(cursor)
+        .bind(LIST_LIMIT)
+        .fetch_all(pool)
+        .await)?;
+    Ok(rows.into_iter().map(operation).collect())
+}

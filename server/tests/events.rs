@@ -1,0 +1,126 @@
+//! The live channel: operation changes are pushed over a WebSocket, and a browser
+//! session from another origin cannot open it.
+
+mod common;
+
+use common::{Hypd, Moto};
+use futures_util::StreamExt;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{Error, Message};
+
+fn start() -> (Hypd, String, Moto) {
+    let moto = Moto::start();
+    let env = moto.aws_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let hypd = Hypd::start(&[], &env);
+    let token = std::fs::read_to_string(hypd.data_dir.path().join("admin-token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    (hypd, token, moto)
+}
+
+fn write_operation(hypd: &Hypd, id: &str, state: &str) {
+    let db = hypd.data_dir.path().join("hypd.db");
+    let script = "import sqlite3,sys,datetime; c=sqlite3.connect(sys.argv[1]); \
+        now=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]+'Z'; \
+        c.execute(\"INSERT INTO operations VALUES (?, 'create_cluster', 'cluster/ml-1', ?, ?, ?) \
+        ON CONFLICT(id) DO UPDATE SET state=excluded.state, updated_at=excluded.updated_at\", \
+        (sys.argv[2], sys.argv[3], now, now)); c.commit()";
+    let ok = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&db)
+        .args([id, state])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+async fn next_json<S>(ws: &mut S) -> serde_json::Value
+where
+    S: futures_util::Stream<Item = Result<Message, Error>> + Unpin,
+{
+    loop {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
+            .await
+            .expect("an event within 10 s")
+            .expect("stream open")
+            .expect("no error");
+        if let Message::Text(t) = msg {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn operation_changes_are_pushed_in_order() {
+    let (hypd, token, _moto) = start();
+    let url = format!("{}/api/v1/events", hypd.url.replace("http://", "ws://"));
+    let mut request = url.as_str().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(next_json(&mut ws).await["type"], "hello");
+
+    write_operation(&hypd, "op-1", "running");
+    let event = next_json(&mut ws).await;
+    assert_eq!(event["type"], "operation");
+    assert_eq!(event["operation"]["operation_id"], "op-1");
+    assert_eq!(event["operation"]["state"], "running");
+
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    write_operation(&hypd, "op-1", "succeeded");
+    let event = next_json(&mut ws).await;
+    assert_eq!(event["operation"]["state"], "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refuses_missing_tokens_and_foreign_origins() {
+    let (hypd, token, _moto) = start();
+    let url = format!("{}/api/v1/events", hypd.url.replace("http://", "ws://"));
+    let err = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Http(r) if r.status() == 401),
+        "{err:?}"
+    );
+
+    // A console session opened from another site's page.
+    let login = reqwest::Client::new()
+        .post(format!("{}/auth/login", hypd.url))
+        .json(&serde_json::json!({ "token": token }))
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut request = url.as_str().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("cookie", cookie.parse().unwrap());
+    request
+        .headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    let err = tokio_tungstenite::connect_async(request).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Http(r) if r.status() == 403),
+        "{err:?}"
+    );
+
+    let mut request = url.as_str().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("cookie", cookie.parse().unwrap());
+    request
+        .headers_mut()
+        .insert("origin", hypd.url.parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(next_json(&mut ws).await["subscriber"], "admin");
+}
