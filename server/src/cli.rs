@@ -56,7 +56,8 @@ struct McpArgs {
     url: Option<String>,
 
     /// File holding the API token to use (prefer a viewer or operator token for agents)
-    /// [env: HYPD_TOKEN holds the token itself] [default: <data dir>/admin-token]
+    /// [env: HYPD_TOKEN holds the token itself]
+    /// [default: <data dir>/admin-token, else <data dir>/sandbox/admin-token]
     #[arg(long, value_name = "PATH")]
     token_file: Option<String>,
 
@@ -90,7 +91,16 @@ impl McpArgs {
             )
             .map_err(|e| e.to_string())?
             .unwrap_or_else(|| config::default_data_dir(env));
-        read_token(&data_dir.join(crate::auth::ADMIN_TOKEN_FILE)).map(|t| (url, t))
+        // A real store's token first, else the sandbox's.
+        let real = data_dir.join(crate::auth::ADMIN_TOKEN_FILE);
+        let sandbox =
+            crate::sandbox::state_dir(&data_dir, true).join(crate::auth::ADMIN_TOKEN_FILE);
+        let file = if real.exists() || !sandbox.exists() {
+            real
+        } else {
+            sandbox
+        };
+        read_token(&file).map(|t| (url, t))
     }
 }
 

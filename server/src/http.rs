@@ -81,7 +81,7 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
     let service = Arc::new(Service::new(store.clone(), aws.clone(), sandbox.is_some()));
     if let Some((secret, path)) = service
         .auth
-        .ensure_first_admin(&cfg.data_dir)
+        .ensure_first_admin(&crate::sandbox::state_dir(&cfg.data_dir, cfg.sandbox))
         .await
         .map_err(ServeError::FirstToken)?
     {

@@ -10,14 +10,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The store file: the sandbox keeps its own, beside the real one, because the world it
-/// describes (moto's memory) is gone when the sandbox stops.
-pub fn store_file(data_dir: &Path, sandbox: bool) -> PathBuf {
+/// Where the store file and the admin token live. The sandbox keeps its own, beside the
+/// real ones, because the world it describes (moto's memory) is gone when it stops, and
+/// a sandbox must never replace a real account's admin token.
+pub fn state_dir(data_dir: &Path, sandbox: bool) -> PathBuf {
     if sandbox {
-        data_dir.join("sandbox").join("hypd.db")
+        data_dir.join("sandbox")
     } else {
-        data_dir.join("hypd.db")
+        data_dir.to_path_buf()
     }
+}
+
+pub fn store_file(data_dir: &Path, sandbox: bool) -> PathBuf {
+    state_dir(data_dir, sandbox).join("hypd.db")
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -57,6 +57,11 @@ fn sandbox_serves_announces_and_dies_with_hypd() {
         .and_then(|s| s.split_whitespace().next())
         .expect("sim url in the log")
         .to_owned();
+    // The sandbox's admin token lives with its store, never in place of a real one.
+    let dir = hypd.data_dir.path();
+    assert!(dir.join("sandbox/admin-token").is_file());
+    assert!(!dir.join("admin-token").exists());
+
     let sim_health: Value = reqwest::blocking::get(format!("{sim_url}/_sim/health"))
         .unwrap()
         .json()
