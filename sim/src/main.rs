@@ -6,15 +6,23 @@
 //! Its only stdout line is `listening on http://ADDR`, printed once bound, which is how
 //! `hypd serve --sandbox` and tests learn the port; logs go to stderr.
 
+mod control;
+mod eks;
+mod moto;
+mod world;
+
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
 use clap::Parser;
 use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::world::World;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,6 +37,9 @@ struct Args {
     /// moto's endpoint, asked about subnets, roles and buckets that must exist
     #[arg(long)]
     moto_url: Option<String>,
+    /// Simulated seconds per real second (60: a 10-minute EKS creation takes 10 s)
+    #[arg(long, default_value_t = 60.0)]
+    time_scale: f64,
 }
 
 #[tokio::main]
@@ -43,17 +54,23 @@ async fn main() -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     println!("listening on http://{local}");
     tracing::info!(%local, moto = ?args.moto_url, "hypd-sim ready");
-    axum::serve(listener, app()).await?;
+    if !(args.time_scale.is_finite() && args.time_scale >= 0.0) {
+        anyhow::bail!("--time-scale must be a non-negative number");
+    }
+    let world = World::new(
+        args.time_scale,
+        args.moto_url.as_deref().map(moto::Moto::new),
+    );
+    axum::serve(listener, app(Arc::new(Mutex::new(world)))).await?;
     Ok(())
 }
 
-fn app() -> Router {
+fn app(world: world::Shared) -> Router {
     Router::new()
-        .route(
-            "/_sim/health",
-            get(|| async { Json(json!({ "ok": true })) }),
-        )
+        .merge(control::routes())
+        .merge(eks::routes())
         .fallback(unknown_operation)
+        .with_state(world)
 }
 
 /// What AWS answers for an operation it does not know, in the caller's protocol: JSON 1.1

@@ -1,0 +1,969 @@
+//! Amazon EKS, as the `aws-sdk-eks` client sees it (REST-JSON): clusters that take
+//! minutes to become ACTIVE and to go away, access entries and access policies, and
+//! add-ons with their own transitions and a version catalogue. Inputs are checked the
+//! way EKS checks them (names, versions, subnets in two zones, a role that exists — asked
+//! of moto) and refused with EKS's error codes.
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::moto::distinct_zones;
+use crate::world::{ACCOUNT, AwsError, Shared, World, region_of};
+
+/// Simulated seconds each transition takes (AWS's typical figures).
+pub const CLUSTER_CREATE_SECS: f64 = 600.0;
+pub const CLUSTER_DELETE_SECS: f64 = 300.0;
+pub const ADDON_CREATE_SECS: f64 = 60.0;
+pub const ADDON_UPDATE_SECS: f64 = 45.0;
+pub const ADDON_DELETE_SECS: f64 = 30.0;
+
+pub const KUBERNETES_VERSIONS: &[&str] = &["1.30", "1.31", "1.32", "1.33", "1.34"];
+pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
+
+/// The add-on catalogue: name, versions (newest first), and the default.
+pub const ADDONS: &[(&str, &[&str])] = &[
+    ("vpc-cni", &["v1.20.4-eksbuild.1", "v1.19.6-eksbuild.1"]),
+    ("coredns", &["v1.12.2-eksbuild.4", "v1.11.4-eksbuild.14"]),
+    ("kube-proxy", &["v1.33.3-eksbuild.4", "v1.32.6-eksbuild.8"]),
+    (
+        "eks-pod-identity-agent",
+        &["v1.3.8-eksbuild.2", "v1.3.7-eksbuild.2"],
+    ),
+    (
+        "aws-mountpoint-s3-csi-driver",
+        &["v2.1.0-eksbuild.1", "v1.15.0-eksbuild.1"],
+    ),
+    (
+        "aws-fsx-csi-driver",
+        &["v1.6.0-eksbuild.1", "v1.5.0-eksbuild.1"],
+    ),
+    (
+        "cert-manager",
+        &["v1.18.2-eksbuild.2", "v1.17.2-eksbuild.1"],
+    ),
+    (
+        "metrics-server",
+        &["v0.8.0-eksbuild.2", "v0.7.2-eksbuild.4"],
+    ),
+    (
+        "amazon-cloudwatch-observability",
+        &["v4.3.0-eksbuild.1", "v4.2.0-eksbuild.1"],
+    ),
+    (
+        "amazon-sagemaker-hyperpod-training-operator",
+        &["v1.1.0-eksbuild.1", "v1.0.1-eksbuild.1"],
+    ),
+    (
+        "amazon-sagemaker-hyperpod-inference",
+        &["v1.0.0-eksbuild.1"],
+    ),
+    (
+        "amazon-sagemaker-hyperpod-taskgovernance",
+        &["v1.2.0-eksbuild.1", "v1.1.2-eksbuild.1"],
+    ),
+];
+
+#[derive(Clone, Debug)]
+struct Transition {
+    /// Simulated second the current phase started.
+    since: f64,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    Creating,
+    Updating,
+    Deleting,
+}
+
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    name: String,
+    region: String,
+    version: String,
+    role_arn: String,
+    subnet_ids: Vec<String>,
+    security_group_ids: Vec<String>,
+    vpc_id: String,
+    authentication_mode: String,
+    endpoint_public: bool,
+    endpoint_private: bool,
+    tags: Value,
+    created: f64,
+    transition: Option<Transition>,
+    oidc_id: String,
+    access_entries: BTreeMap<String, AccessEntry>,
+    addons: BTreeMap<String, Addon>,
+}
+
+#[derive(Clone, Debug)]
+struct AccessEntry {
+    principal_arn: String,
+    kind: String,
+    username: String,
+    groups: Vec<String>,
+    created: f64,
+    modified: f64,
+    policies: BTreeMap<String, (Value, f64)>,
+}
+
+#[derive(Clone, Debug)]
+struct Addon {
+    name: String,
+    version: String,
+    service_account_role_arn: Option<String>,
+    configuration_values: Option<String>,
+    created: f64,
+    modified: f64,
+    transition: Option<Transition>,
+    tags: Value,
+}
+
+#[derive(Default)]
+pub struct Eks {
+    clusters: BTreeMap<String, Cluster>,
+    updates: u64,
+}
+
+/// A resource's status now, given its transition and whether a stuck fault holds it.
+fn phase_status(
+    t: &Option<Transition>,
+    now: f64,
+    secs: impl Fn(Phase) -> f64,
+    stuck: bool,
+) -> Option<Phase> {
+    let t = t.as_ref()?;
+    (stuck || now - t.since < secs(t.phase)).then_some(t.phase)
+}
+
+fn hex_id(seed: &str, len: usize) -> String {
+    // Deterministic per name, like an id AWS would hand out once.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut out = String::new();
+    while out.len() < len {
+        for b in seed.bytes().chain(out.clone().bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        out.push_str(&format!("{h:016X}"));
+    }
+    out.truncate(len);
+    out
+}
+
+impl World {
+    /// Applies finished transitions (deletions disappear) and reports the cluster.
+    fn settle_eks(&mut self) {
+        let now = self.clock.now();
+        let stuck_create = self.stuck("eks", "CreateCluster");
+        let stuck_delete = self.stuck("eks", "DeleteCluster");
+        let stuck_addon = self.stuck("eks", "CreateAddon") || self.stuck("eks", "UpdateAddon");
+        let stuck_addon_delete = self.stuck("eks", "DeleteAddon");
+        self.eks.clusters.retain(|_, c| {
+            let gone = matches!(&c.transition, Some(t) if t.phase == Phase::Deleting)
+                && phase_status(&c.transition, now, |_| CLUSTER_DELETE_SECS, stuck_delete)
+                    .is_none();
+            !gone
+        });
+        for c in self.eks.clusters.values_mut() {
+            if let Some(t) = &c.transition
+                && t.phase == Phase::Creating
+                && phase_status(&c.transition, now, |_| CLUSTER_CREATE_SECS, stuck_create).is_none()
+            {
+                c.transition = None;
+            }
+            c.addons.retain(|_, a| {
+                !(matches!(&a.transition, Some(t) if t.phase == Phase::Deleting)
+                    && phase_status(
+                        &a.transition,
+                        now,
+                        |_| ADDON_DELETE_SECS,
+                        stuck_addon_delete,
+                    )
+                    .is_none())
+            });
+            for a in c.addons.values_mut() {
+                let secs = |p| {
+                    if p == Phase::Creating {
+                        ADDON_CREATE_SECS
+                    } else {
+                        ADDON_UPDATE_SECS
+                    }
+                };
+                if matches!(&a.transition, Some(t) if t.phase != Phase::Deleting)
+                    && phase_status(&a.transition, now, secs, stuck_addon).is_none()
+                {
+                    a.transition = None;
+                }
+            }
+        }
+    }
+
+    fn cluster(&mut self, name: &str) -> Result<&mut Cluster, AwsError> {
+        self.settle_eks();
+        self.eks
+            .clusters
+            .get_mut(name)
+            .ok_or_else(|| AwsError::not_found(format!("No cluster found for name: {name}.")))
+    }
+
+    fn active_cluster(&mut self, name: &str) -> Result<&mut Cluster, AwsError> {
+        let c = self.cluster(name)?;
+        if c.transition.is_some() {
+            return Err(AwsError::new(
+                400,
+                "InvalidRequestException",
+                format!("Cluster {name} is not ACTIVE; wait until it is"),
+            ));
+        }
+        Ok(c)
+    }
+}
+
+impl Cluster {
+    fn arn(&self) -> String {
+        format!(
+            "arn:aws:eks:{}:{ACCOUNT}:cluster/{}",
+            self.region, self.name
+        )
+    }
+
+    fn status(&self) -> &'static str {
+        match self.transition.as_ref().map(|t| t.phase) {
+            Some(Phase::Creating) => "CREATING",
+            Some(Phase::Deleting) => "DELETING",
+            Some(Phase::Updating) => "UPDATING",
+            None => "ACTIVE",
+        }
+    }
+
+    fn to_json(&self, w: &World) -> Value {
+        let issuer = format!(
+            "https://oidc.eks.{}.amazonaws.com/id/{}",
+            self.region, self.oidc_id
+        );
+        let endpoint = format!(
+            "https://{}.gr7.{}.eks.amazonaws.com",
+            hex_id(&self.arn(), 32),
+            self.region
+        );
+        let active = self.transition.is_none();
+        json!({
+            "name": self.name,
+            "arn": self.arn(),
+            "createdAt": w.clock.epoch(self.created),
+            "version": self.version,
+            "endpoint": if active { Some(endpoint) } else { None },
+            "roleArn": self.role_arn,
+            "resourcesVpcConfig": {
+                "subnetIds": self.subnet_ids,
+                "securityGroupIds": self.security_group_ids,
+                "vpcId": self.vpc_id,
+                "endpointPublicAccess": self.endpoint_public,
+                "endpointPrivateAccess": self.endpoint_private,
+                "publicAccessCidrs": ["0.0.0.0/0"]
+            },
+            "kubernetesNetworkConfig": { "serviceIpv4Cidr": "172.20.0.0/16", "ipFamily": "ipv4" },
+            "identity": { "oidc": { "issuer": issuer } },
+            "status": self.status(),
+            "certificateAuthority": if active { json!({ "data": "" }) } else { json!({}) },
+            "platformVersion": "eks.1",
+            "accessConfig": { "authenticationMode": self.authentication_mode },
+            "tags": self.tags,
+        })
+    }
+}
+
+impl AccessEntry {
+    fn to_json(&self, cluster: &Cluster, w: &World) -> Value {
+        json!({
+            "clusterName": cluster.name,
+            "principalArn": self.principal_arn,
+            "kubernetesGroups": self.groups,
+            "accessEntryArn": format!(
+                "arn:aws:eks:{}:{ACCOUNT}:access-entry/{}/{}",
+                cluster.region, cluster.name, hex_id(&self.principal_arn, 16).to_lowercase()
+            ),
+            "createdAt": w.clock.epoch(self.created),
+            "modifiedAt": w.clock.epoch(self.modified),
+            "tags": {},
+            "username": self.username,
+            "type": self.kind,
+        })
+    }
+}
+
+impl Addon {
+    fn status(&self) -> &'static str {
+        match self.transition.as_ref().map(|t| t.phase) {
+            Some(Phase::Creating) => "CREATING",
+            Some(Phase::Updating) => "UPDATING",
+            Some(Phase::Deleting) => "DELETING",
+            None => "ACTIVE",
+        }
+    }
+
+    fn to_json(&self, cluster: &Cluster, w: &World) -> Value {
+        json!({
+            "addonName": self.name,
+            "clusterName": cluster.name,
+            "status": self.status(),
+            "addonVersion": self.version,
+            "health": { "issues": [] },
+            "addonArn": format!(
+                "arn:aws:eks:{}:{ACCOUNT}:addon/{}/{}/{}",
+                cluster.region, cluster.name, self.name, hex_id(&self.name, 8).to_lowercase()
+            ),
+            "createdAt": w.clock.epoch(self.created),
+            "modifiedAt": w.clock.epoch(self.modified),
+            "serviceAccountRoleArn": self.service_account_role_arn,
+            "configurationValues": self.configuration_values,
+            "tags": self.tags,
+        })
+    }
+}
+
+fn check_cluster_name(name: &str) -> Result<(), AwsError> {
+    let ok = (1..=100).contains(&name.len())
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(AwsError::invalid_parameter(format!(
+            "The cluster name {name:?} is invalid: it must be 1-100 characters, start with an alphanumeric character and contain only alphanumeric characters, hyphens and underscores"
+        )))
+    }
+}
+
+/// Runs a handler body with the world locked, after any injected fault for `op`.
+macro_rules! call {
+    ($state:expr, $op:literal, |$w:ident| $body:expr) => {{
+        let mut guard = $state.lock().await;
+        let $w: &mut World = &mut guard;
+        match $w.take_fault("eks", $op) {
+            Some(e) => e.into_response(),
+            None => {
+                // Stands in for a try block: `?` and `return` stay inside the body.
+                #[allow(clippy::redundant_closure_call)]
+                let result = (|| -> Result<Value, AwsError> { $body })();
+                match result {
+                    Ok(v) => Json(v).into_response(),
+                    Err(e) => e.into_response(),
+                }
+            }
+        }
+    }};
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateClusterBody {
+    name: String,
+    version: Option<String>,
+    role_arn: String,
+    resources_vpc_config: VpcConfig,
+    access_config: Option<AccessConfig>,
+    #[serde(default)]
+    tags: Value,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct VpcConfig {
+    #[serde(default)]
+    subnet_ids: Vec<String>,
+    #[serde(default)]
+    security_group_ids: Vec<String>,
+    endpoint_public_access: Option<bool>,
+    endpoint_private_access: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AccessConfig {
+    authentication_mode: Option<String>,
+}
+
+async fn create_cluster(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let region = region_of(&headers);
+    let body: CreateClusterBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return AwsError::invalid_parameter(format!("invalid request: {e}")).into_response();
+        }
+    };
+    // moto is asked outside the lock; the answers are checked again under it.
+    let moto = state.lock().await.moto.clone();
+    let checked = async {
+        check_cluster_name(&body.name)?;
+        let version = body
+            .version
+            .clone()
+            .unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_owned());
+        if !KUBERNETES_VERSIONS.contains(&version.as_str()) {
+            return Err(AwsError::invalid_parameter(format!(
+                "unsupported Kubernetes version {version}. Supported versions: {}",
+                KUBERNETES_VERSIONS.join(", ")
+            )));
+        }
+        let mode = body
+            .access_config
+            .as_ref()
+            .and_then(|a| a.authentication_mode.clone())
+            .unwrap_or_else(|| "CONFIG_MAP".to_owned());
+        if !["API", "API_AND_CONFIG_MAP", "CONFIG_MAP"].contains(&mode.as_str()) {
+            return Err(AwsError::invalid_parameter(format!(
+                "invalid authenticationMode {mode}"
+            )));
+        }
+        let vpc = &body.resources_vpc_config;
+        if vpc.subnet_ids.len() < 2 {
+            return Err(AwsError::invalid_parameter(
+                "Subnets specified must be in at least two different AZs",
+            ));
+        }
+        let mut vpc_id = String::new();
+        if let Some(moto) = &moto {
+            let subnets = moto.subnets(&region, &vpc.subnet_ids).await?;
+            if distinct_zones(&subnets) < 2 {
+                return Err(AwsError::invalid_parameter(
+                    "Subnets specified must be in at least two different AZs",
+                ));
+            }
+            vpc_id = subnets[0].vpc_id.clone();
+            if subnets.iter().any(|s| s.vpc_id != vpc_id) {
+                return Err(AwsError::invalid_parameter(
+                    "Subnets must all be in the same VPC",
+                ));
+            }
+            if !moto.role_exists(&region, &body.role_arn).await? {
+                return Err(AwsError::invalid_parameter(format!(
+                    "Role with arn: {}, does not exist",
+                    body.role_arn
+                )));
+            }
+        }
+        Ok((version, mode, vpc_id))
+    }
+    .await;
+    call!(state, "CreateCluster", |w| {
+        let (version, mode, vpc_id) = checked?;
+        w.settle_eks();
+        if w.eks.clusters.contains_key(&body.name) {
+            return Err(AwsError::in_use(format!(
+                "Cluster already exists with name: {}",
+                body.name
+            )));
+        }
+        let now = w.clock.now();
+        let vpc = body.resources_vpc_config;
+        let cluster = Cluster {
+            oidc_id: hex_id(&format!("{region}/{}/{now}", body.name), 32),
+            name: body.name.clone(),
+            region,
+            version,
+            role_arn: body.role_arn,
+            subnet_ids: vpc.subnet_ids,
+            security_group_ids: vpc.security_group_ids,
+            vpc_id,
+            authentication_mode: mode,
+            endpoint_public: vpc.endpoint_public_access.unwrap_or(true),
+            endpoint_private: vpc.endpoint_private_access.unwrap_or(false),
+            tags: if body.tags.is_object() {
+                body.tags
+            } else {
+                json!({})
+            },
+            created: now,
+            transition: Some(Transition {
+                since: now,
+                phase: Phase::Creating,
+            }),
+            access_entries: BTreeMap::new(),
+            addons: BTreeMap::new(),
+        };
+        let out = json!({ "cluster": cluster.to_json(w) });
+        w.eks.clusters.insert(body.name, cluster);
+        Ok(out)
+    })
+}
+
+async fn describe_cluster(State(state): State<Shared>, Path(name): Path<String>) -> Response {
+    call!(state, "DescribeCluster", |w| {
+        let c = w.cluster(&name)?.clone();
+        Ok(json!({ "cluster": c.to_json(w) }))
+    })
+}
+
+async fn list_clusters(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let region = region_of(&headers);
+    call!(state, "ListClusters", |w| {
+        w.settle_eks();
+        let names: Vec<&String> = w
+            .eks
+            .clusters
+            .values()
+            .filter(|c| c.region == region)
+            .map(|c| &c.name)
+            .collect();
+        Ok(json!({ "clusters": names }))
+    })
+}
+
+async fn delete_cluster(State(state): State<Shared>, Path(name): Path<String>) -> Response {
+    call!(state, "DeleteCluster", |w| {
+        let now = w.clock.now();
+        let c = w.cluster(&name)?;
+        if c.transition
+            .as_ref()
+            .is_some_and(|t| t.phase == Phase::Creating)
+        {
+            return Err(AwsError::in_use(format!(
+                "Cannot delete because cluster {name} currently has an update in progress"
+            )));
+        }
+        if !c.addons.is_empty() && c.addons.values().any(|a| a.transition.is_some()) {
+            return Err(AwsError::in_use(format!(
+                "Cluster {name} has add-ons in transition"
+            )));
+        }
+        c.transition = Some(Transition {
+            since: now,
+            phase: Phase::Deleting,
+        });
+        let c = c.clone();
+        Ok(json!({ "cluster": c.to_json(w) }))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateAccessEntryBody {
+    principal_arn: String,
+    #[serde(default)]
+    kubernetes_groups: Vec<String>,
+    username: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+async fn create_access_entry(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Json(body): Json<CreateAccessEntryBody>,
+) -> Response {
+    call!(state, "CreateAccessEntry", |w| {
+        let now = w.clock.now();
+        let c = w.active_cluster(&name)?;
+        if c.authentication_mode == "CONFIG_MAP" {
+            return Err(AwsError::invalid_parameter(
+                "The cluster's authentication mode must be set to one of [API, API_AND_CONFIG_MAP] to perform this operation.",
+            ));
+        }
+        if !body.principal_arn.starts_with("arn:aws:iam::") {
+            return Err(AwsError::invalid_parameter(format!(
+                "The specified principalArn is invalid: {}",
+                body.principal_arn
+            )));
+        }
+        if c.access_entries.contains_key(&body.principal_arn) {
+            return Err(AwsError::in_use(format!(
+                "The specified access entry resource is already in use on this cluster: {}",
+                body.principal_arn
+            )));
+        }
+        let entry = AccessEntry {
+            username: body.username.unwrap_or_else(|| body.principal_arn.clone()),
+            principal_arn: body.principal_arn.clone(),
+            kind: body.kind.unwrap_or_else(|| "STANDARD".to_owned()),
+            groups: body.kubernetes_groups,
+            created: now,
+            modified: now,
+            policies: BTreeMap::new(),
+        };
+        c.access_entries.insert(body.principal_arn, entry.clone());
+        let c = c.clone();
+        Ok(json!({ "accessEntry": entry.to_json(&c, w) }))
+    })
+}
+
+async fn list_access_entries(State(state): State<Shared>, Path(name): Path<String>) -> Response {
+    call!(state, "ListAccessEntries", |w| {
+        let c = w.cluster(&name)?;
+        Ok(json!({ "accessEntries": c.access_entries.keys().collect::<Vec<_>>() }))
+    })
+}
+
+fn entry<'a>(c: &'a mut Cluster, principal: &str) -> Result<&'a mut AccessEntry, AwsError> {
+    c.access_entries.get_mut(principal).ok_or_else(|| {
+        AwsError::not_found(format!(
+            "The specified access entry resource could not be found: {principal}"
+        ))
+    })
+}
+
+async fn describe_access_entry(
+    State(state): State<Shared>,
+    Path((name, principal)): Path<(String, String)>,
+) -> Response {
+    call!(state, "DescribeAccessEntry", |w| {
+        let c = w.cluster(&name)?;
+        let e = entry(c, &principal)?.clone();
+        let c = c.clone();
+        Ok(json!({ "accessEntry": e.to_json(&c, w) }))
+    })
+}
+
+async fn delete_access_entry(
+    State(state): State<Shared>,
+    Path((name, principal)): Path<(String, String)>,
+) -> Response {
+    call!(state, "DeleteAccessEntry", |w| {
+        let c = w.cluster(&name)?;
+        entry(c, &principal)?;
+        c.access_entries.remove(&principal);
+        Ok(json!({}))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AssociateBody {
+    policy_arn: String,
+    access_scope: Value,
+}
+
+async fn associate_access_policy(
+    State(state): State<Shared>,
+    Path((name, principal)): Path<(String, String)>,
+    Json(body): Json<AssociateBody>,
+) -> Response {
+    call!(state, "AssociateAccessPolicy", |w| {
+        let now = w.clock.now();
+        if !body
+            .policy_arn
+            .starts_with("arn:aws:eks::aws:cluster-access-policy/")
+        {
+            return Err(AwsError::invalid_parameter(format!(
+                "The specified policyArn is invalid: {}",
+                body.policy_arn
+            )));
+        }
+        let scope_type = body
+            .access_scope
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !["cluster", "namespace"].contains(&scope_type) {
+            return Err(AwsError::invalid_parameter(
+                "accessScope.type must be cluster or namespace",
+            ));
+        }
+        let c = w.cluster(&name)?;
+        let e = entry(c, &principal)?;
+        e.policies
+            .insert(body.policy_arn.clone(), (body.access_scope.clone(), now));
+        e.modified = now;
+        let epoch = w.clock.epoch(now);
+        Ok(json!({
+            "clusterName": name,
+            "principalArn": principal,
+            "associatedAccessPolicy": {
+                "policyArn": body.policy_arn,
+                "accessScope": body.access_scope,
+                "associatedAt": epoch,
+                "modifiedAt": epoch,
+            }
+        }))
+    })
+}
+
+async fn list_associated_access_policies(
+    State(state): State<Shared>,
+    Path((name, principal)): Path<(String, String)>,
+) -> Response {
+    call!(state, "ListAssociatedAccessPolicies", |w| {
+        let c = w.cluster(&name)?;
+        let e = entry(c, &principal)?.clone();
+        let policies: Vec<Value> = e
+            .policies
+            .iter()
+            .map(|(arn, (scope, at))| {
+                json!({ "policyArn": arn, "accessScope": scope, "associatedAt": w.clock.epoch(*at), "modifiedAt": w.clock.epoch(*at) })
+            })
+            .collect();
+        Ok(
+            json!({ "clusterName": name, "principalArn": principal, "associatedAccessPolicies": policies }),
+        )
+    })
+}
+
+async fn disassociate_access_policy(
+    State(state): State<Shared>,
+    Path((name, principal, policy)): Path<(String, String, String)>,
+) -> Response {
+    call!(state, "DisassociateAccessPolicy", |w| {
+        let c = w.cluster(&name)?;
+        let e = entry(c, &principal)?;
+        if e.policies.remove(&policy).is_none() {
+            return Err(AwsError::not_found(format!(
+                "The access policy {policy} is not associated with {principal}"
+            )));
+        }
+        Ok(json!({}))
+    })
+}
+
+fn addon_versions(name: &str) -> Option<&'static [&'static str]> {
+    ADDONS.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateAddonBody {
+    addon_name: String,
+    addon_version: Option<String>,
+    service_account_role_arn: Option<String>,
+    configuration_values: Option<String>,
+    #[serde(default)]
+    tags: Value,
+}
+
+async fn create_addon(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Json(body): Json<CreateAddonBody>,
+) -> Response {
+    call!(state, "CreateAddon", |w| {
+        let now = w.clock.now();
+        let c = w.active_cluster(&name)?;
+        let Some(versions) = addon_versions(&body.addon_name) else {
+            return Err(AwsError::invalid_parameter(format!(
+                "Addon {} specified is not supported in {} kubernetes version",
+                body.addon_name, c.version
+            )));
+        };
+        let version = body.addon_version.unwrap_or_else(|| versions[0].to_owned());
+        if !versions.contains(&version.as_str()) {
+            return Err(AwsError::invalid_parameter(format!(
+                "Addon version specified is not supported: {version} (supported: {})",
+                versions.join(", ")
+            )));
+        }
+        if c.addons.contains_key(&body.addon_name) {
+            return Err(AwsError::in_use(format!(
+                "Addon already exists: {}",
+                body.addon_name
+            )));
+        }
+        let addon = Addon {
+            name: body.addon_name.clone(),
+            version,
+            service_account_role_arn: body.service_account_role_arn,
+            configuration_values: body.configuration_values,
+            created: now,
+            modified: now,
+            transition: Some(Transition {
+                since: now,
+                phase: Phase::Creating,
+            }),
+            tags: if body.tags.is_object() {
+                body.tags
+            } else {
+                json!({})
+            },
+        };
+        c.addons.insert(body.addon_name, addon.clone());
+        let c = c.clone();
+        Ok(json!({ "addon": addon.to_json(&c, w) }))
+    })
+}
+
+fn addon<'a>(c: &'a mut Cluster, name: &str) -> Result<&'a mut Addon, AwsError> {
+    let cluster = c.name.clone();
+    c.addons
+        .get_mut(name)
+        .ok_or_else(|| AwsError::not_found(format!("No addon: {name} found in cluster: {cluster}")))
+}
+
+async fn describe_addon(
+    State(state): State<Shared>,
+    Path((name, addon_name)): Path<(String, String)>,
+) -> Response {
+    call!(state, "DescribeAddon", |w| {
+        let c = w.cluster(&name)?;
+        let a = addon(c, &addon_name)?.clone();
+        let c = c.clone();
+        Ok(json!({ "addon": a.to_json(&c, w) }))
+    })
+}
+
+async fn list_addons(State(state): State<Shared>, Path(name): Path<String>) -> Response {
+    call!(state, "ListAddons", |w| {
+        let c = w.cluster(&name)?;
+        Ok(json!({ "addons": c.addons.keys().collect::<Vec<_>>() }))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateAddonBody {
+    addon_version: Option<String>,
+    service_account_role_arn: Option<String>,
+    configuration_values: Option<String>,
+}
+
+async fn update_addon(
+    State(state): State<Shared>,
+    Path((name, addon_name)): Path<(String, String)>,
+    Json(body): Json<UpdateAddonBody>,
+) -> Response {
+    call!(state, "UpdateAddon", |w| {
+        let now = w.clock.now();
+        w.eks.updates += 1;
+        let update_id = format!(
+            "{:08x}-0000-4000-8000-{:012x}",
+            w.eks.updates, w.eks.updates
+        );
+        let c = w.cluster(&name)?;
+        let a = addon(c, &addon_name)?;
+        if a.transition.is_some() {
+            return Err(AwsError::in_use(format!(
+                "Addon {addon_name} is already in transition"
+            )));
+        }
+        if let Some(v) = &body.addon_version {
+            let supported = addon_versions(&addon_name).unwrap_or_default();
+            if !supported.contains(&v.as_str()) {
+                return Err(AwsError::invalid_parameter(format!(
+                    "Addon version specified is not supported: {v}"
+                )));
+            }
+            a.version = v.clone();
+        }
+        if body.service_account_role_arn.is_some() {
+            a.service_account_role_arn = body.service_account_role_arn;
+        }
+        if body.configuration_values.is_some() {
+            a.configuration_values = body.configuration_values;
+        }
+        a.modified = now;
+        a.transition = Some(Transition {
+            since: now,
+            phase: Phase::Updating,
+        });
+        let epoch = w.clock.epoch(now);
+        Ok(json!({
+            "update": { "id": update_id, "status": "InProgress", "type": "AddonUpdate", "params": [], "createdAt": epoch, "errors": [] }
+        }))
+    })
+}
+
+async fn delete_addon(
+    State(state): State<Shared>,
+    Path((name, addon_name)): Path<(String, String)>,
+) -> Response {
+    call!(state, "DeleteAddon", |w| {
+        let now = w.clock.now();
+        let c = w.cluster(&name)?;
+        let a = addon(c, &addon_name)?;
+        a.transition = Some(Transition {
+            since: now,
+            phase: Phase::Deleting,
+        });
+        let a = a.clone();
+        let c = c.clone();
+        Ok(json!({ "addon": a.to_json(&c, w) }))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VersionsQuery {
+    addon_name: Option<String>,
+    kubernetes_version: Option<String>,
+}
+
+async fn describe_addon_versions(
+    State(state): State<Shared>,
+    Query(q): Query<VersionsQuery>,
+) -> Response {
+    call!(state, "DescribeAddonVersions", |_w| {
+        let k8s = q
+            .kubernetes_version
+            .unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_owned());
+        let addons: Vec<Value> = ADDONS
+            .iter()
+            .filter(|(n, _)| q.addon_name.as_deref().is_none_or(|want| want == *n))
+            .map(|(name, versions)| {
+                let versions: Vec<Value> = versions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        json!({
+                            "addonVersion": v,
+                            "architecture": ["amd64", "arm64"],
+                            "compatibilities": [{ "clusterVersion": k8s, "platformVersions": ["*"], "defaultVersion": i == 0 }],
+                            "requiresConfiguration": false
+                        })
+                    })
+                    .collect();
+                json!({ "addonName": name, "type": "infra-management", "addonVersions": versions, "owner": "aws", "publisher": "eks" })
+            })
+            .collect();
+        Ok(json!({ "addons": addons }))
+    })
+}
+
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/clusters", post(create_cluster).get(list_clusters))
+        .route(
+            "/clusters/{name}",
+            get(describe_cluster).delete(delete_cluster),
+        )
+        .route(
+            "/clusters/{name}/access-entries",
+            post(create_access_entry).get(list_access_entries),
+        )
+        .route(
+            "/clusters/{name}/access-entries/{principal}",
+            get(describe_access_entry).delete(delete_access_entry),
+        )
+        .route(
+            "/clusters/{name}/access-entries/{principal}/access-policies",
+            post(associate_access_policy).get(list_associated_access_policies),
+        )
+        .route(
+            "/clusters/{name}/access-entries/{principal}/access-policies/{policy}",
+            axum::routing::delete(disassociate_access_policy),
+        )
+        .route(
+            "/clusters/{name}/addons",
+            post(create_addon).get(list_addons),
+        )
+        .route(
+            "/clusters/{name}/addons/{addon}",
+            get(describe_addon).delete(delete_addon),
+        )
+        .route("/clusters/{name}/addons/{addon}/update", post(update_addon))
+        .route("/addons/supported-versions", get(describe_addon_versions))
+}

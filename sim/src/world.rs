@@ -1,0 +1,297 @@
+//! The sim's shared state: a scaled clock that drives every state machine, injected
+//! faults, and the error shape AWS answers with. Transitions are computed from the clock
+//! when a resource is read, so nothing runs in the background and a test that changes
+//! the time scale changes every pending transition at once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Json, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::eks::Eks;
+use crate::moto::Moto;
+
+pub const ACCOUNT: &str = "123456789012";
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// Simulated time: `scale` simulated seconds pass per real second.
+#[derive(Debug)]
+pub struct Clock {
+    base_real: Instant,
+    base_sim: f64,
+    scale: f64,
+    boot_epoch: f64,
+}
+
+impl Clock {
+    pub fn new(scale: f64) -> Self {
+        let boot_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        Self {
+            base_real: Instant::now(),
+            base_sim: 0.0,
+            scale,
+            boot_epoch,
+        }
+    }
+
+    /// Simulated seconds since the sim started.
+    pub fn now(&self) -> f64 {
+        self.base_sim + self.base_real.elapsed().as_secs_f64() * self.scale
+    }
+
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// Changes the speed from now on; time already passed stays passed.
+    pub fn set_scale(&mut self, scale: f64) {
+        self.base_sim = self.now();
+        self.base_real = Instant::now();
+        self.scale = scale;
+    }
+
+    /// A simulated instant as epoch seconds: boot time plus simulated seconds, so
+    /// timestamps advance at the sim's speed.
+    pub fn epoch(&self, sim: f64) -> f64 {
+        self.boot_epoch + sim
+    }
+}
+
+/// What an injected fault does to the matching calls.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FaultKind {
+    /// HTTP 429 ThrottlingException: the SDK's retry should absorb it.
+    Throttle,
+    /// HTTP 500 InternalFailure: a transient server error.
+    ServerError,
+    /// A given AWS error code, status and message.
+    Error {
+        code: String,
+        status: u16,
+        message: String,
+    },
+    /// The call succeeds, but what it started never leaves its transitional state
+    /// while the fault is registered.
+    Stuck,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Fault {
+    #[serde(default)]
+    pub id: u64,
+    /// `eks` or `sagemaker`.
+    pub service: String,
+    /// The API operation name, e.g. `CreateCluster`; `*` matches every operation.
+    pub operation: String,
+    #[serde(flatten)]
+    pub kind: FaultKind,
+    /// How many calls it hits (not used by `stuck`); default 1.
+    #[serde(default = "one")]
+    pub times: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// An error as AWS returns it.
+#[derive(Debug, Clone)]
+pub struct AwsError {
+    pub status: StatusCode,
+    pub code: String,
+    pub message: String,
+}
+
+impl AwsError {
+    pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid_parameter(message: impl Into<String>) -> Self {
+        Self::new(400, "InvalidParameterException", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(404, "ResourceNotFoundException", message)
+    }
+
+    pub fn in_use(message: impl Into<String>) -> Self {
+        Self::new(409, "ResourceInUseException", message)
+    }
+}
+
+/// REST-JSON errors (EKS): the code in `x-amzn-ErrorType`, the message in the body.
+impl IntoResponse for AwsError {
+    fn into_response(self) -> Response {
+        let mut headers = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(&self.code) {
+            headers.insert("x-amzn-errortype", v);
+        }
+        headers.insert(
+            "x-amzn-requestid",
+            HeaderValue::from_static("00000000-0000-4000-8000-00000000sim0"),
+        );
+        (
+            self.status,
+            headers,
+            Json(json!({ "message": self.message, "__type": self.code })),
+        )
+            .into_response()
+    }
+}
+
+pub struct World {
+    pub clock: Clock,
+    pub faults: Vec<Fault>,
+    next_fault: u64,
+    pub eks: Eks,
+    pub moto: Option<Moto>,
+}
+
+pub type Shared = Arc<Mutex<World>>;
+
+impl World {
+    pub fn new(scale: f64, moto: Option<Moto>) -> Self {
+        Self {
+            clock: Clock::new(scale),
+            faults: Vec::new(),
+            next_fault: 1,
+            eks: Eks::default(),
+            moto,
+        }
+    }
+
+    pub fn add_fault(&mut self, mut fault: Fault) -> u64 {
+        fault.id = self.next_fault;
+        self.next_fault += 1;
+        let id = fault.id;
+        self.faults.push(fault);
+        id
+    }
+
+    fn matches(f: &Fault, service: &str, operation: &str) -> bool {
+        f.service == service && (f.operation == "*" || f.operation == operation)
+    }
+
+    /// The error an injected fault turns this call into, if any (consuming one use).
+    pub fn take_fault(&mut self, service: &str, operation: &str) -> Option<AwsError> {
+        let index = self
+            .faults
+            .iter()
+            .position(|f| f.kind != FaultKind::Stuck && Self::matches(f, service, operation))?;
+        let fault = &mut self.faults[index];
+        let error = match &fault.kind {
+            FaultKind::Throttle => AwsError::new(
+                429,
+                "ThrottlingException",
+                "Rate exceeded (injected by hypd-sim)",
+            ),
+            FaultKind::ServerError => AwsError::new(
+                500,
+                "InternalFailure",
+                "An internal error occurred (injected by hypd-sim)",
+            ),
+            FaultKind::Error {
+                code,
+                status,
+                message,
+            } => AwsError::new(*status, code, message.clone()),
+            FaultKind::Stuck => return None,
+        };
+        fault.times = fault.times.saturating_sub(1);
+        if fault.times == 0 {
+            self.faults.remove(index);
+        }
+        Some(error)
+    }
+
+    /// Whether what `operation` started must stay in its transitional state.
+    pub fn stuck(&self, service: &str, operation: &str) -> bool {
+        self.faults
+            .iter()
+            .any(|f| f.kind == FaultKind::Stuck && Self::matches(f, service, operation))
+    }
+}
+
+/// The region a request was signed for (SigV4 credential scope), as AWS routes it.
+pub fn region_of(headers: &HeaderMap) -> String {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split("Credential=").nth(1))
+        .and_then(|c| c.split('/').nth(2))
+        .filter(|r| !r.is_empty())
+        .unwrap_or(DEFAULT_REGION)
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_rescales_without_losing_time() {
+        let mut c = Clock::new(1000.0);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let before = c.now();
+        assert!(before >= 20.0, "{before}");
+        c.set_scale(0.0);
+        let frozen = c.now();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        assert!((c.now() - frozen).abs() < 1e-9);
+        assert!(frozen >= before);
+    }
+
+    #[test]
+    fn faults_are_consumed_and_matched_by_operation() {
+        let mut w = World::new(1.0, None);
+        w.add_fault(Fault {
+            id: 0,
+            service: "eks".into(),
+            operation: "CreateCluster".into(),
+            kind: FaultKind::Throttle,
+            times: 2,
+        });
+        assert!(w.take_fault("eks", "DescribeCluster").is_none());
+        assert_eq!(
+            w.take_fault("eks", "CreateCluster").unwrap().code,
+            "ThrottlingException"
+        );
+        assert!(w.take_fault("eks", "CreateCluster").is_some());
+        assert!(w.take_fault("eks", "CreateCluster").is_none());
+        w.add_fault(Fault {
+            id: 0,
+            service: "eks".into(),
+            operation: "*".into(),
+            kind: FaultKind::Stuck,
+            times: 1,
+        });
+        assert!(w.stuck("eks", "CreateAddon"));
+        assert!(w.take_fault("eks", "CreateAddon").is_none());
+    }
+
+    #[test]
+    fn region_comes_from_the_signature() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=testing/20261130/eu-west-1/eks/aws4_request, SignedHeaders=host, Signature=x"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(region_of(&h), "eu-west-1");
+        assert_eq!(region_of(&HeaderMap::new()), "us-east-1");
+    }
+}

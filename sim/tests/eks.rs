@@ -1,0 +1,578 @@
+//! The real `aws-sdk-eks` client against hypd-sim (with moto for subnets and roles):
+//! transitions, AWS's error codes for bad input, injected faults and the SDK's retry.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_sdk_eks::Client;
+use aws_sdk_eks::error::ProvideErrorMetadata;
+use aws_sdk_eks::types::{
+    AccessScope, AccessScopeType, AddonStatus, AuthenticationMode, ClusterStatus,
+};
+use serde_json::json;
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn moto() -> (Proc, String) {
+    let port = free_port();
+    let bin = std::env::var("HYPD_MOTO_SERVER").unwrap_or_else(|_| "moto_server".into());
+    let child = Command::new(bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .env("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("moto_server on PATH (scripts/test puts it there)");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "moto did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Proc(child), format!("http://127.0.0.1:{port}"))
+}
+
+fn sim(moto_url: &str, time_scale: f64) -> (Proc, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hypd-sim"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--moto-url",
+            moto_url,
+            "--time-scale",
+            &time_scale.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("listening line")
+        .to_owned();
+    (Proc(child), url)
+}
+
+/// moto's Query API, for the test's own setup.
+async fn moto_call(moto: &str, service: &str, params: &[(&str, &str)]) -> String {
+    let auth = format!(
+        "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/{service}/aws4_request, SignedHeaders=host, Signature=0"
+    );
+    reqwest::Client::new()
+        .post(format!("{moto}/"))
+        .header("authorization", auth)
+        .form(params)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+fn xml_tag(xml: &str, name: &str) -> String {
+    let open = format!("<{name}>");
+    let start = xml
+        .find(&open)
+        .unwrap_or_else(|| panic!("no <{name}> in {xml}"))
+        + open.len();
+    let end = xml[start..].find(&format!("</{name}>")).unwrap() + start;
+    xml[start..end].to_owned()
+}
+
+struct Network {
+    subnets: Vec<String>,
+    role_arn: String,
+}
+
+async fn network(moto: &str) -> Network {
+    let vpc = xml_tag(
+        &moto_call(
+            moto,
+            "ec2",
+            &[
+                ("Action", "CreateVpc"),
+                ("Version", "2016-11-15"),
+                ("CidrBlock", "10.0.0.0/16"),
+            ],
+        )
+        .await,
+        "vpcId",
+    );
+    let mut subnets = Vec::new();
+    for (cidr, az) in [("10.0.0.0/24", "us-east-1a"), ("10.0.1.0/24", "us-east-1b")] {
+        let xml = moto_call(
+            moto,
+            "ec2",
+            &[
+                ("Action", "CreateSubnet"),
+                ("Version", "2016-11-15"),
+                ("VpcId", &vpc),
+                ("CidrBlock", cidr),
+                ("AvailabilityZone", az),
+            ],
+        )
+        .await;
+        subnets.push(xml_tag(&xml, "subnetId"));
+    }
+    let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}]}).to_string();
+    let xml = moto_call(
+        moto,
+        "iam",
+        &[
+            ("Action", "CreateRole"),
+            ("Version", "2010-05-08"),
+            ("RoleName", "hypd-eks-cluster"),
+            ("AssumeRolePolicyDocument", &trust),
+        ],
+    )
+    .await;
+    Network {
+        subnets,
+        role_arn: xml_tag(&xml, "Arn"),
+    }
+}
+
+async fn client(sim_url: &str) -> Client {
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(sim_url)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_eks::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .retry_config(
+            aws_config::retry::RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(10)),
+        )
+        .load()
+        .await;
+    Client::new(&conf)
+}
+
+async fn control(
+    sim_url: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    reqwest::Client::new()
+        .request(method, format!("{sim_url}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn create(eks: &Client, net: &Network, name: &str, mode: AuthenticationMode) {
+    eks.create_cluster()
+        .name(name)
+        .role_arn(&net.role_arn)
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .set_subnet_ids(Some(net.subnets.clone()))
+                .build(),
+        )
+        .access_config(
+            aws_sdk_eks::types::CreateAccessConfigRequest::builder()
+                .authentication_mode(mode)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_access_and_addon_lifecycles() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    // 600 simulated seconds per real second: EKS's 10-minute creation takes 1 s.
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = client(&sim_url).await;
+
+    create(&eks, &net, "ml-1", AuthenticationMode::ApiAndConfigMap).await;
+    let c = eks
+        .describe_cluster()
+        .name("ml-1")
+        .send()
+        .await
+        .unwrap()
+        .cluster
+        .unwrap();
+    assert_eq!(c.status, Some(ClusterStatus::Creating));
+    assert!(c.endpoint.is_none(), "no endpoint while creating");
+    assert!(
+        c.identity
+            .unwrap()
+            .oidc
+            .unwrap()
+            .issuer
+            .unwrap()
+            .starts_with("https://oidc.eks.us-east-1.amazonaws.com/id/")
+    );
+    assert!(
+        c.resources_vpc_config
+            .unwrap()
+            .vpc_id
+            .unwrap()
+            .starts_with("vpc-")
+    );
+
+    wait_for("ACTIVE", || async {
+        eks.describe_cluster()
+            .name("ml-1")
+            .send()
+            .await
+            .unwrap()
+            .cluster
+            .unwrap()
+            .status
+            == Some(ClusterStatus::Active)
+    })
+    .await;
+    assert_eq!(
+        eks.list_clusters().send().await.unwrap().clusters.unwrap(),
+        vec!["ml-1"]
+    );
+
+    let principal = "arn:aws:iam::123456789012:role/hypd";
+    eks.create_access_entry()
+        .cluster_name("ml-1")
+        .principal_arn(principal)
+        .send()
+        .await
+        .unwrap();
+    eks.associate_access_policy()
+        .cluster_name("ml-1")
+        .principal_arn(principal)
+        .policy_arn("arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy")
+        .access_scope(
+            AccessScope::builder()
+                .r#type(AccessScopeType::Cluster)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let policies = eks
+        .list_associated_access_policies()
+        .cluster_name("ml-1")
+        .principal_arn(principal)
+        .send()
+        .await
+        .unwrap()
+        .associated_access_policies
+        .unwrap();
+    assert_eq!(policies.len(), 1);
+    let again = eks
+        .create_access_entry()
+        .cluster_name("ml-1")
+        .principal_arn(principal)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Some("ResourceInUseException"));
+
+    let versions = eks
+        .describe_addon_versions()
+        .addon_name("eks-pod-identity-agent")
+        .send()
+        .await
+        .unwrap();
+    let latest = versions.addons.unwrap()[0].addon_versions.clone().unwrap()[0]
+        .addon_version
+        .clone()
+        .unwrap();
+    let older = "v1.3.7-eksbuild.2";
+    eks.create_addon()
+        .cluster_name("ml-1")
+        .addon_name("eks-pod-identity-agent")
+        .addon_version(older)
+        .send()
+        .await
+        .unwrap();
+    let status = |eks: Client| async move {
+        eks.describe_addon()
+            .cluster_name("ml-1")
+            .addon_name("eks-pod-identity-agent")
+            .send()
+            .await
+            .map(|o| o.addon.unwrap())
+    };
+    assert_eq!(
+        status(eks.clone()).await.unwrap().status,
+        Some(AddonStatus::Creating)
+    );
+    wait_for("add-on ACTIVE", || async {
+        status(eks.clone()).await.unwrap().status == Some(AddonStatus::Active)
+    })
+    .await;
+    eks.update_addon()
+        .cluster_name("ml-1")
+        .addon_name("eks-pod-identity-agent")
+        .addon_version(&latest)
+        .send()
+        .await
+        .unwrap();
+    let updating = status(eks.clone()).await.unwrap();
+    assert_eq!(updating.status, Some(AddonStatus::Updating));
+    assert_eq!(updating.addon_version.as_deref(), Some(latest.as_str()));
+    wait_for("add-on updated", || async {
+        status(eks.clone()).await.unwrap().status == Some(AddonStatus::Active)
+    })
+    .await;
+
+    eks.delete_addon()
+        .cluster_name("ml-1")
+        .addon_name("eks-pod-identity-agent")
+        .send()
+        .await
+        .unwrap();
+    wait_for("add-on gone", || async {
+        status(eks.clone())
+            .await
+            .err()
+            .and_then(|e| e.code().map(str::to_owned))
+            .as_deref()
+            == Some("ResourceNotFoundException")
+    })
+    .await;
+
+    eks.delete_cluster().name("ml-1").send().await.unwrap();
+    let c = eks
+        .describe_cluster()
+        .name("ml-1")
+        .send()
+        .await
+        .unwrap()
+        .cluster
+        .unwrap();
+    assert_eq!(c.status, Some(ClusterStatus::Deleting));
+    wait_for("cluster gone", || async {
+        eks.describe_cluster()
+            .name("ml-1")
+            .send()
+            .await
+            .err()
+            .and_then(|e| e.code().map(str::to_owned))
+            .as_deref()
+            == Some("ResourceNotFoundException")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_eks_error_codes() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = client(&sim_url).await;
+    let vpc = |subnets: Vec<String>| {
+        aws_sdk_eks::types::VpcConfigRequest::builder()
+            .set_subnet_ids(Some(subnets))
+            .build()
+    };
+
+    let err = eks
+        .create_cluster()
+        .name("x")
+        .role_arn(&net.role_arn)
+        .resources_vpc_config(vpc(vec![
+            net.subnets[0].clone(),
+            "subnet-0000000000000dead".into(),
+        ]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterException"));
+    assert!(
+        err.message().unwrap().contains("subnet-0000000000000dead"),
+        "{:?}",
+        err.message()
+    );
+
+    let err = eks
+        .create_cluster()
+        .name("a".repeat(101))
+        .role_arn(&net.role_arn)
+        .resources_vpc_config(vpc(net.subnets.clone()))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterException"));
+
+    let err = eks
+        .create_cluster()
+        .name("x")
+        .role_arn("arn:aws:iam::123456789012:role/missing")
+        .resources_vpc_config(vpc(net.subnets.clone()))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterException"));
+    assert!(err.message().unwrap().contains("does not exist"));
+
+    let err = eks
+        .create_cluster()
+        .name("x")
+        .version("1.12")
+        .role_arn(&net.role_arn)
+        .resources_vpc_config(vpc(net.subnets.clone()))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterException"));
+
+    create(&eks, &net, "dup", AuthenticationMode::ConfigMap).await;
+    let err = eks
+        .create_cluster()
+        .name("dup")
+        .role_arn(&net.role_arn)
+        .resources_vpc_config(vpc(net.subnets.clone()))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ResourceInUseException"));
+
+    let err = eks
+        .describe_cluster()
+        .name("nope")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ResourceNotFoundException"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn injected_faults_throttle_fail_and_stick() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = client(&sim_url).await;
+
+    // Two throttles: the SDK's third attempt succeeds.
+    control(
+        &sim_url,
+        reqwest::Method::POST,
+        "/_sim/faults",
+        json!({"service": "eks", "operation": "ListClusters", "kind": "throttle", "times": 2}),
+    )
+    .await;
+    assert!(eks.list_clusters().send().await.is_ok());
+    // Three throttles exhaust three attempts.
+    control(
+        &sim_url,
+        reqwest::Method::POST,
+        "/_sim/faults",
+        json!({"service": "eks", "operation": "ListClusters", "kind": "throttle", "times": 3}),
+    )
+    .await;
+    let err = eks.list_clusters().send().await.unwrap_err();
+    assert_eq!(err.code(), Some("ThrottlingException"));
+
+    control(
+            &sim_url,
+            reqwest::Method::POST,
+            "/_sim/faults",
+            json!({"service": "eks", "operation": "CreateCluster", "kind": "error", "code": "AccessDeniedException", "status": 403, "message": "not allowed"}),
+        )
+    .await;
+    let err = eks
+        .create_cluster()
+        .name("denied")
+        .role_arn(&net.role_arn)
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .set_subnet_ids(Some(net.subnets.clone()))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("AccessDeniedException"));
+    assert_eq!(err.message(), Some("not allowed"));
+
+    // A stuck creation stays CREATING until the fault is removed.
+    let stuck = control(
+        &sim_url,
+        reqwest::Method::POST,
+        "/_sim/faults",
+        json!({"service": "eks", "operation": "CreateCluster", "kind": "stuck"}),
+    )
+    .await;
+    create(&eks, &net, "slow", AuthenticationMode::Api).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let c = eks
+        .describe_cluster()
+        .name("slow")
+        .send()
+        .await
+        .unwrap()
+        .cluster
+        .unwrap();
+    assert_eq!(
+        c.status,
+        Some(ClusterStatus::Creating),
+        "held by the stuck fault"
+    );
+    let id = stuck["id"].as_u64().unwrap();
+    control(
+        &sim_url,
+        reqwest::Method::DELETE,
+        &format!("/_sim/faults/{id}"),
+        json!({}),
+    )
+    .await;
+    let c = eks
+        .describe_cluster()
+        .name("slow")
+        .send()
+        .await
+        .unwrap()
+        .cluster
+        .unwrap();
+    assert_eq!(c.status, Some(ClusterStatus::Active));
+}
