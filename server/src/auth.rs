@@ -4,8 +4,10 @@
 //! hash is enough). A cookie alone never authorises a write or a WebSocket from another
 //! origin.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use app::api::tokens::TokenInfo;
 use app::api::{ApiError, Role};
@@ -84,14 +86,25 @@ fn token_info((name, role, created_at, last_used_at, revoked_at): TokenRow) -> T
     }
 }
 
+/// How long a verified token is trusted without asking the store again. Revocation is
+/// immediate on the replica that revokes (it clears this cache) and takes at most this
+/// long on the others.
+const TOKEN_CACHE_TTL: Duration = Duration::from_secs(2);
+
+type TokenCache = std::sync::Mutex<HashMap<String, (String, Role, Instant)>>;
+
 #[derive(Clone, Debug)]
 pub struct Auth {
     store: Store,
+    verified: Arc<TokenCache>,
 }
 
 impl Auth {
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            verified: Arc::default(),
+        }
     }
 
     /// On the first start (no token at all) creates the `admin` token, writes it to
@@ -178,6 +191,9 @@ impl Auth {
     /// Revokes a token and ends its sessions. Revoking twice changes nothing.
     pub async fn revoke_token(&self, name: &str) -> Result<TokenInfo, ApiError> {
         let now = clock::now();
+        if let Ok(mut cache) = self.verified.lock() {
+            cache.retain(|_, (token, _, _)| token != name);
+        }
         on_pool!(&self.store, |pool| async {
             let mut tx = pool.begin().await?;
             sqlx::query(
@@ -210,10 +226,17 @@ impl Auth {
 
     /// The live token a secret belongs to.
     async fn token_for_secret(&self, secret: &str) -> Result<(String, Role), ApiError> {
+        let hash = hash_secret(secret);
+        if let Ok(cache) = self.verified.lock()
+            && let Some((name, role, at)) = cache.get(&hash)
+            && at.elapsed() < TOKEN_CACHE_TTL
+        {
+            return Ok((name.clone(), *role));
+        }
         let row: Option<(String, String)> = on_pool!(&self.store, |pool| sqlx::query_as(
             "SELECT name, role FROM api_tokens WHERE secret_hash = $1 AND revoked_at IS NULL"
         )
-        .bind(hash_secret(secret))
+        .bind(&hash)
         .fetch_optional(pool)
         .await)
         .map_err(store_err)?;
@@ -221,6 +244,10 @@ impl Auth {
             row.ok_or_else(|| unauthorized("the token is not valid (unknown or revoked)"))?;
         let role = Role::parse(&role)
             .ok_or_else(|| ApiError::internal("stored token has an unknown role"))?;
+        if let Ok(mut cache) = self.verified.lock() {
+            cache.retain(|_, (_, _, at)| at.elapsed() < TOKEN_CACHE_TTL);
+            cache.insert(hash, (name.clone(), role, Instant::now()));
+        }
         Ok((name, role))
     }
 
