@@ -1,6 +1,6 @@
 //! Amazon EKS, as the `aws-sdk-eks` client sees it (REST-JSON): clusters that take
-//! minutes to become ACTIVE and to go away, access entries and access policies, and
-//! add-ons with their own transitions and a version catalogue. Inputs are checked the
+//! minutes to become ACTIVE and to go away, access entries and access policies, add-ons
+//! with their own transitions and a version catalogue, and pod identity associations. Inputs are checked the
 //! way EKS checks them (names, versions, subnets in two zones, a role that exists — asked
 //! of moto) and refused with EKS's error codes.
 
@@ -102,6 +102,17 @@ pub struct Cluster {
     oidc_id: String,
     access_entries: BTreeMap<String, AccessEntry>,
     addons: BTreeMap<String, Addon>,
+    pod_identities: BTreeMap<String, PodIdentity>,
+}
+
+#[derive(Clone, Debug)]
+struct PodIdentity {
+    id: String,
+    namespace: String,
+    service_account: String,
+    role_arn: String,
+    created: f64,
+    modified: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -131,6 +142,7 @@ struct Addon {
 pub struct Eks {
     clusters: BTreeMap<String, Cluster>,
     updates: u64,
+    associations: u64,
 }
 
 /// A resource's status now, given its transition and whether a stuck fault holds it.
@@ -499,6 +511,7 @@ async fn create_cluster(
             }),
             access_entries: BTreeMap::new(),
             addons: BTreeMap::new(),
+            pod_identities: BTreeMap::new(),
         };
         let out = json!({ "cluster": cluster.to_json(w) });
         w.eks.clusters.insert(body.name, cluster);
@@ -933,6 +946,154 @@ async fn describe_addon_versions(
     })
 }
 
+impl PodIdentity {
+    fn to_json(&self, cluster: &Cluster, w: &World) -> Value {
+        json!({
+            "clusterName": cluster.name,
+            "namespace": self.namespace,
+            "serviceAccount": self.service_account,
+            "roleArn": self.role_arn,
+            "associationArn": format!(
+                "arn:aws:eks:{}:{ACCOUNT}:podidentityassociation/{}/{}",
+                cluster.region, cluster.name, self.id
+            ),
+            "associationId": self.id,
+            "tags": {},
+            "createdAt": w.clock.epoch(self.created),
+            "modifiedAt": w.clock.epoch(self.modified),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreatePodIdentityBody {
+    namespace: String,
+    service_account: String,
+    role_arn: String,
+}
+
+async fn create_pod_identity(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Json(body): Json<CreatePodIdentityBody>,
+) -> Response {
+    let region = region_of(&headers);
+    let moto = state.lock().await.moto.clone();
+    let role_ok = match &moto {
+        Some(m) => m.role_exists(&region, &body.role_arn).await,
+        None => Ok(true),
+    };
+    call!(state, "CreatePodIdentityAssociation", |w| {
+        if !role_ok? {
+            return Err(AwsError::invalid_parameter(format!(
+                "Role {} does not exist",
+                body.role_arn
+            )));
+        }
+        let now = w.clock.now();
+        w.eks.associations += 1;
+        let id = format!("a-{:017x}", w.eks.associations);
+        let c = w.active_cluster(&name)?;
+        if c.pod_identities
+            .values()
+            .any(|p| p.namespace == body.namespace && p.service_account == body.service_account)
+        {
+            return Err(AwsError::in_use(format!(
+                "Association already exists for {}/{}",
+                body.namespace, body.service_account
+            )));
+        }
+        let association = PodIdentity {
+            id: id.clone(),
+            namespace: body.namespace,
+            service_account: body.service_account,
+            role_arn: body.role_arn,
+            created: now,
+            modified: now,
+        };
+        c.pod_identities.insert(id, association.clone());
+        let c = c.clone();
+        Ok(json!({ "association": association.to_json(&c, w) }))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodIdentityQuery {
+    namespace: Option<String>,
+    service_account: Option<String>,
+}
+
+async fn list_pod_identities(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(q): Query<PodIdentityQuery>,
+) -> Response {
+    call!(state, "ListPodIdentityAssociations", |w| {
+        let c = w.cluster(&name)?.clone();
+        let list: Vec<Value> = c
+            .pod_identities
+            .values()
+            .filter(|p| q.namespace.as_deref().is_none_or(|n| n == p.namespace))
+            .filter(|p| {
+                q.service_account
+                    .as_deref()
+                    .is_none_or(|s| s == p.service_account)
+            })
+            .map(|p| {
+                let mut v = p.to_json(&c, w);
+                if let Some(o) = v.as_object_mut() {
+                    o.retain(|k, _| {
+                        [
+                            "clusterName",
+                            "namespace",
+                            "serviceAccount",
+                            "associationArn",
+                            "associationId",
+                        ]
+                        .contains(&k.as_str())
+                    });
+                }
+                v
+            })
+            .collect();
+        Ok(json!({ "associations": list }))
+    })
+}
+
+fn pod_identity<'a>(c: &'a mut Cluster, id: &str) -> Result<&'a mut PodIdentity, AwsError> {
+    c.pod_identities
+        .get_mut(id)
+        .ok_or_else(|| AwsError::not_found(format!("Association {id} not found")))
+}
+
+async fn describe_pod_identity(
+    State(state): State<Shared>,
+    Path((name, id)): Path<(String, String)>,
+) -> Response {
+    call!(state, "DescribePodIdentityAssociation", |w| {
+        let c = w.cluster(&name)?;
+        let p = pod_identity(c, &id)?.clone();
+        let c = c.clone();
+        Ok(json!({ "association": p.to_json(&c, w) }))
+    })
+}
+
+async fn delete_pod_identity(
+    State(state): State<Shared>,
+    Path((name, id)): Path<(String, String)>,
+) -> Response {
+    call!(state, "DeletePodIdentityAssociation", |w| {
+        let c = w.cluster(&name)?;
+        let p = pod_identity(c, &id)?.clone();
+        c.pod_identities.remove(&id);
+        let c = c.clone();
+        Ok(json!({ "association": p.to_json(&c, w) }))
+    })
+}
+
 pub fn routes() -> Router<Shared> {
     Router::new()
         .route("/clusters", post(create_cluster).get(list_clusters))
@@ -966,4 +1127,12 @@ pub fn routes() -> Router<Shared> {
         )
         .route("/clusters/{name}/addons/{addon}/update", post(update_addon))
         .route("/addons/supported-versions", get(describe_addon_versions))
+        .route(
+            "/clusters/{name}/pod-identity-associations",
+            post(create_pod_identity).get(list_pod_identities),
+        )
+        .route(
+            "/clusters/{name}/pod-identity-associations/{id}",
+            get(describe_pod_identity).delete(delete_pod_identity),
+        )
 }

@@ -316,6 +316,57 @@ async fn cluster_access_and_addon_lifecycles() {
         .unwrap_err();
     assert_eq!(again.code(), Some("ResourceInUseException"));
 
+    let association = eks
+        .create_pod_identity_association()
+        .cluster_name("ml-1")
+        .namespace("kube-system")
+        .service_account("s3-csi-driver-sa")
+        .role_arn(&net.role_arn)
+        .send()
+        .await
+        .unwrap()
+        .association
+        .unwrap();
+    let id = association.association_id.unwrap();
+    let listed = eks
+        .list_pod_identity_associations()
+        .cluster_name("ml-1")
+        .namespace("kube-system")
+        .send()
+        .await
+        .unwrap()
+        .associations
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].service_account.as_deref(),
+        Some("s3-csi-driver-sa")
+    );
+    let dup = eks
+        .create_pod_identity_association()
+        .cluster_name("ml-1")
+        .namespace("kube-system")
+        .service_account("s3-csi-driver-sa")
+        .role_arn(&net.role_arn)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(dup.code(), Some("ResourceInUseException"));
+    eks.delete_pod_identity_association()
+        .cluster_name("ml-1")
+        .association_id(&id)
+        .send()
+        .await
+        .unwrap();
+    let gone = eks
+        .describe_pod_identity_association()
+        .cluster_name("ml-1")
+        .association_id(&id)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Some("ResourceNotFoundException"));
+
     let versions = eks
         .describe_addon_versions()
         .addon_name("eks-pod-identity-agent")
