@@ -56,6 +56,16 @@ async fn remove_fault(State(state): State<Shared>, Path(id): Path<u64>) -> Respo
     Json(json!({})).into_response()
 }
 
+/// Sets HyperPod "cluster usage" quotas per instance type (types not named keep theirs).
+async fn set_quotas(
+    State(state): State<Shared>,
+    Json(quotas): Json<std::collections::BTreeMap<String, u32>>,
+) -> Response {
+    let mut w = state.lock().await;
+    w.sagemaker.quotas.extend(quotas);
+    Json(json!({ "quotas": w.sagemaker.quotas })).into_response()
+}
+
 /// Forgets every resource and fault; keeps the time scale and moto.
 async fn reset(State(state): State<Shared>) -> Response {
     let mut w = state.lock().await;
@@ -74,4 +84,5 @@ pub fn routes() -> Router<Shared> {
         )
         .route("/_sim/faults/{id}", delete(remove_fault))
         .route("/_sim/reset", post(reset))
+        .route("/_sim/sagemaker/quotas", axum::routing::put(set_quotas))
 }

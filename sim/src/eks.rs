@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::moto::distinct_zones;
-use crate::world::{ACCOUNT, AwsError, Shared, World, region_of};
+use crate::world::{ACCOUNT, AwsError, Phase, Shared, World, region_of};
 
 /// Simulated seconds each transition takes (AWS's typical figures).
 pub const CLUSTER_CREATE_SECS: f64 = 600.0;
@@ -75,13 +75,6 @@ struct Transition {
     /// Simulated second the current phase started.
     since: f64,
     phase: Phase,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Phase {
-    Creating,
-    Updating,
-    Deleting,
 }
 
 #[derive(Clone, Debug)]
@@ -225,6 +218,11 @@ impl World {
             .clusters
             .get_mut(name)
             .ok_or_else(|| AwsError::not_found(format!("No cluster found for name: {name}.")))
+    }
+
+    /// For other services (HyperPod) that need an ACTIVE EKS cluster.
+    pub fn eks_cluster_active(&mut self, name: &str) -> bool {
+        self.cluster(name).is_ok_and(|c| c.transition.is_none())
     }
 
     fn active_cluster(&mut self, name: &str) -> Result<&mut Cluster, AwsError> {

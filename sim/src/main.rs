@@ -9,6 +9,7 @@
 mod control;
 mod eks;
 mod moto;
+mod sagemaker;
 mod world;
 
 use std::net::SocketAddr;
@@ -69,6 +70,7 @@ fn app(world: world::Shared) -> Router {
     Router::new()
         .merge(control::routes())
         .merge(eks::routes())
+        .route("/", axum::routing::post(sagemaker::dispatch))
         .fallback(unknown_operation)
         .with_state(world)
 }

@@ -14,6 +14,7 @@ use tokio::sync::Mutex;
 
 use crate::eks::Eks;
 use crate::moto::Moto;
+use crate::sagemaker::SageMaker;
 
 pub const ACCOUNT: &str = "123456789012";
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -62,6 +63,15 @@ impl Clock {
     pub fn epoch(&self, sim: f64) -> f64 {
         self.boot_epoch + sim
     }
+}
+
+/// The transitional states AWS resources pass through; a resource with none is settled
+/// (ACTIVE / InService).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Creating,
+    Updating,
+    Deleting,
 }
 
 /// What an injected fault does to the matching calls.
@@ -157,6 +167,7 @@ pub struct World {
     pub faults: Vec<Fault>,
     next_fault: u64,
     pub eks: Eks,
+    pub sagemaker: SageMaker,
     pub moto: Option<Moto>,
 }
 
@@ -169,6 +180,7 @@ impl World {
             faults: Vec::new(),
             next_fault: 1,
             eks: Eks::default(),
+            sagemaker: SageMaker::new(),
             moto,
         }
     }

@@ -1,0 +1,231 @@
+//! Test peers shared by the sim's tests: moto and hypd-sim processes, moto set-up calls,
+//! the control API and polling.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+pub struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn moto() -> (Proc, String) {
+    let port = free_port();
+    let bin = std::env::var("HYPD_MOTO_SERVER").unwrap_or_else(|_| "moto_server".into());
+    let child = Command::new(bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .env("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("moto_server on PATH (scripts/test puts it there)");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "moto did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Proc(child), format!("http://127.0.0.1:{port}"))
+}
+
+pub fn sim(moto_url: &str, time_scale: f64) -> (Proc, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hypd-sim"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--moto-url",
+            moto_url,
+            "--time-scale",
+            &time_scale.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("listening line")
+        .to_owned();
+    (Proc(child), url)
+}
+
+/// moto's Query API, for the test's own setup.
+pub async fn moto_call(moto: &str, service: &str, params: &[(&str, &str)]) -> String {
+    let auth = format!(
+        "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/{service}/aws4_request, SignedHeaders=host, Signature=0"
+    );
+    reqwest::Client::new()
+        .post(format!("{moto}/"))
+        .header("authorization", auth)
+        .form(params)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+pub fn xml_tag(xml: &str, name: &str) -> String {
+    let open = format!("<{name}>");
+    let start = xml
+        .find(&open)
+        .unwrap_or_else(|| panic!("no <{name}> in {xml}"))
+        + open.len();
+    let end = xml[start..].find(&format!("</{name}>")).unwrap() + start;
+    xml[start..end].to_owned()
+}
+
+pub struct Network {
+    pub subnets: Vec<String>,
+    pub role_arn: String,
+}
+
+pub async fn network(moto: &str) -> Network {
+    let vpc = xml_tag(
+        &moto_call(
+            moto,
+            "ec2",
+            &[
+                ("Action", "CreateVpc"),
+                ("Version", "2016-11-15"),
+                ("CidrBlock", "10.0.0.0/16"),
+            ],
+        )
+        .await,
+        "vpcId",
+    );
+    let mut subnets = Vec::new();
+    for (cidr, az) in [("10.0.0.0/24", "us-east-1a"), ("10.0.1.0/24", "us-east-1b")] {
+        let xml = moto_call(
+            moto,
+            "ec2",
+            &[
+                ("Action", "CreateSubnet"),
+                ("Version", "2016-11-15"),
+                ("VpcId", &vpc),
+                ("CidrBlock", cidr),
+                ("AvailabilityZone", az),
+            ],
+        )
+        .await;
+        subnets.push(xml_tag(&xml, "subnetId"));
+    }
+    let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}]}).to_string();
+    let xml = moto_call(
+        moto,
+        "iam",
+        &[
+            ("Action", "CreateRole"),
+            ("Version", "2010-05-08"),
+            ("RoleName", "hypd-eks-cluster"),
+            ("AssumeRolePolicyDocument", &trust),
+        ],
+    )
+    .await;
+    Network {
+        subnets,
+        role_arn: xml_tag(&xml, "Arn"),
+    }
+}
+
+pub async fn control(
+    sim_url: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    reqwest::Client::new()
+        .request(method, format!("{sim_url}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+pub async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// AWS SDK configuration pointed at the sim, with fast retries.
+pub async fn sdk_config(sim_url: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(sim_url)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_eks::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .retry_config(
+            aws_config::retry::RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(10)),
+        )
+        .load()
+        .await
+}
+
+pub async fn eks_client(sim_url: &str) -> aws_sdk_eks::Client {
+    aws_sdk_eks::Client::new(&sdk_config(sim_url).await)
+}
+
+pub async fn create_eks_cluster(
+    eks: &aws_sdk_eks::Client,
+    net: &Network,
+    name: &str,
+    mode: aws_sdk_eks::types::AuthenticationMode,
+) {
+    eks.create_cluster()
+        .name(name)
+        .role_arn(&net.role_arn)
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .set_subnet_ids(Some(net.subnets.clone()))
+                .build(),
+        )
+        .access_config(
+            aws_sdk_eks::types::CreateAccessConfigRequest::builder()
+                .authentication_mode(mode)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
