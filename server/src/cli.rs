@@ -314,16 +314,21 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn check_health(url: &str) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+/// The async runtime every subcommand runs on; failing to start it is reported once.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
+        .map_err(|e| {
+            eprintln!("hypd: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn check_health(url: &str) -> ExitCode {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hypd health: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(async {
         reqwest::Client::new()
@@ -346,15 +351,9 @@ fn check_health(url: &str) -> ExitCode {
 }
 
 fn run_bridge(url: &str, token: String) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hypd: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(async {
         let bridge = std::sync::Arc::new(crate::bridge::Bridge::new(url, token)?);
@@ -385,15 +384,9 @@ fn run_serve(cfg: ServeConfig) -> ExitCode {
         None
     };
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hypd: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(http::serve(cfg, sandbox.as_ref().map(|s| s.info())));
     drop(sandbox);

@@ -18,14 +18,7 @@ struct Api {
 
 impl Api {
     fn start() -> Api {
-        let moto = Moto::start();
-        let env = moto.aws_env();
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let hypd = Hypd::start(&[], &env);
-        let token = std::fs::read_to_string(hypd.data_dir.path().join("admin-token"))
-            .unwrap()
-            .trim()
-            .to_owned();
+        let (hypd, token, moto) = common::hypd_with_moto();
         Api {
             hypd,
             token,

@@ -3,22 +3,10 @@
 
 mod common;
 
-use common::{Hypd, Moto};
+use common::Hypd;
 use futures_util::StreamExt;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{Error, Message};
-
-fn start() -> (Hypd, String, Moto) {
-    let moto = Moto::start();
-    let env = moto.aws_env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let hypd = Hypd::start(&[], &env);
-    let token = std::fs::read_to_string(hypd.data_dir.path().join("admin-token"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    (hypd, token, moto)
-}
 
 fn write_operation(hypd: &Hypd, id: &str, state: &str) {
     let db = hypd.data_dir.path().join("hypd.db");
@@ -54,7 +42,7 @@ where
 
 #[tokio::test(flavor = "multi_thread")]
 async fn operation_changes_are_pushed_in_order() {
-    let (hypd, token, _moto) = start();
+    let (hypd, token, _moto) = common::hypd_with_moto();
     let url = format!("{}/api/v1/events", hypd.url.replace("http://", "ws://"));
     let mut request = url.as_str().into_client_request().unwrap();
     request
@@ -77,7 +65,7 @@ async fn operation_changes_are_pushed_in_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refuses_missing_tokens_and_foreign_origins() {
-    let (hypd, token, _moto) = start();
+    let (hypd, token, _moto) = common::hypd_with_moto();
     let url = format!("{}/api/v1/events", hypd.url.replace("http://", "ws://"));
     let err = tokio_tungstenite::connect_async(url.as_str())
         .await

@@ -121,6 +121,19 @@ impl Drop for Hypd {
     }
 }
 
+/// A hypd serving against its own moto, with the first admin token it wrote.
+pub fn hypd_with_moto() -> (Hypd, String, Moto) {
+    let moto = Moto::start();
+    let env = moto.aws_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let hypd = Hypd::start(&[], &env);
+    let token = std::fs::read_to_string(hypd.data_dir.path().join("admin-token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    (hypd, token, moto)
+}
+
 pub fn moto_server_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("HYPD_MOTO_SERVER") {
         return PathBuf::from(p);
