@@ -24,6 +24,19 @@ fn write_operation(hypd: &Hypd, id: &str, state: &str) {
     assert!(ok.success());
 }
 
+/// A WebSocket upgrade as a browser page at `origin` sends it with the console session.
+fn session_upgrade(
+    url: &str,
+    cookie: &str,
+    origin: &str,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    let mut request = url.into_client_request().unwrap();
+    let headers = request.headers_mut();
+    headers.insert("cookie", cookie.parse().unwrap());
+    headers.insert("origin", origin.parse().unwrap());
+    request
+}
+
 async fn next_json<S>(ws: &mut S) -> serde_json::Value
 where
     S: futures_util::Stream<Item = Result<Message, Error>> + Unpin,
@@ -89,26 +102,14 @@ async fn refuses_missing_tokens_and_foreign_origins() {
         .next()
         .unwrap()
         .to_owned();
-    let mut request = url.as_str().into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("cookie", cookie.parse().unwrap());
-    request
-        .headers_mut()
-        .insert("origin", "http://evil.example".parse().unwrap());
+    let request = session_upgrade(&url, &cookie, "http://evil.example");
     let err = tokio_tungstenite::connect_async(request).await.unwrap_err();
     assert!(
         matches!(&err, Error::Http(r) if r.status() == 403),
         "{err:?}"
     );
 
-    let mut request = url.as_str().into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("cookie", cookie.parse().unwrap());
-    request
-        .headers_mut()
-        .insert("origin", hypd.url.parse().unwrap());
+    let request = session_upgrade(&url, &cookie, &hypd.url);
     let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
     assert_eq!(next_json(&mut ws).await["subscriber"], "admin");
 }
