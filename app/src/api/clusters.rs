@@ -5,8 +5,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::error::{ApiError, FieldError};
+use super::inspect::efa_only_allowed;
 use super::operations::OperationRef;
-use super::values::{ClusterName, EksClusterName, IdempotencyKey, Region};
+use super::values::{
+    AzName, BucketName, Cidr, ClusterName, EksClusterName, IdempotencyKey, InstanceCount,
+    KubernetesVersion, MlInstanceType, Region, TrainingPlanArn, VpcId,
+};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterSummary {
@@ -96,4 +101,196 @@ impl Command for ImportCluster {
         method: HttpMethod::Post,
         path: "/api/v1/clusters/import",
     };
+}
+
+/// Where the accelerated instances come from. It cannot change for the instance group's
+/// life.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Capacity {
+    /// Pay as you go, subject to the account's SageMaker quota for the type.
+    #[default]
+    OnDemand,
+    /// Spare capacity at a discount; instances can be reclaimed.
+    Spot,
+    /// Reserved capacity bought with `create_training_plan`; it fixes the AZ.
+    TrainingPlan { training_plan_arn: TrainingPlanArn },
+}
+
+/// Advanced network settings; by default hypd creates a new VPC with a free /16.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkOptions {
+    /// The new VPC's block (a /16 that overlaps no VPC of the region); chosen when
+    /// omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_cidr: Option<Cidr>,
+    /// Use this existing VPC instead of creating one; hypd adds its subnets to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_id: Option<VpcId>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StorageOptions {
+    /// The shared bucket for lifecycle scripts, data and checkpoints, mounted in the
+    /// cluster through Mountpoint for S3. hypd creates `hypd-<cluster>-<account>` when
+    /// omitted; a named bucket is created if it does not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_bucket: Option<BucketName>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCluster {
+    /// Used for the EKS and the HyperPod cluster alike.
+    pub name: ClusterName,
+    /// hypd's own region when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<Region>,
+    /// Where the accelerated instances run (a training plan fixes it).
+    pub availability_zone: AzName,
+    /// The HyperPod instance type of the first instance group, e.g. `ml.p5.48xlarge`.
+    pub instance_type: MlInstanceType,
+    /// How many instances (at least 1).
+    pub instance_count: InstanceCount,
+    #[serde(default)]
+    pub capacity: Capacity,
+    /// EFA-only network interfaces (all EFA cards for the collective traffic); only for
+    /// multi-EFA types such as p4d, p5, p5e, p5en, p6 and g6e.24xlarge/48xlarge.
+    #[serde(default)]
+    pub efa_only: bool,
+    /// Run the stress and connectivity checks on every new instance before it joins.
+    #[serde(default)]
+    pub deep_health_checks: bool,
+    /// The EKS version; hypd's tested default when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<KubernetesVersion>,
+    #[serde(default)]
+    pub storage: StorageOptions,
+    #[serde(default)]
+    pub network: NetworkOptions,
+    /// Re-sending a request with the same key returns the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+impl Command for CreateCluster {
+    type Output = OperationRef;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "create_cluster",
+        summary: "Create a GPU cluster: network, IAM, EKS, HyperPod with automatic node recovery, storage",
+        description: "Creates everything a HyperPod-on-EKS training cluster needs from decision-level inputs (name, Availability Zone, instance type and count, capacity type, EFA-only, deep health checks): a VPC with public, private and /20 compute subnets, NAT, S3 endpoint and an EFA security group; IAM roles; the EKS control plane with hypd's access entry and OIDC provider; EKS add-ons; the HyperPod cluster with NodeRecovery=Automatic and continuous provisioning; the shared S3 bucket. Problems found before anything is created (name taken, type not offered in the AZ, overlapping CIDR, EFA-only on an ineligible type) are field errors. Returns an operation (15-30 minutes on AWS): follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters",
+    };
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let mut errors = Vec::new();
+        if self.instance_count.get() == 0 {
+            errors.push(FieldError::new(
+                "instance_count",
+                "a new cluster needs at least 1 instance",
+            ));
+        }
+        if self.efa_only && !efa_only_allowed(self.instance_type.as_str(), None) {
+            errors.push(FieldError::new(
+                "efa_only",
+                format!(
+                    "{} has fewer than two EFA cards; EFA-only mode needs a multi-EFA type (p4d, p4de, p5, p5e, p5en, p6-b200, p6-b300, g6e.24xlarge, g6e.48xlarge)",
+                    self.instance_type
+                ),
+            ));
+        }
+        if self.network.vpc_cidr.is_some() && self.network.vpc_id.is_some() {
+            errors.push(FieldError::new(
+                "network.vpc_cidr",
+                "give either vpc_cidr (a new VPC) or vpc_id (an existing one), not both",
+            ));
+        }
+        if let Some(cidr) = self.network.vpc_cidr
+            && cidr.prefix() != 16
+        {
+            errors.push(FieldError::new(
+                "network.vpc_cidr",
+                format!(
+                    "the VPC block must be a /16 (room for the /24 and /20 subnets); got /{}",
+                    cidr.prefix()
+                ),
+            ));
+        }
+        if let Some(region) = &self.region
+            && !self.availability_zone.as_str().starts_with(region.as_str())
+        {
+            errors.push(FieldError::new(
+                "availability_zone",
+                format!("{} is not in {region}", self.availability_zone),
+            ));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(extra: serde_json::Value) -> Result<CreateCluster, String> {
+        let mut v = serde_json::json!({
+            "name": "ml-1", "availability_zone": "us-east-1a",
+            "instance_type": "ml.p5.48xlarge", "instance_count": 2,
+        });
+        if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    fn fields(r: &CreateCluster) -> Vec<String> {
+        match r.validate() {
+            Ok(()) => vec![],
+            Err(ApiError::Validation { errors }) => errors.into_iter().map(|e| e.field).collect(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn decision_level_defaults() {
+        let r = request(serde_json::json!({})).unwrap();
+        assert_eq!(r.capacity, Capacity::OnDemand);
+        assert!(!r.efa_only && !r.deep_health_checks);
+        assert!(fields(&r).is_empty());
+        let r = request(serde_json::json!({"capacity": {"type": "training_plan",
+            "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week"}}))
+        .unwrap();
+        assert!(matches!(r.capacity, Capacity::TrainingPlan { .. }));
+    }
+
+    #[test]
+    fn cross_field_rules_name_their_field() {
+        let r = request(serde_json::json!({"instance_count": 0})).unwrap();
+        assert_eq!(fields(&r), ["instance_count"]);
+        let r = request(serde_json::json!({"instance_type": "ml.g5.8xlarge", "efa_only": true}))
+            .unwrap();
+        assert_eq!(fields(&r), ["efa_only"]);
+        let r = request(serde_json::json!({"instance_type": "ml.p5en.48xlarge", "efa_only": true}))
+            .unwrap();
+        assert!(fields(&r).is_empty());
+        let r = request(serde_json::json!({"network": {"vpc_cidr": "10.1.0.0/16", "vpc_id": "vpc-0123456789abcdef0"}})).unwrap();
+        assert_eq!(fields(&r), ["network.vpc_cidr"]);
+        let r = request(serde_json::json!({"network": {"vpc_cidr": "10.1.0.0/20"}})).unwrap();
+        assert_eq!(fields(&r), ["network.vpc_cidr"]);
+        let r = request(serde_json::json!({"region": "us-west-2"})).unwrap();
+        assert_eq!(fields(&r), ["availability_zone"]);
+        assert!(request(serde_json::json!({"capacity": {"type": "reserved"}})).is_err());
+        assert!(request(serde_json::json!({"storage": {"s3_bucket": "Bad_Bucket"}})).is_err());
+    }
 }

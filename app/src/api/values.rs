@@ -340,6 +340,73 @@ string_value!(
     TrainingPlanArn, check_training_plan_arn,
     schema: { "type": "string", "maxLength": 2048, "pattern": "^arn:(aws|aws-cn|aws-us-gov):sagemaker:[^:]+:[0-9]{12}:training-plan/.+$" }
 );
+fn check_vpc_id(s: &str) -> Result<(), String> {
+    check_resource_id(s, "vpc", "a VPC id looks like vpc-0123456789abcdef0")
+}
+
+fn check_resource_id(s: &str, prefix: &str, rule: &str) -> Result<(), String> {
+    let ok = s
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|hex| {
+            (8..=17).contains(&hex.len())
+                && hex
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{rule} (got {s:?})"))
+    }
+}
+
+/// S3's bucket naming rules (general purpose buckets).
+fn check_bucket_name(s: &str) -> Result<(), String> {
+    let chars_ok = s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'));
+    let ends_ok = s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let ip_like = s.split('.').count() == 4 && s.split('.').all(|p| p.parse::<u8>().is_ok());
+    if (3..=63).contains(&s.len()) && chars_ok && ends_ok && !s.contains("..") && !ip_like {
+        Ok(())
+    } else {
+        Err(format!(
+            "a bucket name is 3-63 characters of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (got {s:?})"
+        ))
+    }
+}
+
+fn check_kubernetes_version(s: &str) -> Result<(), String> {
+    let ok = s.split_once('.').is_some_and(|(major, minor)| {
+        major == "1"
+            && !minor.is_empty()
+            && minor.len() <= 2
+            && minor.chars().all(|c| c.is_ascii_digit())
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("a Kubernetes version looks like 1.33 (got {s:?})"))
+    }
+}
+
+string_value!(
+    /// An existing VPC's id.
+    VpcId, check_vpc_id,
+    schema: { "type": "string", "pattern": "^vpc-[0-9a-f]{8,17}$", "examples": ["vpc-0123456789abcdef0"] }
+);
+string_value!(
+    /// An S3 bucket name.
+    BucketName, check_bucket_name,
+    schema: { "type": "string", "minLength": 3, "maxLength": 63, "pattern": "^[a-z0-9][a-z0-9.-]*[a-z0-9]$" }
+);
+string_value!(
+    /// An EKS Kubernetes version, `major.minor`.
+    KubernetesVersion, check_kubernetes_version,
+    schema: { "type": "string", "pattern": "^1\\.[0-9]{1,2}$", "examples": ["1.33"] }
+);
 string_value!(
     /// A name for an API token, to recognise it in lists and the audit log.
     TokenName, check_token_name,
@@ -377,8 +444,21 @@ impl Cidr {
         Ok(Self { addr, prefix })
     }
 
+    /// The block of `prefix` bits at `network`, if the address is that block's first
+    /// and the prefix one VPCs accept.
+    pub fn new(network: std::net::Ipv4Addr, prefix: u8) -> Result<Self, String> {
+        Self::parse(&format!("{network}/{prefix}"))
+    }
+
     pub fn prefix(self) -> u8 {
         self.prefix
+    }
+
+    /// True when `other` lies entirely inside this block.
+    pub fn contains(self, other: Cidr) -> bool {
+        let (a0, a1) = self.range();
+        let (b0, b1) = other.range();
+        a0 <= b0 && b1 <= a1
     }
 
     pub fn network(self) -> std::net::Ipv4Addr {
