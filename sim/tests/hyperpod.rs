@@ -80,7 +80,7 @@ async fn hyperpod_lifecycle_on_eks() {
             .vpc_config(
                 VpcConfig::builder()
                     .set_subnets(Some(net.subnets.clone()))
-                    .security_group_ids("sg-1")
+                    .security_group_ids(&net.security_group)
                     .build(),
             )
             .orchestrator(

@@ -101,7 +101,10 @@ pub fn xml_tag(xml: &str, name: &str) -> String {
 }
 
 pub struct Network {
+    pub vpc: String,
+    /// In us-east-1a and us-east-1b.
     pub subnets: Vec<String>,
+    pub security_group: String,
     pub role_arn: String,
 }
 
@@ -135,6 +138,21 @@ pub async fn network(moto: &str) -> Network {
         .await;
         subnets.push(xml_tag(&xml, "subnetId"));
     }
+    let security_group = xml_tag(
+        &moto_call(
+            moto,
+            "ec2",
+            &[
+                ("Action", "CreateSecurityGroup"),
+                ("Version", "2016-11-15"),
+                ("VpcId", &vpc),
+                ("GroupName", "hypd-nodes"),
+                ("GroupDescription", "hypd nodes"),
+            ],
+        )
+        .await,
+        "groupId",
+    );
     let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}]}).to_string();
     let xml = moto_call(
         moto,
@@ -148,7 +166,9 @@ pub async fn network(moto: &str) -> Network {
     )
     .await;
     Network {
+        vpc,
         subnets,
+        security_group,
         role_arn: xml_tag(&xml, "Arn"),
     }
 }
