@@ -1,8 +1,9 @@
 //! Amazon EKS, as the `aws-sdk-eks` client sees it (REST-JSON): clusters that take
 //! minutes to become ACTIVE and to go away, access entries and access policies, add-ons
-//! with their own transitions and a version catalogue, and pod identity associations. Inputs are checked the
-//! way EKS checks them (names, versions, subnets in two zones, a role that exists — asked
-//! of moto) and refused with EKS's error codes.
+//! with their own transitions and a version catalogue, pod identity associations, and
+//! managed node groups (in `nodegroups`). Inputs are checked the way EKS checks them
+//! (names, versions, subnets in two zones, a role that exists — asked of moto) and
+//! refused with EKS's error codes.
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,8 @@
 //! with `X-Amz-Target: SageMaker.<Operation>`): clusters on an EKS orchestrator that take
 //! minutes to come InService, instance groups whose nodes launch and pass health checks
 //! on the sim's clock, updates that refuse to change what AWS keeps immutable, and
-//! per-type quotas a test can set.
+//! per-type quotas a test can set. Node actions and software updates (`nodes`), training
+//! plans, MLflow tracking servers and the instance-type table live in submodules.
 
 use std::collections::BTreeMap;
 
