@@ -402,6 +402,96 @@ pub fn check_release(release: &str) -> Result<String, AwsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sagemaker::lookups::Lookups;
+    use crate::world::{Fault, FaultKind};
+
+    /// Moves the (stopped) clock `secs` simulated seconds on.
+    fn pass(w: &mut World, secs: f64) {
+        w.clock.advance(secs);
+    }
+
+    fn statuses(w: &mut World) -> Vec<(String, String)> {
+        let nodes = super::super::list_nodes(w, &json!({"ClusterName": "c"})).unwrap();
+        nodes["ClusterNodeSummaries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["InstanceId"].as_str().unwrap().to_owned(),
+                    n["InstanceStatus"]["Status"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    fn two_node_cluster(w: &mut World, release: &str) {
+        let body = json!({
+            "ClusterName": "c",
+            "InstanceGroups": [{
+                "InstanceGroupName": "g", "InstanceType": "ml.g5.8xlarge", "InstanceCount": 2,
+                "ExecutionRole": "arn:aws:iam::123456789012:role/r",
+                "LifeCycleConfig": {"SourceS3Uri": "s3://b/l", "OnCreate": "on_create.sh"},
+                "ImageReleaseVersion": release
+            }]
+        });
+        super::super::create_cluster(w, "us-east-1", &body, &Lookups::default()).unwrap();
+        pass(w, 2000.0);
+    }
+
+    #[test]
+    fn a_rolling_software_update_takes_one_batch_at_a_time() {
+        let mut w = World::new(0.0, None);
+        two_node_cluster(&mut w, IMAGE_RELEASES[0]);
+        let body = json!({
+            "ClusterName": "c",
+            "DeploymentConfig": {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}}}
+        });
+        update_software(&mut w, &body).unwrap();
+        let s: Vec<String> = statuses(&mut w).into_iter().map(|(_, s)| s).collect();
+        assert_eq!(s, ["SystemUpdating", "Running"]);
+        pass(&mut w, SOFTWARE_UPDATE_SECS);
+        let s: Vec<String> = statuses(&mut w).into_iter().map(|(_, s)| s).collect();
+        assert_eq!(s, ["Running", "SystemUpdating"]);
+        let c = w.hyperpod("c").unwrap().clone();
+        assert_eq!(c.status(w.clock.now(), false), "SystemUpdating");
+        pass(&mut w, SOFTWARE_UPDATE_SECS);
+        let c = w.hyperpod("c").unwrap().clone();
+        assert_eq!(c.status(w.clock.now(), false), "InService");
+        assert_eq!(c.groups[0].release, latest_release());
+        assert!(
+            c.groups[0]
+                .nodes
+                .iter()
+                .all(|n| n.release == latest_release())
+        );
+    }
+
+    #[test]
+    fn a_stuck_replace_holds_the_node_until_the_fault_goes() {
+        let mut w = World::new(0.0, None);
+        two_node_cluster(&mut w, &latest_release());
+        let before = statuses(&mut w);
+        assert!(before.iter().all(|(_, s)| s == "Running"), "{before:?}");
+        let id = before[0].0.clone();
+        let fault = w.add_fault(Fault {
+            id: 0,
+            service: "sagemaker".into(),
+            operation: "BatchReplaceClusterNodes".into(),
+            kind: FaultKind::Stuck,
+            times: 1,
+        });
+        let out = batch_replace(&mut w, &json!({"ClusterName": "c", "NodeIds": [id]})).unwrap();
+        assert_eq!(out["Successful"], json!([id]));
+        pass(&mut w, 2000.0);
+        assert_eq!(statuses(&mut w)[0], (id.clone(), "ShuttingDown".to_owned()));
+        w.faults.retain(|f| f.id != fault);
+        pass(&mut w, 2000.0);
+        let after = statuses(&mut w);
+        assert!(after.iter().all(|(_, s)| s == "Running"), "{after:?}");
+        assert!(!after.iter().any(|(i, _)| *i == id), "{after:?}");
+        assert_eq!(after.len(), 2);
+    }
 
     #[test]
     fn rolling_batches() {
