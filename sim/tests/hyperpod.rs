@@ -219,6 +219,38 @@ async fn hyperpod_refuses_bad_input() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("ValidationException"));
+    let (code, message) = refused(
+        sm.create_cluster()
+            .cluster_name("c".repeat(64))
+            .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge))
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(
+        message.contains("at 'clusterName' failed to satisfy constraint"),
+        "{message}"
+    );
+    let (code, message) = refused(
+        sm.create_cluster()
+            .cluster_name("c0")
+            .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge))
+            .vpc_config(
+                aws_sdk_sagemaker::types::VpcConfig::builder()
+                    .subnets("subnet-0000dead")
+                    .security_group_ids(&net.security_group)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(
+        message.contains("Invalid subnet ID 'subnet-0000dead' in VpcConfig"),
+        "{message}"
+    );
 
     let err = sm
         .create_cluster()
