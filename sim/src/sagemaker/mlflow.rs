@@ -98,14 +98,18 @@ impl World {
         }
     }
 
-    fn tracking_server(&mut self, name: &str) -> Result<&mut Server, AwsError> {
+    /// Drops servers whose deletion has finished.
+    fn settle_mlflow(&mut self) {
         let now = self.clock.now();
         let stuck = self.mlflow_stuck();
         self.sagemaker.mlflow.servers.retain(|_, s| {
-            s.status(now, &stuck) != "Deleting"
-                || stuck(Phase::Deleting)
-                || now - s.phase.1 < DELETE_SECS
+            let (phase, since) = s.phase;
+            phase != Phase::Deleting || stuck(Phase::Deleting) || now - since < DELETE_SECS
         });
+    }
+
+    fn tracking_server(&mut self, name: &str) -> Result<&mut Server, AwsError> {
+        self.settle_mlflow();
         self.sagemaker.mlflow.servers.get_mut(name).ok_or_else(|| {
             AwsError::new(
                 400,
@@ -265,8 +269,7 @@ pub fn describe(w: &mut World, body: &Value) -> Result<Value, AwsError> {
 pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError> {
     let now = w.clock.now();
     let stuck = w.mlflow_stuck();
-    // Settles deletions before listing.
-    let _ = w.tracking_server("");
+    w.settle_mlflow();
     let status = str_field(body, "TrackingServerStatus");
     let version = str_field(body, "MlflowVersion");
     let after = body.get("CreatedAfter").and_then(Value::as_f64);
