@@ -557,6 +557,25 @@ async fn managed_node_groups() {
         );
     }
 
+    let err = eks
+        .create_nodegroup()
+        .cluster_name("ml-1")
+        .nodegroup_name("al2")
+        .set_subnets(Some(net.subnets.clone()))
+        .node_role(&node_role)
+        .ami_type(aws_sdk_eks::types::AmiTypes::Al2X8664Gpu)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterException"));
+    assert!(
+        err.message()
+            .unwrap()
+            .contains("not supported for Kubernetes version 1.33"),
+        "{:?}",
+        err.message()
+    );
+
     set_time_scale(&sim_url, 0.0).await;
     let ng = create("system", net.subnets.clone(), &node_role, scaling(1, 2, 3))
         .await

@@ -8,7 +8,8 @@ mod support;
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use aws_sdk_sagemaker::types::{
-    ClusterInstanceStatus, ClusterInstanceType, ClusterStatus, InstanceGroupStatus,
+    CapacitySizeConfig, ClusterInstanceStatus, ClusterInstanceType, ClusterStatus,
+    DeploymentConfiguration, InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy,
     UpdateClusterSoftwareInstanceGroupSpecification,
 };
 use serde_json::json;
@@ -198,6 +199,21 @@ async fn node_actions_and_software_update() {
             UpdateClusterSoftwareInstanceGroupSpecification::builder()
                 .instance_group_name("gpu")
                 .image_release_version("2025.11.20")
+                .build(),
+        )
+        .deployment_config(
+            DeploymentConfiguration::builder()
+                .rolling_update_policy(
+                    RollingDeploymentPolicy::builder()
+                        .maximum_batch_size(
+                            CapacitySizeConfig::builder()
+                                .r#type(NodeUnavailabilityType::CapacityPercentage)
+                                .value(50)
+                                .build(),
+                        )
+                        .build(),
+                )
+                .wait_interval_in_seconds(0)
                 .build(),
         )
         .send()

@@ -21,13 +21,18 @@ pub const NODEGROUP_DELETE_SECS: f64 = 300.0;
 
 const CAPACITY_TYPES: &[&str] = &["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"];
 const AMI_TYPES: &[&str] = &[
+    "AL2_x86_64",
+    "AL2_x86_64_GPU",
+    "AL2_ARM_64",
     "AL2023_x86_64_STANDARD",
     "AL2023_x86_64_NVIDIA",
     "AL2023_x86_64_NEURON",
     "AL2023_ARM_64_STANDARD",
+    "AL2023_ARM_64_NVIDIA",
     "BOTTLEROCKET_x86_64",
     "BOTTLEROCKET_x86_64_NVIDIA",
     "BOTTLEROCKET_ARM_64",
+    "BOTTLEROCKET_ARM_64_NVIDIA",
 ];
 
 #[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
@@ -298,6 +303,19 @@ async fn create(
             .ami_type
             .clone()
             .unwrap_or("AL2023_x86_64_STANDARD".into());
+        // Amazon Linux 2 AMIs stop at Kubernetes 1.32.
+        let minor: u32 = c
+            .version
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if ami_type.starts_with("AL2_") && minor >= 33 {
+            return Err(AwsError::invalid_parameter(format!(
+                "AMI type {ami_type} is not supported for Kubernetes version {}; use an AL2023 or Bottlerocket AMI type",
+                c.version
+            )));
+        }
         if !AMI_TYPES.contains(&ami_type.as_str()) {
             return Err(AwsError::invalid_parameter(format!(
                 "Invalid amiType {ami_type}"
@@ -484,7 +502,12 @@ async fn update_config(
                 ng.labels.remove(k);
             }
             ng.labels.extend(l.add_or_update_labels.clone());
-            params.push(json!({ "type": "LabelsToAdd", "value": serde_json::to_string(&l.add_or_update_labels).unwrap_or_default() }));
+            if !l.add_or_update_labels.is_empty() {
+                params.push(json!({ "type": "LabelsToAdd", "value": serde_json::to_string(&l.add_or_update_labels).unwrap_or_default() }));
+            }
+            if !l.remove_labels.is_empty() {
+                params.push(json!({ "type": "LabelsToRemove", "value": serde_json::to_string(&l.remove_labels).unwrap_or_default() }));
+            }
         }
         if let Some(t) = &body.taints {
             let key = |v: &Value| (v.get("key").cloned(), v.get("effect").cloned());
@@ -493,7 +516,12 @@ async fn update_config(
                     && !t.add_or_update_taints.iter().any(|a| key(a) == key(x))
             });
             ng.taints.extend(t.add_or_update_taints.clone());
-            params.push(json!({ "type": "TaintsToAdd", "value": Value::Array(t.add_or_update_taints.clone()).to_string() }));
+            if !t.add_or_update_taints.is_empty() {
+                params.push(json!({ "type": "TaintsToAdd", "value": Value::Array(t.add_or_update_taints.clone()).to_string() }));
+            }
+            if !t.remove_taints.is_empty() {
+                params.push(json!({ "type": "TaintsToRemove", "value": Value::Array(t.remove_taints.clone()).to_string() }));
+            }
         }
         ng.modified = now;
         ng.transition = Some(Transition {

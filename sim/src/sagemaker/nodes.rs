@@ -306,11 +306,11 @@ fn batch_size(body: &Value, nodes: usize) -> Result<usize, AwsError> {
     let value = size.get("Value").and_then(Value::as_u64).unwrap_or(0) as usize;
     match str_field(size, "Type") {
         Some("INSTANCE_COUNT") if value >= 1 => Ok(value),
-        Some("CAPACITY_PERCENT") if (1..=100).contains(&value) => {
+        Some("CAPACITY_PERCENTAGE") if (1..=100).contains(&value) => {
             Ok((nodes * value).div_ceil(100).max(1))
         }
         _ => Err(validation(
-            "MaximumBatchSize needs Type INSTANCE_COUNT (Value >= 1) or CAPACITY_PERCENT (Value 1-100)",
+            "MaximumBatchSize needs Type INSTANCE_COUNT (Value >= 1) or CAPACITY_PERCENTAGE (Value 1-100)",
         )),
     }
 }
@@ -496,7 +496,7 @@ mod tests {
     #[test]
     fn rolling_batches() {
         assert_eq!(batch_size(&json!({}), 5).unwrap(), 5);
-        let pct = json!({"DeploymentConfig": {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "CAPACITY_PERCENT", "Value": 50}}}});
+        let pct = json!({"DeploymentConfig": {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "CAPACITY_PERCENTAGE", "Value": 50}}}});
         assert_eq!(batch_size(&pct, 3).unwrap(), 2);
         let count = json!({"DeploymentConfig": {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}}}});
         assert_eq!(batch_size(&count, 3).unwrap(), 1);
