@@ -190,6 +190,19 @@ async fn node_actions_and_software_update() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("ValidationException"));
+    let err = sm
+        .batch_replace_cluster_nodes()
+        .cluster_name("hp-a")
+        .node_ids("i-nope")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ValidationException"));
+    assert!(
+        err.message().unwrap().contains("at 'nodeIds'"),
+        "{:?}",
+        err.message()
+    );
 
     // The platform software update rolls the group to a newer release.
     set_time_scale(&sim_url, 0.0).await;

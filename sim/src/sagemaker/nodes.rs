@@ -132,6 +132,16 @@ fn find(w: &World, cluster: &str, id: &str, logical: bool) -> Found {
     Found::Nowhere
 }
 
+/// `i-` and 8 or 17 lowercase hex digits, as EC2 instance ids are.
+fn is_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|hex| {
+        matches!(hex.len(), 8 | 17)
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
+}
+
 /// The three batch actions, their per-node error codes and their request limit.
 #[derive(Clone, Copy, PartialEq)]
 enum Batch {
@@ -203,6 +213,11 @@ fn batch(w: &mut World, body: &Value, kind: Batch) -> Result<Value, AwsError> {
                 kind.limit()
             )));
         }
+    }
+    if let Some(bad) = ids.iter().find(|id| !is_instance_id(id)) {
+        return Err(validation(format!(
+            "1 validation error detected: Value '{bad}' at 'nodeIds' failed to satisfy constraint: Member must satisfy regular expression pattern: i-[a-f0-9]{{8}}(?:[a-f0-9]{{9}})?"
+        )));
     }
     let mut out = serde_json::Map::new();
     for (is_logical, list, ok_key, failed_key, id_key) in [
@@ -491,6 +506,15 @@ mod tests {
         assert!(after.iter().all(|(_, s)| s == "Running"), "{after:?}");
         assert!(!after.iter().any(|(i, _)| *i == id), "{after:?}");
         assert_eq!(after.len(), 2);
+    }
+
+    #[test]
+    fn instance_ids() {
+        assert!(is_instance_id("i-0123456789abcdef0"));
+        assert!(is_instance_id("i-0123abcd"));
+        assert!(!is_instance_id("i-0123456789ABCDEF0"));
+        assert!(!is_instance_id("i-nope"));
+        assert!(!is_instance_id("0123456789abcdef0"));
     }
 
     #[test]
