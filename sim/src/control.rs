@@ -8,6 +8,10 @@ use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::json;
 
+use std::collections::BTreeMap;
+
+use crate::sagemaker::instance_types::InstanceType;
+use crate::sagemaker::training_plans::{Offering, OfferingSpec};
 use crate::world::{AwsError, Fault, Shared, World};
 
 async fn health() -> Response {
@@ -66,6 +70,35 @@ async fn set_quotas(
     Json(json!({ "quotas": w.sagemaker.quotas })).into_response()
 }
 
+/// Adds or replaces rows of the HyperPod instance-type table; a new type gets its
+/// default quota unless one is set.
+async fn set_instance_types(
+    State(state): State<Shared>,
+    Json(rows): Json<BTreeMap<String, InstanceType>>,
+) -> Response {
+    let mut w = state.lock().await;
+    for (name, facts) in rows {
+        w.sagemaker
+            .quotas
+            .entry(name.clone())
+            .or_insert(facts.default_quota);
+        w.sagemaker.instance_types.insert(name, facts);
+    }
+    Json(json!({ "instance_types": w.sagemaker.instance_types })).into_response()
+}
+
+/// Replaces the training-plan offerings; each row's start is counted from now.
+async fn set_offerings(
+    State(state): State<Shared>,
+    Json(rows): Json<Vec<OfferingSpec>>,
+) -> Response {
+    let mut w = state.lock().await;
+    let now = w.clock.now();
+    w.sagemaker.training_plans.offerings =
+        rows.into_iter().map(|o| Offering::new(o, now)).collect();
+    Json(json!({ "offerings": w.sagemaker.training_plans.offerings.len() })).into_response()
+}
+
 /// Forgets every resource and fault; keeps the time scale and moto.
 async fn reset(State(state): State<Shared>) -> Response {
     let mut w = state.lock().await;
@@ -85,4 +118,12 @@ pub fn routes() -> Router<Shared> {
         .route("/_sim/faults/{id}", delete(remove_fault))
         .route("/_sim/reset", post(reset))
         .route("/_sim/sagemaker/quotas", axum::routing::put(set_quotas))
+        .route(
+            "/_sim/sagemaker/instance-types",
+            axum::routing::put(set_instance_types),
+        )
+        .route(
+            "/_sim/sagemaker/training-plan-offerings",
+            axum::routing::put(set_offerings),
+        )
 }

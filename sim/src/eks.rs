@@ -1,8 +1,9 @@
 //! Amazon EKS, as the `aws-sdk-eks` client sees it (REST-JSON): clusters that take
 //! minutes to become ACTIVE and to go away, access entries and access policies, add-ons
-//! with their own transitions and a version catalogue, and pod identity associations. Inputs are checked the
-//! way EKS checks them (names, versions, subnets in two zones, a role that exists — asked
-//! of moto) and refused with EKS's error codes.
+//! with their own transitions and a version catalogue, pod identity associations, and
+//! managed node groups (in `nodegroups`). Inputs are checked the way EKS checks them
+//! (names, versions, subnets in two zones, a role that exists — asked of moto) and
+//! refused with EKS's error codes.
 
 use std::collections::BTreeMap;
 
@@ -136,6 +137,7 @@ pub struct Eks {
     clusters: BTreeMap<String, Cluster>,
     updates: u64,
     associations: u64,
+    nodegroups: BTreeMap<(String, String), nodegroups::Nodegroup>,
 }
 
 /// A resource's status now, given its transition and whether a stuck fault holds it.
@@ -379,6 +381,9 @@ macro_rules! call {
     }};
 }
 
+// Declared after `call!` so the node group handlers can use it.
+mod nodegroups;
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CreateClusterBody {
@@ -551,6 +556,12 @@ async fn delete_cluster(State(state): State<Shared>, Path(name): Path<String>) -
                 "Cannot delete because cluster {name} currently has an update in progress"
             )));
         }
+        if w.has_nodegroups(&name) {
+            return Err(AwsError::in_use(format!(
+                "Cluster has nodegroups attached: delete the nodegroups of {name} first"
+            )));
+        }
+        let c = w.cluster(&name)?;
         if !c.addons.is_empty() && c.addons.values().any(|a| a.transition.is_some()) {
             return Err(AwsError::in_use(format!(
                 "Cluster {name} has add-ons in transition"
@@ -1133,4 +1144,5 @@ pub fn routes() -> Router<Shared> {
             "/clusters/{name}/pod-identity-associations/{id}",
             get(describe_pod_identity).delete(delete_pod_identity),
         )
+        .merge(nodegroups::routes())
 }

@@ -91,6 +91,16 @@ impl Moto {
         Ok(subnets)
     }
 
+    pub async fn security_group_exists(&self, region: &str, id: &str) -> Result<bool, AwsError> {
+        let params = vec![
+            ("Action".to_owned(), "DescribeSecurityGroups".to_owned()),
+            ("Version".to_owned(), "2016-11-15".to_owned()),
+            ("GroupId.1".to_owned(), id.to_owned()),
+        ];
+        let xml = self.query("ec2", region, &params).await?;
+        Ok(!xml.contains("<Errors>") && tag(&xml, "groupId") == Some(id))
+    }
+
     pub async fn role_exists(&self, region: &str, role_arn: &str) -> Result<bool, AwsError> {
         let Some(name) = role_arn
             .rsplit('/')

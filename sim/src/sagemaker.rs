@@ -2,7 +2,8 @@
 //! with `X-Amz-Target: SageMaker.<Operation>`): clusters on an EKS orchestrator that take
 //! minutes to come InService, instance groups whose nodes launch and pass health checks
 //! on the sim's clock, updates that refuse to change what AWS keeps immutable, and
-//! per-type quotas a test can set.
+//! per-type quotas a test can set. Node actions and software updates (`nodes`), training
+//! plans, MLflow tracking servers and the instance-type table live in submodules.
 
 use std::collections::BTreeMap;
 
@@ -14,33 +15,28 @@ use serde_json::{Value, json};
 
 use crate::world::{ACCOUNT, AwsError, Phase, Shared, World, region_of};
 
+pub mod instance_types;
+mod lookups;
+mod mlflow;
+mod nodes;
+pub mod training_plans;
+
+use lookups::Lookups;
+use nodes::NodeAction;
+
 pub const CLUSTER_CREATE_SECS: f64 = 900.0;
 pub const CLUSTER_UPDATE_SECS: f64 = 300.0;
 pub const CLUSTER_DELETE_SECS: f64 = 300.0;
 pub const NODE_BOOT_SECS: f64 = 300.0;
 pub const DEEP_HEALTH_CHECK_SECS: f64 = 600.0;
 
-/// Default "cluster usage" quotas per instance type; `PUT /_sim/sagemaker/quotas`
-/// changes them.
+/// Default "cluster usage" quotas per instance type, from the instance-type table;
+/// `PUT /_sim/sagemaker/quotas` changes them.
 pub fn default_quotas() -> BTreeMap<String, u32> {
-    [
-        ("ml.p5.48xlarge", 4),
-        ("ml.p5e.48xlarge", 2),
-        ("ml.p5en.48xlarge", 2),
-        ("ml.p4d.24xlarge", 4),
-        ("ml.p4de.24xlarge", 2),
-        ("ml.p6-b200.48xlarge", 2),
-        ("ml.g6e.48xlarge", 4),
-        ("ml.g6e.12xlarge", 8),
-        ("ml.g5.8xlarge", 8),
-        ("ml.g5.48xlarge", 4),
-        ("ml.trn1.32xlarge", 4),
-        ("ml.m5.2xlarge", 16),
-        ("ml.t3.medium", 16),
-    ]
-    .into_iter()
-    .map(|(t, n)| (t.to_owned(), n))
-    .collect()
+    instance_types::default_table()
+        .into_iter()
+        .map(|(t, facts)| (t, facts.default_quota))
+        .collect()
 }
 
 fn validation(message: impl Into<String>) -> AwsError {
@@ -50,7 +46,12 @@ fn validation(message: impl Into<String>) -> AwsError {
 #[derive(Clone, Debug)]
 struct Node {
     id: String,
+    /// Stays with the node's slot through replacements, as AWS's NodeLogicalId does.
+    logical_id: String,
     launched: f64,
+    /// The HyperPod image release the node runs.
+    release: String,
+    action: Option<NodeAction>,
 }
 
 #[derive(Clone, Debug)]
@@ -61,6 +62,8 @@ struct Group {
     spec: Value,
     deep_health_checks: bool,
     nodes: Vec<Node>,
+    release: String,
+    desired_release: String,
 }
 
 #[derive(Clone, Debug)]
@@ -74,12 +77,17 @@ pub struct Cluster {
     node_recovery: String,
     provisioning: Option<String>,
     groups: Vec<Group>,
+    /// An UpdateClusterSoftware is rolling over the nodes.
+    system_update: bool,
 }
 
 #[derive(Default)]
 pub struct SageMaker {
     clusters: BTreeMap<String, Cluster>,
     pub quotas: BTreeMap<String, u32>,
+    pub instance_types: BTreeMap<String, instance_types::InstanceType>,
+    pub training_plans: training_plans::TrainingPlans,
+    mlflow: mlflow::Mlflow,
     nodes: u64,
 }
 
@@ -87,6 +95,8 @@ impl SageMaker {
     pub fn new() -> Self {
         Self {
             quotas: default_quotas(),
+            instance_types: instance_types::default_table(),
+            training_plans: training_plans::TrainingPlans::new(),
             ..Self::default()
         }
     }
@@ -102,6 +112,9 @@ impl Cluster {
     }
 
     fn status(&self, now: f64, stuck: bool) -> &'static str {
+        if self.system_update && !matches!(&self.phase, Some((Phase::Deleting, _))) {
+            return "SystemUpdating";
+        }
         match &self.phase {
             Some((Phase::Creating, since)) if stuck || now - since < CLUSTER_CREATE_SECS => {
                 "Creating"
@@ -116,6 +129,9 @@ impl Cluster {
 }
 
 fn node_status(node: &Node, group: &Group, now: f64) -> &'static str {
+    if let Some(status) = nodes::action_status(node, now) {
+        return status;
+    }
     let age = now - node.launched;
     if age < NODE_BOOT_SECS {
         "Pending"
@@ -133,6 +149,7 @@ impl World {
         self.sagemaker.clusters.retain(|_, c| {
             !matches!(&c.phase, Some((Phase::Deleting, since)) if !stuck_delete && now - since >= CLUSTER_DELETE_SECS)
         });
+        self.settle_nodes();
     }
 
     fn hyperpod(&mut self, name: &str) -> Result<&mut Cluster, AwsError> {
@@ -151,9 +168,13 @@ impl World {
     fn launch(&mut self, group: &mut Group, now: f64) {
         while (group.nodes.len() as u32) < group.target {
             self.sagemaker.nodes += 1;
+            let serial = self.sagemaker.nodes;
             group.nodes.push(Node {
-                id: format!("i-{:017x}", 0x0ab0_0000 + self.sagemaker.nodes),
+                id: instance_id(serial),
+                logical_id: format!("{}-{serial:08x}", group.name),
                 launched: now,
+                release: group.desired_release.clone(),
+                action: None,
             });
         }
         group.nodes.truncate(group.target as usize);
@@ -175,7 +196,23 @@ impl World {
                     .filter(|n| node_status(n, g, now) == "Running")
                     .count();
                 let mut v = g.spec.clone();
+                let updating = g.release != g.desired_release;
                 if let Some(o) = v.as_object_mut() {
+                    o.insert("CurrentImageReleaseVersion".into(), json!(g.release));
+                    o.insert(
+                        "DesiredImageReleaseVersion".into(),
+                        json!(g.desired_release),
+                    );
+                    o.remove("ImageReleaseVersion");
+                    if updating {
+                        o.insert("SoftwareUpdateStatus".into(), json!("InProgress"));
+                    }
+                    if let Some(plan) = str_field(&g.spec, "TrainingPlanArn")
+                        .and_then(|arn| self.sagemaker.training_plans.get(arn))
+                    {
+                        let stuck = self.stuck("sagemaker", "CreateTrainingPlan");
+                        o.insert("TrainingPlanStatus".into(), json!(plan.status(now, stuck)));
+                    }
                     o.insert("CurrentCount".into(), json!(running));
                     o.insert("TargetCount".into(), json!(g.target));
                     o.insert(
@@ -184,6 +221,7 @@ impl World {
                             "Creating" => "Creating",
                             "Updating" => "Updating",
                             "Deleting" => "Deleting",
+                            _ if updating => "SystemUpdating",
                             _ if running < g.target as usize => "Degraded",
                             _ => "InService",
                         }),
@@ -207,6 +245,10 @@ impl World {
     }
 }
 
+fn instance_id(serial: u64) -> String {
+    format!("i-{:017x}", 0x0ab0_0000 + serial)
+}
+
 fn check_name(name: &str, what: &str) -> Result<(), AwsError> {
     let ok = (1..=63).contains(&name.len())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
@@ -226,18 +268,23 @@ fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// Checks one instance group of a request and returns its stored form.
-fn parse_group(g: &Value, index: usize, quotas: &BTreeMap<String, u32>) -> Result<Group, AwsError> {
+fn parse_group(
+    g: &Value,
+    index: usize,
+    table: &BTreeMap<String, instance_types::InstanceType>,
+) -> Result<Group, AwsError> {
     let at = |field: &str| format!("instanceGroups.{}.member.{field}", index + 1);
     let name = str_field(g, "InstanceGroupName")
         .ok_or_else(|| validation(format!("{} is required", at("instanceGroupName"))))?;
     check_name(name, &at("instanceGroupName"))?;
     let instance_type = str_field(g, "InstanceType").unwrap_or_default();
-    if !quotas.contains_key(instance_type) {
+    let Some(facts) = table.get(instance_type) else {
         return Err(validation(format!(
             "1 validation error detected: Value '{instance_type}' at '{}' failed to satisfy constraint: Member must be one of the supported HyperPod instance types",
             at("instanceType")
         )));
-    }
+    };
+    check_instance_facts(g, name, instance_type, facts)?;
     let count = g.get("InstanceCount").and_then(Value::as_u64).unwrap_or(0);
     let target = u32::try_from(count)
         .map_err(|_| validation(format!("{} is too large", at("instanceCount"))))?;
@@ -263,6 +310,10 @@ fn parse_group(g: &Value, index: usize, quotas: &BTreeMap<String, u32>) -> Resul
         .get("OnStartDeepHealthChecks")
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty());
+    let release = match str_field(g, "ImageReleaseVersion") {
+        Some(r) => nodes::check_release(r)?,
+        None => nodes::latest_release(),
+    };
     Ok(Group {
         name: name.to_owned(),
         instance_type: instance_type.to_owned(),
@@ -270,7 +321,106 @@ fn parse_group(g: &Value, index: usize, quotas: &BTreeMap<String, u32>) -> Resul
         spec: g.clone(),
         deep_health_checks,
         nodes: Vec::new(),
+        release: release.clone(),
+        desired_release: release,
     })
+}
+
+/// What the instance type allows: threads per core, EFA-only interfaces, Spot.
+fn check_instance_facts(
+    g: &Value,
+    group: &str,
+    instance_type: &str,
+    facts: &instance_types::InstanceType,
+) -> Result<(), AwsError> {
+    if let Some(threads) = g.get("ThreadsPerCore").and_then(Value::as_u64)
+        && !facts
+            .threads_per_core
+            .iter()
+            .any(|t| u64::from(*t) == threads)
+    {
+        return Err(validation(format!(
+            "ThreadsPerCore {threads} is not supported for instance type {instance_type} of instance group {group}; supported values: {:?}",
+            facts.threads_per_core
+        )));
+    }
+    match g
+        .pointer("/NetworkInterface/InterfaceType")
+        .and_then(Value::as_str)
+    {
+        None | Some("efa") => {}
+        Some("efa-only") if facts.efa_only => {}
+        Some("efa-only") => {
+            return Err(validation(format!(
+                "InterfaceType efa-only is not supported for instance type {instance_type} of instance group {group}: EFA-only interfaces need an instance type with multiple EFA network cards"
+            )));
+        }
+        Some(other) => {
+            return Err(validation(format!(
+                "1 validation error detected: Value '{other}' at 'networkInterface.interfaceType' failed to satisfy constraint: Member must satisfy enum value set: [efa, efa-only]"
+            )));
+        }
+    }
+    if let Some(capacity) = g.get("CapacityRequirements") {
+        let spot = capacity.get("Spot").is_some();
+        if spot == capacity.get("OnDemand").is_some() {
+            return Err(validation(format!(
+                "CapacityRequirements of instance group {group} must specify exactly one of Spot or OnDemand"
+            )));
+        }
+        if spot && !facts.spot {
+            return Err(validation(format!(
+                "Spot capacity is not available for instance type {instance_type} of instance group {group}"
+            )));
+        }
+        if spot && g.get("TrainingPlanArn").is_some() {
+            return Err(validation(format!(
+                "Instance group {group} cannot use Spot capacity with a training plan; training plans reserve On-Demand capacity"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn is_spot(g: &Value) -> bool {
+    g.pointer("/CapacityRequirements/Spot").is_some()
+}
+
+/// Cluster-level rules for one group of a create or update request: its override VPC
+/// exists, Spot only on EKS with continuous provisioning, its training plan fits. The
+/// answer is when its instances may start (a Scheduled plan's start), if later.
+fn check_group_in_cluster(
+    w: &World,
+    cluster: &str,
+    g: &Value,
+    cluster_vpc: &Value,
+    on_eks: bool,
+    provisioning: Option<&str>,
+    lookups: &Lookups,
+) -> Result<Option<f64>, AwsError> {
+    let group = str_field(g, "InstanceGroupName").unwrap_or_default();
+    let own_vpc = g.get("OverrideVpcConfig");
+    lookups.check_vpc(
+        own_vpc,
+        &format!("OverrideVpcConfig of instance group {group}"),
+    )?;
+    if is_spot(g) && !(on_eks && provisioning == Some("Continuous")) {
+        return Err(validation(format!(
+            "Instance group {group} uses Spot capacity, which needs an EKS orchestrator and NodeProvisioningMode Continuous"
+        )));
+    }
+    let subnets: Vec<String> = own_vpc
+        .unwrap_or(cluster_vpc)
+        .get("Subnets")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    training_plans::check_group(w, g, &subnets, lookups, cluster)
 }
 
 /// Instances of `instance_type` across every cluster, excluding `except` cluster.
@@ -312,13 +462,15 @@ const IMMUTABLE: &[&str] = &[
     "TrainingPlanArn",
     "ThreadsPerCore",
     "CapacityRequirements",
+    "NetworkInterface",
+    "OverrideVpcConfig",
 ];
 
 fn create_cluster(
     w: &mut World,
     region: &str,
     body: &Value,
-    role_exists: &[(String, bool)],
+    lookups: &Lookups,
 ) -> Result<Value, AwsError> {
     let name = str_field(body, "ClusterName").unwrap_or_default();
     check_name(name, "clusterName")?;
@@ -342,7 +494,7 @@ fn create_cluster(
     }
     let mut groups = Vec::new();
     for (i, g) in groups_in.iter().enumerate() {
-        let group = parse_group(g, i, &w.sagemaker.quotas)?;
+        let group = parse_group(g, i, &w.sagemaker.instance_types)?;
         if groups.iter().any(|x: &Group| x.name == group.name) {
             return Err(validation(format!(
                 "Duplicate instance group name {}",
@@ -351,11 +503,17 @@ fn create_cluster(
         }
         groups.push(group);
     }
-    if let Some((role, _)) = role_exists.iter().find(|(_, exists)| !exists) {
+    if let Some(role) = groups_in
+        .iter()
+        .filter_map(|g| str_field(g, "ExecutionRole"))
+        .find(|role| !lookups.role_exists(role))
+    {
         return Err(validation(format!(
             "Execution role {role} does not exist or cannot be assumed"
         )));
     }
+    let vpc = body.get("VpcConfig").cloned().unwrap_or(Value::Null);
+    lookups.check_vpc(Some(&vpc).filter(|v| !v.is_null()), "VpcConfig")?;
     let orchestrator = body.get("Orchestrator").cloned().unwrap_or(Value::Null);
     if let Some(eks_arn) = orchestrator
         .pointer("/Eks/ClusterArn")
@@ -374,10 +532,24 @@ fn create_cluster(
     if !["Automatic", "None"].contains(&node_recovery.as_str()) {
         return Err(validation("NodeRecovery must be Automatic or None"));
     }
+    let provisioning = str_field(body, "NodeProvisioningMode");
+    let on_eks = orchestrator.get("Eks").is_some();
+    let mut starts = Vec::new();
+    for g in &groups_in {
+        starts.push(check_group_in_cluster(
+            w,
+            name,
+            g,
+            &vpc,
+            on_eks,
+            provisioning,
+            lookups,
+        )?);
+    }
     check_quotas(w, &groups, None)?;
     let now = w.clock.now();
-    for g in &mut groups {
-        w.launch(g, now);
+    for (g, start) in groups.iter_mut().zip(starts) {
+        w.launch(g, start.map_or(now, |s| s.max(now)));
     }
     let cluster = Cluster {
         name: name.to_owned(),
@@ -385,22 +557,23 @@ fn create_cluster(
         created: now,
         phase: Some((Phase::Creating, now)),
         orchestrator,
-        vpc: body.get("VpcConfig").cloned().unwrap_or(Value::Null),
+        vpc,
         node_recovery,
-        provisioning: str_field(body, "NodeProvisioningMode").map(str::to_owned),
+        provisioning: provisioning.map(str::to_owned),
         groups,
+        system_update: false,
     };
     let arn = cluster.arn();
     w.sagemaker.clusters.insert(name.to_owned(), cluster);
     Ok(json!({ "ClusterArn": arn }))
 }
 
-fn update_cluster(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Value, AwsError> {
     let name = str_field(body, "ClusterName")
         .unwrap_or_default()
         .to_owned();
     let now = w.clock.now();
-    let quotas = w.sagemaker.quotas.clone();
+    let table = w.sagemaker.instance_types.clone();
     let cluster = w.hyperpod(&name)?.clone();
     if cluster.status(now, false) != "InService" {
         return Err(validation(format!(
@@ -422,7 +595,7 @@ fn update_cluster(w: &mut World, body: &Value) -> Result<Value, AwsError> {
         .iter()
         .enumerate()
     {
-        let mut group = parse_group(g, i, &quotas)?;
+        let mut group = parse_group(g, i, &table)?;
         if let Some(old) = cluster.groups.iter().find(|o| o.name == group.name) {
             for field in IMMUTABLE {
                 if old.spec.get(*field) != g.get(*field) {
@@ -435,6 +608,14 @@ fn update_cluster(w: &mut World, body: &Value) -> Result<Value, AwsError> {
                 }
             }
             group.nodes = old.nodes.clone();
+            group.release = old.release.clone();
+            group.desired_release = old.desired_release.clone();
+        } else if let Some(role) =
+            str_field(g, "ExecutionRole").filter(|role| !lookups.role_exists(role))
+        {
+            return Err(validation(format!(
+                "Execution role {role} does not exist or cannot be assumed"
+            )));
         }
         groups.push(group);
     }
@@ -448,9 +629,27 @@ fn update_cluster(w: &mut World, body: &Value) -> Result<Value, AwsError> {
             )));
         }
     }
+    let on_eks = cluster.orchestrator.get("Eks").is_some();
+    let mut starts = Vec::new();
+    for g in body
+        .get("InstanceGroups")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        starts.push(check_group_in_cluster(
+            w,
+            &cluster.name,
+            g,
+            &cluster.vpc,
+            on_eks,
+            cluster.provisioning.as_deref(),
+            lookups,
+        )?);
+    }
     check_quotas(w, &groups, Some(&cluster.name))?;
-    for g in &mut groups {
-        w.launch(g, now);
+    for (g, start) in groups.iter_mut().zip(starts) {
+        w.launch(g, start.map_or(now, |s| s.max(now)));
     }
     let c = w.hyperpod(&name)?;
     c.groups = groups;
@@ -467,8 +666,10 @@ fn node_json(clock: &crate::world::Clock, g: &Group, n: &Node, now: f64) -> Valu
         "InstanceGroupName": g.name,
         "InstanceId": n.id,
         "InstanceType": g.instance_type,
+        "NodeLogicalId": n.logical_id,
         "LaunchTime": clock.epoch(n.launched),
         "InstanceStatus": { "Status": node_status(n, g, now), "Message": "" },
+        "CurrentImageReleaseVersion": n.release,
     })
 }
 
@@ -493,9 +694,11 @@ fn describe_node(w: &mut World, body: &Value) -> Result<Value, AwsError> {
     let c = w
         .hyperpod(str_field(body, "ClusterName").unwrap_or_default())?
         .clone();
-    let id = str_field(body, "NodeId").unwrap_or_default();
+    let id = str_field(body, "NodeId")
+        .or_else(|| str_field(body, "NodeLogicalId"))
+        .unwrap_or_default();
     for g in &c.groups {
-        if let Some(n) = g.nodes.iter().find(|n| n.id == id) {
+        if let Some(n) = g.nodes.iter().find(|n| n.id == id || n.logical_id == id) {
             let mut details = node_json(&w.clock, g, n, now);
             if let Some(o) = details.as_object_mut() {
                 o.insert(
@@ -508,6 +711,19 @@ fn describe_node(w: &mut World, body: &Value) -> Result<Value, AwsError> {
                 o.insert(
                     "ThreadsPerCore".into(),
                     g.spec.get("ThreadsPerCore").cloned().unwrap_or(Value::Null),
+                );
+                o.insert(
+                    "CapacityType".into(),
+                    json!(if is_spot(&g.spec) { "Spot" } else { "OnDemand" }),
+                );
+                for key in ["NetworkInterface", "OverrideVpcConfig"] {
+                    if let Some(v) = g.spec.get(key) {
+                        o.insert(key.into(), v.clone());
+                    }
+                }
+                o.insert(
+                    "DesiredImageReleaseVersion".into(),
+                    json!(g.desired_release),
                 );
             }
             return Ok(json!({ "NodeDetails": details }));
@@ -536,34 +752,19 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
         Ok(v) => v,
         Err(e) => return validation(format!("invalid JSON: {e}")).into_response(),
     };
-    // Roles are asked of moto before the world is locked.
+    // moto is asked before the world is locked.
     let moto = state.lock().await.moto.clone();
-    let mut roles = Vec::new();
-    if op == "CreateCluster"
-        && let Some(moto) = &moto
-    {
-        for g in body
-            .get("InstanceGroups")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(role) = str_field(g, "ExecutionRole") {
-                let exists = match moto.role_exists(&region, role).await {
-                    Ok(e) => e,
-                    Err(e) => return e.into_response(),
-                };
-                roles.push((role.to_owned(), exists));
-            }
-        }
-    }
+    let lookups = match Lookups::gather(moto.as_ref(), &region, &op, &body).await {
+        Ok(l) => l,
+        Err(e) => return e.into_response(),
+    };
     let mut guard = state.lock().await;
     let w: &mut World = &mut guard;
     if let Some(e) = w.take_fault("sagemaker", &op) {
         return e.into_response();
     }
     let result = match op.as_str() {
-        "CreateCluster" => create_cluster(w, &region, &body, &roles),
+        "CreateCluster" => create_cluster(w, &region, &body, &lookups),
         "DescribeCluster" => w
             .hyperpod(str_field(&body, "ClusterName").unwrap_or_default())
             .map(|c| c.clone())
@@ -587,7 +788,7 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
                 .collect();
             Ok(json!({ "ClusterSummaries": summaries }))
         }
-        "UpdateCluster" => update_cluster(w, &body),
+        "UpdateCluster" => update_cluster(w, &body, &lookups),
         "DeleteCluster" => {
             let now = w.clock.now();
             w.hyperpod(str_field(&body, "ClusterName").unwrap_or_default())
@@ -598,6 +799,20 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
         }
         "ListClusterNodes" => list_nodes(w, &body),
         "DescribeClusterNode" => describe_node(w, &body),
+        "BatchDeleteClusterNodes" => nodes::batch_delete(w, &body),
+        "BatchRebootClusterNodes" => nodes::batch_reboot(w, &body),
+        "BatchReplaceClusterNodes" => nodes::batch_replace(w, &body),
+        "UpdateClusterSoftware" => nodes::update_software(w, &body),
+        "SearchTrainingPlanOfferings" => training_plans::search(w, &body),
+        "CreateTrainingPlan" => training_plans::create(w, &region, &body),
+        "DescribeTrainingPlan" => training_plans::describe(w, &body),
+        "ListTrainingPlans" => training_plans::list(w, &region, &body),
+        "CreateMlflowTrackingServer" => mlflow::create(w, &region, &body, &lookups),
+        "DescribeMlflowTrackingServer" => mlflow::describe(w, &body),
+        "ListMlflowTrackingServers" => mlflow::list(w, &region, &body),
+        "UpdateMlflowTrackingServer" => mlflow::update(w, &body),
+        "DeleteMlflowTrackingServer" => mlflow::delete(w, &body),
+        "CreatePresignedMlflowTrackingServerUrl" => mlflow::presigned_url(w, &body),
         other => Err(AwsError::new(
             400,
             "UnknownOperationException",

@@ -58,6 +58,12 @@ impl Clock {
         self.scale = scale;
     }
 
+    /// Jumps simulated time forward, for unit tests that need an exact instant.
+    #[cfg(test)]
+    pub fn advance(&mut self, secs: f64) {
+        self.base_sim += secs;
+    }
+
     /// A simulated instant as epoch seconds: boot time plus simulated seconds, so
     /// timestamps advance at the sim's speed.
     pub fn epoch(&self, sim: f64) -> f64 {

@@ -415,3 +415,284 @@ async fn injected_faults_throttle_fail_and_stick() {
         .unwrap();
     assert_eq!(c.status, Some(ClusterStatus::Active));
 }
+
+/// Managed node groups: CREATING → ACTIVE, UPDATING on a scaling change, DELETING →
+/// gone, a cluster that keeps its node groups cannot be deleted, and EKS's error codes
+/// for bad names, scaling, subnets, roles and a cluster that is not ACTIVE.
+#[tokio::test(flavor = "multi_thread")]
+async fn managed_node_groups() {
+    use aws_sdk_eks::types::{NodegroupScalingConfig, NodegroupStatus};
+    use support::{moto_call, set_time_scale, xml_tag};
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = eks_client(&sim_url).await;
+    let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}).to_string();
+    let node_role = xml_tag(
+        &moto_call(
+            &moto_url,
+            "iam",
+            &[
+                ("Action", "CreateRole"),
+                ("Version", "2010-05-08"),
+                ("RoleName", "hypd-nodes"),
+                ("AssumeRolePolicyDocument", &trust),
+            ],
+        )
+        .await,
+        "Arn",
+    );
+    let other_vpc = xml_tag(
+        &moto_call(
+            &moto_url,
+            "ec2",
+            &[
+                ("Action", "CreateVpc"),
+                ("Version", "2016-11-15"),
+                ("CidrBlock", "10.9.0.0/16"),
+            ],
+        )
+        .await,
+        "vpcId",
+    );
+    let foreign_subnet = xml_tag(
+        &moto_call(
+            &moto_url,
+            "ec2",
+            &[
+                ("Action", "CreateSubnet"),
+                ("Version", "2016-11-15"),
+                ("VpcId", &other_vpc),
+                ("CidrBlock", "10.9.0.0/24"),
+                ("AvailabilityZone", "us-east-1a"),
+            ],
+        )
+        .await,
+        "subnetId",
+    );
+    let scaling = |min, desired, max| {
+        NodegroupScalingConfig::builder()
+            .min_size(min)
+            .desired_size(desired)
+            .max_size(max)
+            .build()
+    };
+    let create = |name: &str, subnets: Vec<String>, role: &str, s: NodegroupScalingConfig| {
+        eks.create_nodegroup()
+            .cluster_name("ml-1")
+            .nodegroup_name(name)
+            .set_subnets(Some(subnets))
+            .node_role(role)
+            .scaling_config(s)
+            .instance_types("m5.2xlarge")
+            .labels("role", "system")
+            .send()
+    };
+
+    create_eks_cluster(&eks, &net, "ml-1", AuthenticationMode::Api).await;
+    let err = create("system", net.subnets.clone(), &node_role, scaling(1, 2, 3))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some("InvalidRequestException"),
+        "cluster not ACTIVE yet"
+    );
+    wait_for("cluster ACTIVE", || async {
+        eks.describe_cluster()
+            .name("ml-1")
+            .send()
+            .await
+            .unwrap()
+            .cluster
+            .unwrap()
+            .status
+            == Some(ClusterStatus::Active)
+    })
+    .await;
+
+    for (name, subnets, role, s, expected) in [
+        (
+            "bad name!",
+            net.subnets.clone(),
+            node_role.as_str(),
+            scaling(1, 2, 3),
+            "is invalid",
+        ),
+        (
+            "system",
+            vec!["subnet-0000dead".to_owned()],
+            &node_role,
+            scaling(1, 2, 3),
+            "does not exist",
+        ),
+        (
+            "system",
+            vec![foreign_subnet.clone()],
+            &node_role,
+            scaling(1, 2, 3),
+            "is not in the VPC of cluster ml-1",
+        ),
+        (
+            "system",
+            net.subnets.clone(),
+            "arn:aws:iam::123456789012:role/absent",
+            scaling(1, 2, 3),
+            "role doesn't exist",
+        ),
+        (
+            "system",
+            net.subnets.clone(),
+            &node_role,
+            scaling(3, 2, 4),
+            "Minimum capacity 3 can't be greater than desired size 2",
+        ),
+    ] {
+        let err = create(name, subnets, role, s).await.unwrap_err();
+        assert_eq!(err.code(), Some("InvalidParameterException"));
+        assert!(
+            err.message().unwrap().contains(expected),
+            "{:?}",
+            err.message()
+        );
+    }
+
+    let err = eks
+        .create_nodegroup()
+        .cluster_name("ml-1")
+        .nodegroup_name("al2")
+        .set_subnets(Some(net.subnets.clone()))
+        .node_role(&node_role)
+        .ami_type(aws_sdk_eks::types::AmiTypes::Al2X8664Gpu)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterException"));
+    assert!(
+        err.message()
+            .unwrap()
+            .contains("not supported for Kubernetes version 1.33"),
+        "{:?}",
+        err.message()
+    );
+
+    set_time_scale(&sim_url, 0.0).await;
+    let ng = create("system", net.subnets.clone(), &node_role, scaling(1, 2, 3))
+        .await
+        .unwrap()
+        .nodegroup
+        .unwrap();
+    assert_eq!(ng.status, Some(NodegroupStatus::Creating));
+    assert!(
+        ng.nodegroup_arn
+            .as_deref()
+            .unwrap()
+            .starts_with("arn:aws:eks:us-east-1:123456789012:nodegroup/ml-1/system/")
+    );
+    assert_eq!(ng.version.as_deref(), Some("1.33"));
+    let err = create("system", net.subnets.clone(), &node_role, scaling(1, 2, 3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ResourceInUseException"));
+    let err = eks
+        .update_nodegroup_config()
+        .cluster_name("ml-1")
+        .nodegroup_name("system")
+        .scaling_config(scaling(1, 3, 3))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ResourceInUseException"), "still CREATING");
+    set_time_scale(&sim_url, 600.0).await;
+    let status = || async {
+        eks.describe_nodegroup()
+            .cluster_name("ml-1")
+            .nodegroup_name("system")
+            .send()
+            .await
+            .ok()
+            .and_then(|o| o.nodegroup)
+            .and_then(|n| n.status)
+    };
+    wait_for("node group ACTIVE", || async {
+        status().await == Some(NodegroupStatus::Active)
+    })
+    .await;
+
+    set_time_scale(&sim_url, 0.0).await;
+    let update = eks
+        .update_nodegroup_config()
+        .cluster_name("ml-1")
+        .nodegroup_name("system")
+        .scaling_config(scaling(1, 3, 3))
+        .send()
+        .await
+        .unwrap()
+        .update
+        .unwrap();
+    assert_eq!(
+        update.r#type,
+        Some(aws_sdk_eks::types::UpdateType::ConfigUpdate)
+    );
+    assert_eq!(status().await, Some(NodegroupStatus::Updating));
+    set_time_scale(&sim_url, 600.0).await;
+    wait_for("update done", || async {
+        status().await == Some(NodegroupStatus::Active)
+    })
+    .await;
+    let ng = eks
+        .describe_nodegroup()
+        .cluster_name("ml-1")
+        .nodegroup_name("system")
+        .send()
+        .await
+        .unwrap()
+        .nodegroup
+        .unwrap();
+    assert_eq!(ng.scaling_config.unwrap().desired_size, Some(3));
+    assert_eq!(
+        ng.labels.unwrap().get("role").map(String::as_str),
+        Some("system")
+    );
+    let err = eks
+        .update_nodegroup_config()
+        .cluster_name("ml-1")
+        .nodegroup_name("system")
+        .scaling_config(scaling(1, 5, 3))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterException"));
+    let listed = eks
+        .list_nodegroups()
+        .cluster_name("ml-1")
+        .send()
+        .await
+        .unwrap()
+        .nodegroups
+        .unwrap();
+    assert_eq!(listed, ["system"]);
+
+    let err = eks.delete_cluster().name("ml-1").send().await.unwrap_err();
+    assert_eq!(err.code(), Some("ResourceInUseException"));
+    let deleted = eks
+        .delete_nodegroup()
+        .cluster_name("ml-1")
+        .nodegroup_name("system")
+        .send()
+        .await
+        .unwrap()
+        .nodegroup
+        .unwrap();
+    assert_eq!(deleted.status, Some(NodegroupStatus::Deleting));
+    wait_for("node group gone", || async { status().await.is_none() }).await;
+    let err = eks
+        .describe_nodegroup()
+        .cluster_name("ml-1")
+        .nodegroup_name("system")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ResourceNotFoundException"));
+    eks.delete_cluster().name("ml-1").send().await.unwrap();
+}

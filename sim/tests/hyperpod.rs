@@ -8,42 +8,14 @@ use aws_sdk_eks::types::AuthenticationMode;
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use aws_sdk_sagemaker::types::{
-    ClusterEbsVolumeConfig, ClusterInstanceGroupSpecification, ClusterInstanceStatus,
-    ClusterInstanceStorageConfig, ClusterInstanceType, ClusterLifeCycleConfig,
-    ClusterNodeProvisioningMode, ClusterNodeRecovery, ClusterOrchestrator,
-    ClusterOrchestratorEksConfig, ClusterStatus, DeepHealthCheckType, VpcConfig,
+    ClusterInstanceStatus, ClusterInstanceType, ClusterNodeProvisioningMode, ClusterNodeRecovery,
+    ClusterStatus,
 };
 use serde_json::json;
 use support::{
-    Network, control, create_eks_cluster, eks_client, moto, network, sdk_config, sim, wait_for,
+    control, create_eks_cluster, eks_client, eks_orchestrator, hyperpod_create, hyperpod_group,
+    moto, network, refused, sdk_config, sim, wait_for,
 };
-
-fn group(
-    net: &Network,
-    count: i32,
-    instance_type: ClusterInstanceType,
-) -> ClusterInstanceGroupSpecification {
-    ClusterInstanceGroupSpecification::builder()
-        .instance_group_name("gpu")
-        .instance_type(instance_type)
-        .instance_count(count)
-        .life_cycle_config(
-            ClusterLifeCycleConfig::builder()
-                .source_s3_uri("s3://sagemaker-hypd-shared/lifecycle/")
-                .on_create("on_create.sh")
-                .build(),
-        )
-        .execution_role(&net.role_arn)
-        .threads_per_core(2)
-        .instance_storage_configs(ClusterInstanceStorageConfig::EbsVolumeConfig(
-            ClusterEbsVolumeConfig::builder()
-                .volume_size_in_gb(500)
-                .build(),
-        ))
-        .on_start_deep_health_checks(DeepHealthCheckType::InstanceStress)
-        .on_start_deep_health_checks(DeepHealthCheckType::InstanceConnectivity)
-        .build()
-}
 
 async fn status(sm: &Client, name: &str) -> Option<ClusterStatus> {
     sm.describe_cluster()
@@ -74,24 +46,12 @@ async fn hyperpod_lifecycle_on_eks() {
         .arn
         .unwrap();
     let create = |count: i32| {
-        sm.create_cluster()
-            .cluster_name("ml-1")
-            .instance_groups(group(&net, count, ClusterInstanceType::MlP548Xlarge))
-            .vpc_config(
-                VpcConfig::builder()
-                    .set_subnets(Some(net.subnets.clone()))
-                    .security_group_ids("sg-1")
-                    .build(),
-            )
-            .orchestrator(
-                ClusterOrchestrator::builder()
-                    .eks(
-                        ClusterOrchestratorEksConfig::builder()
-                            .cluster_arn(&eks_arn)
-                            .build(),
-                    )
-                    .build(),
-            )
+        hyperpod_create(&sm, "ml-1", &eks_arn, &net)
+            .instance_groups(hyperpod_group(
+                &net,
+                count,
+                ClusterInstanceType::MlP548Xlarge,
+            ))
             .node_recovery(ClusterNodeRecovery::Automatic)
             .node_provisioning_mode(ClusterNodeProvisioningMode::Continuous)
             .send()
@@ -173,7 +133,7 @@ async fn hyperpod_lifecycle_on_eks() {
     // Growing the group: nodes launch and go through their health checks again.
     sm.update_cluster()
         .cluster_name("ml-1")
-        .instance_groups(group(&net, 3, ClusterInstanceType::MlP548Xlarge))
+        .instance_groups(hyperpod_group(&net, 3, ClusterInstanceType::MlP548Xlarge))
         .send()
         .await
         .unwrap();
@@ -197,7 +157,7 @@ async fn hyperpod_lifecycle_on_eks() {
     let err = sm
         .update_cluster()
         .cluster_name("ml-1")
-        .instance_groups(group(&net, 3, ClusterInstanceType::MlP4D24Xlarge))
+        .instance_groups(hyperpod_group(&net, 3, ClusterInstanceType::MlP4D24Xlarge))
         .send()
         .await
         .unwrap_err();
@@ -219,7 +179,7 @@ async fn hyperpod_lifecycle_on_eks() {
     let err = sm
         .update_cluster()
         .cluster_name("ml-1")
-        .instance_groups(group(&net, 4, ClusterInstanceType::MlP548Xlarge))
+        .instance_groups(hyperpod_group(&net, 4, ClusterInstanceType::MlP548Xlarge))
         .send()
         .await
         .unwrap_err();
@@ -250,30 +210,53 @@ async fn hyperpod_refuses_bad_input() {
     let net = network(&moto_url).await;
     let (_sim, sim_url) = sim(&moto_url, 600.0);
     let sm = Client::new(&sdk_config(&sim_url).await);
-    let orchestrator = |arn: &str| {
-        ClusterOrchestrator::builder()
-            .eks(
-                ClusterOrchestratorEksConfig::builder()
-                    .cluster_arn(arn)
-                    .build(),
-            )
-            .build()
-    };
 
     let err = sm
         .create_cluster()
         .cluster_name("bad_name")
-        .instance_groups(group(&net, 1, ClusterInstanceType::MlP548Xlarge))
+        .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge))
         .send()
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("ValidationException"));
+    let (code, message) = refused(
+        sm.create_cluster()
+            .cluster_name("c".repeat(64))
+            .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge))
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(
+        message.contains("at 'clusterName' failed to satisfy constraint"),
+        "{message}"
+    );
+    let (code, message) = refused(
+        sm.create_cluster()
+            .cluster_name("c0")
+            .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge))
+            .vpc_config(
+                aws_sdk_sagemaker::types::VpcConfig::builder()
+                    .subnets("subnet-0000dead")
+                    .security_group_ids(&net.security_group)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(
+        message.contains("Invalid subnet ID 'subnet-0000dead' in VpcConfig"),
+        "{message}"
+    );
 
     let err = sm
         .create_cluster()
         .cluster_name("c1")
-        .instance_groups(group(&net, 1, ClusterInstanceType::MlP548Xlarge))
-        .orchestrator(orchestrator(
+        .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge))
+        .orchestrator(eks_orchestrator(
             "arn:aws:eks:us-east-1:123456789012:cluster/nope",
         ))
         .send()
@@ -286,7 +269,7 @@ async fn hyperpod_refuses_bad_input() {
         err.message()
     );
 
-    let mut missing_role = group(&net, 1, ClusterInstanceType::MlP548Xlarge);
+    let mut missing_role = hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge);
     missing_role.execution_role = Some("arn:aws:iam::123456789012:role/absent".into());
     let err = sm
         .create_cluster()
@@ -304,4 +287,226 @@ async fn hyperpod_refuses_bad_input() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("ResourceNotFound"));
+}
+
+/// The instance-type table's rules (EFA-only, threads per core, Spot), VPC overrides
+/// that must exist in moto, and fields UpdateCluster refuses to change.
+#[tokio::test(flavor = "multi_thread")]
+async fn hyperpod_instance_type_and_network_rules() {
+    use aws_sdk_sagemaker::types::{
+        ClusterCapacityRequirements, ClusterInterfaceType, ClusterNetworkInterface,
+        ClusterOnDemandOptions, ClusterSpotOptions, VpcConfig,
+    };
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = eks_client(&sim_url).await;
+    let sm = Client::new(&sdk_config(&sim_url).await);
+    let eks_arn = support::active_eks_cluster(&eks, &net, "ml").await;
+    let efa_only = || {
+        ClusterNetworkInterface::builder()
+            .interface_type(ClusterInterfaceType::EfaOnly)
+            .build()
+    };
+
+    // EFA-only needs several EFA cards: g5.8xlarge has one.
+    let mut g = hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge);
+    g.network_interface = Some(efa_only());
+    let (code, message) = refused(
+        hyperpod_create(&sm, "efa-g5", &eks_arn, &net)
+            .instance_groups(g)
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(message.contains("efa-only"), "{message}");
+
+    // ThreadsPerCore values come from the table, which a test can change.
+    let mut g = hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge);
+    g.threads_per_core = Some(4);
+    let (code, message) = refused(
+        hyperpod_create(&sm, "threads", &eks_arn, &net)
+            .instance_groups(g)
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(message.contains("ThreadsPerCore 4"), "{message}");
+    let table = control(
+        &sim_url,
+        reqwest::Method::PUT,
+        "/_sim/sagemaker/instance-types",
+        json!({"ml.trn1.32xlarge": {
+            "gpus": 0, "gpu_memory_gib": 512, "efa_interfaces": 8, "efa_only": false,
+            "vcpus": 128, "memory_gib": 512, "threads_per_core": [1], "spot": false,
+            "default_quota": 4
+        }}),
+    )
+    .await;
+    assert_eq!(
+        table["instance_types"]["ml.p5.48xlarge"]["efa_interfaces"],
+        32
+    );
+    let (code, message) = refused(
+        hyperpod_create(&sm, "threads", &eks_arn, &net)
+            .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlTrn132Xlarge))
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(message.contains("supported values: [1]"), "{message}");
+
+    // Spot: EKS with continuous provisioning only, and not where the type has none.
+    let spot = || {
+        ClusterCapacityRequirements::builder()
+            .spot(ClusterSpotOptions::builder().build())
+            .build()
+    };
+    let mut g = hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge);
+    g.capacity_requirements = Some(spot());
+    let (code, message) = refused(
+        hyperpod_create(&sm, "spot", &eks_arn, &net)
+            .instance_groups(g.clone())
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(message.contains("Continuous"), "{message}");
+    let mut p4de = hyperpod_group(&net, 1, ClusterInstanceType::MlP4De24Xlarge);
+    p4de.capacity_requirements = Some(spot());
+    let (code, message) = refused(
+        hyperpod_create(&sm, "spot", &eks_arn, &net)
+            .node_provisioning_mode(ClusterNodeProvisioningMode::Continuous)
+            .instance_groups(p4de)
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ValidationException");
+    assert!(
+        message.contains("Spot capacity is not available"),
+        "{message}"
+    );
+
+    // OverrideVpcConfig: its subnets and security groups must exist.
+    for (subnet, group, what) in [
+        ("subnet-0000dead", net.security_group.as_str(), "subnet"),
+        (net.subnets[0].as_str(), "sg-0000dead", "security group"),
+    ] {
+        let mut g = hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge);
+        g.override_vpc_config = Some(
+            VpcConfig::builder()
+                .subnets(subnet)
+                .security_group_ids(group)
+                .build(),
+        );
+        let (code, message) = refused(
+            hyperpod_create(&sm, "override", &eks_arn, &net)
+                .instance_groups(g)
+                .send()
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(code, "ValidationException");
+        assert!(
+            message.contains(what) && message.contains("OverrideVpcConfig"),
+            "{message}"
+        );
+    }
+
+    // Accepted: EFA-only on p5, Spot on g5 with continuous provisioning.
+    let mut p5 = hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge);
+    p5.network_interface = Some(efa_only());
+    p5.override_vpc_config = Some(
+        VpcConfig::builder()
+            .subnets(&net.subnets[0])
+            .security_group_ids(&net.security_group)
+            .build(),
+    );
+    let mut spot_group = g.clone();
+    spot_group.instance_group_name = Some("spot".into());
+    hyperpod_create(&sm, "fabric", &eks_arn, &net)
+        .node_provisioning_mode(ClusterNodeProvisioningMode::Continuous)
+        .instance_groups(p5.clone())
+        .instance_groups(spot_group.clone())
+        .send()
+        .await
+        .unwrap();
+    support::hyperpod_ready(&sm, "fabric").await;
+    let nodes = sm
+        .list_cluster_nodes()
+        .cluster_name("fabric")
+        .instance_group_name_contains("spot")
+        .send()
+        .await
+        .unwrap()
+        .cluster_node_summaries
+        .unwrap();
+    let node = sm
+        .describe_cluster_node()
+        .cluster_name("fabric")
+        .node_id(nodes[0].instance_id.clone().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .node_details
+        .unwrap();
+    assert_eq!(
+        node.capacity_type,
+        Some(aws_sdk_sagemaker::types::ClusterCapacityType::Spot)
+    );
+
+    // UpdateCluster keeps the interface type, the capacity type and the VPC override.
+    let mut plain = p5.clone();
+    plain.network_interface = None;
+    let mut on_demand = spot_group.clone();
+    on_demand.capacity_requirements = Some(
+        ClusterCapacityRequirements::builder()
+            .on_demand(ClusterOnDemandOptions::builder().build())
+            .build(),
+    );
+    let mut moved = p5.clone();
+    moved.override_vpc_config = Some(
+        VpcConfig::builder()
+            .subnets(&net.subnets[1])
+            .security_group_ids(&net.security_group)
+            .build(),
+    );
+    for (groups, field) in [
+        (vec![plain, spot_group.clone()], "NetworkInterface"),
+        (vec![p5.clone(), on_demand], "CapacityRequirements"),
+        (vec![moved, spot_group.clone()], "OverrideVpcConfig"),
+    ] {
+        let (code, message) = refused(
+            sm.update_cluster()
+                .cluster_name("fabric")
+                .set_instance_groups(Some(groups))
+                .send()
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(code, "ValidationException");
+        assert!(
+            message.starts_with(field) && message.contains("cannot be updated"),
+            "{message}"
+        );
+    }
+
+    // More instances than the quota.
+    let (code, message) = refused(
+        hyperpod_create(&sm, "big", &eks_arn, &net)
+            .instance_groups(hyperpod_group(&net, 5, ClusterInstanceType::MlP548Xlarge))
+            .send()
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ResourceLimitExceeded");
+    assert!(
+        message.contains("ml.p5.48xlarge for cluster usage"),
+        "{message}"
+    );
 }

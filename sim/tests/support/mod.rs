@@ -101,7 +101,10 @@ pub fn xml_tag(xml: &str, name: &str) -> String {
 }
 
 pub struct Network {
+    pub vpc: String,
+    /// In us-east-1a and us-east-1b.
     pub subnets: Vec<String>,
+    pub security_group: String,
     pub role_arn: String,
 }
 
@@ -135,6 +138,21 @@ pub async fn network(moto: &str) -> Network {
         .await;
         subnets.push(xml_tag(&xml, "subnetId"));
     }
+    let security_group = xml_tag(
+        &moto_call(
+            moto,
+            "ec2",
+            &[
+                ("Action", "CreateSecurityGroup"),
+                ("Version", "2016-11-15"),
+                ("VpcId", &vpc),
+                ("GroupName", "hypd-nodes"),
+                ("GroupDescription", "hypd nodes"),
+            ],
+        )
+        .await,
+        "groupId",
+    );
     let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}]}).to_string();
     let xml = moto_call(
         moto,
@@ -148,7 +166,9 @@ pub async fn network(moto: &str) -> Network {
     )
     .await;
     Network {
+        vpc,
         subnets,
+        security_group,
         role_arn: xml_tag(&xml, "Arn"),
     }
 }
@@ -228,4 +248,150 @@ pub async fn create_eks_cluster(
         .send()
         .await
         .unwrap();
+}
+
+pub async fn sagemaker_client(sim_url: &str) -> aws_sdk_sagemaker::Client {
+    aws_sdk_sagemaker::Client::new(&sdk_config(sim_url).await)
+}
+
+/// Freezes (0) or restarts the sim's clock, so a test can look at a transitional
+/// state without racing it.
+pub async fn set_time_scale(sim_url: &str, time_scale: f64) {
+    control(
+        sim_url,
+        reqwest::Method::PUT,
+        "/_sim/clock",
+        json!({ "time_scale": time_scale }),
+    )
+    .await;
+}
+
+/// Injects a fault through the control API and returns its id.
+pub async fn inject(sim_url: &str, fault: serde_json::Value) -> u64 {
+    control(sim_url, reqwest::Method::POST, "/_sim/faults", fault).await["id"]
+        .as_u64()
+        .unwrap()
+}
+
+/// An EKS cluster in API mode, waited for until ACTIVE; its ARN.
+pub async fn active_eks_cluster(eks: &aws_sdk_eks::Client, net: &Network, name: &str) -> String {
+    create_eks_cluster(eks, net, name, aws_sdk_eks::types::AuthenticationMode::Api).await;
+    let describe = || async {
+        eks.describe_cluster()
+            .name(name)
+            .send()
+            .await
+            .unwrap()
+            .cluster
+            .unwrap()
+    };
+    wait_for("EKS ACTIVE", || async {
+        describe().await.status == Some(aws_sdk_eks::types::ClusterStatus::Active)
+    })
+    .await;
+    describe().await.arn.unwrap()
+}
+
+pub fn eks_orchestrator(eks_arn: &str) -> aws_sdk_sagemaker::types::ClusterOrchestrator {
+    use aws_sdk_sagemaker::types::{ClusterOrchestrator, ClusterOrchestratorEksConfig};
+    ClusterOrchestrator::builder()
+        .eks(
+            ClusterOrchestratorEksConfig::builder()
+                .cluster_arn(eks_arn)
+                .build(),
+        )
+        .build()
+}
+
+/// A HyperPod instance group named `gpu` with storage, threads per core and deep
+/// health checks; tests change its public fields for other cases.
+pub fn hyperpod_group(
+    net: &Network,
+    count: i32,
+    instance_type: aws_sdk_sagemaker::types::ClusterInstanceType,
+) -> aws_sdk_sagemaker::types::ClusterInstanceGroupSpecification {
+    use aws_sdk_sagemaker::types::{
+        ClusterEbsVolumeConfig, ClusterInstanceGroupSpecification, ClusterInstanceStorageConfig,
+        ClusterLifeCycleConfig, DeepHealthCheckType,
+    };
+    ClusterInstanceGroupSpecification::builder()
+        .instance_group_name("gpu")
+        .instance_type(instance_type)
+        .instance_count(count)
+        .life_cycle_config(
+            ClusterLifeCycleConfig::builder()
+                .source_s3_uri("s3://sagemaker-hypd-shared/lifecycle/")
+                .on_create("on_create.sh")
+                .build(),
+        )
+        .execution_role(&net.role_arn)
+        .threads_per_core(2)
+        .instance_storage_configs(ClusterInstanceStorageConfig::EbsVolumeConfig(
+            ClusterEbsVolumeConfig::builder()
+                .volume_size_in_gb(500)
+                .build(),
+        ))
+        .on_start_deep_health_checks(DeepHealthCheckType::InstanceStress)
+        .on_start_deep_health_checks(DeepHealthCheckType::InstanceConnectivity)
+        .build()
+}
+
+/// CreateCluster on an EKS orchestrator in the network's subnets and security group;
+/// the caller adds instance groups and sends.
+pub fn hyperpod_create(
+    sm: &aws_sdk_sagemaker::Client,
+    name: &str,
+    eks_arn: &str,
+    net: &Network,
+) -> aws_sdk_sagemaker::operation::create_cluster::builders::CreateClusterFluentBuilder {
+    sm.create_cluster()
+        .cluster_name(name)
+        .vpc_config(
+            aws_sdk_sagemaker::types::VpcConfig::builder()
+                .set_subnets(Some(net.subnets.clone()))
+                .security_group_ids(&net.security_group)
+                .build(),
+        )
+        .orchestrator(eks_orchestrator(eks_arn))
+}
+
+/// Waits until every node of a HyperPod cluster is Running and the cluster InService.
+pub async fn hyperpod_ready(sm: &aws_sdk_sagemaker::Client, name: &str) {
+    use aws_sdk_sagemaker::types::{ClusterInstanceStatus, ClusterStatus};
+    wait_for(
+        &format!("{name} InService with every node Running"),
+        || async {
+            let d = sm
+                .describe_cluster()
+                .cluster_name(name)
+                .send()
+                .await
+                .unwrap();
+            let nodes = sm
+                .list_cluster_nodes()
+                .cluster_name(name)
+                .send()
+                .await
+                .unwrap()
+                .cluster_node_summaries
+                .unwrap_or_default();
+            d.cluster_status == Some(ClusterStatus::Inservice)
+                && nodes.iter().all(|n| {
+                    n.instance_status.as_ref().and_then(|s| s.status.clone())
+                        == Some(ClusterInstanceStatus::Running)
+                })
+        },
+    )
+    .await;
+}
+
+/// The AWS error code and message of a failed call.
+pub fn refused<E: aws_sdk_sagemaker::error::ProvideErrorMetadata, R>(
+    err: aws_sdk_sagemaker::error::SdkError<E, R>,
+) -> (String, String) {
+    use aws_sdk_sagemaker::error::ProvideErrorMetadata;
+    (
+        err.code().unwrap_or_default().to_owned(),
+        err.message().unwrap_or_default().to_owned(),
+    )
 }
