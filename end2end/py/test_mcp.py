@@ -186,3 +186,39 @@ def test_import_cluster_through_mcp(hypd, sim):
     anyio.run(import_and_follow, http_transport(hypd, hypd.admin_token), sim)
     entries = httpx.get(f"{sim}/clusters/mcp-eks/access-entries").json()["accessEntries"]
     assert len(entries) == 1, entries
+
+
+async def create_and_follow(server):
+    """create_cluster through MCP: the same field errors as REST, then the whole pipeline."""
+    async with Client(server) as client:
+        bad = await client.call_tool(
+            "create_cluster",
+            {"name": "mcp-gpu", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge",
+             "instance_count": 0, "efa_only": True},
+        )
+        assert bad.is_error
+        fields = sorted(e["field"] for e in bad.structured_content["error"]["errors"])
+        assert fields == ["efa_only", "instance_count"], bad.structured_content
+
+        started = structured(
+            await client.call_tool(
+                "create_cluster",
+                {"name": "mcp-gpu", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge",
+                 "instance_count": 1},
+            )
+        )
+        while True:
+            waited = structured(
+                await client.call_tool("wait_operation", {"operation_id": started["operation_id"], "timeout_seconds": 60})
+            )
+            if not waited["timed_out"]:
+                break
+        op = waited["operation"]
+        assert op["state"] == "succeeded", op
+        assert op["stages"][-1]["name"] == "activate"
+        cluster = structured(await client.call_tool("get_cluster", {"name": "mcp-gpu"}))
+        assert cluster["status"] == "active" and cluster["hyperpod_cluster_arn"], cluster
+
+
+def test_create_cluster_through_mcp(hypd):
+    anyio.run(create_and_follow, http_transport(hypd, hypd.admin_token))

@@ -117,6 +117,22 @@ impl Aws {
         aws_sdk_eks::Client::from_conf(conf)
     }
 
+    pub fn iam(&self, region: &str) -> aws_sdk_iam::Client {
+        let conf = aws_sdk_iam::config::Builder::from(&self.config)
+            .region(aws_sdk_iam::config::Region::new(region.to_owned()))
+            .build();
+        aws_sdk_iam::Client::from_conf(conf)
+    }
+
+    pub fn s3(&self, region: &str) -> aws_sdk_s3::Client {
+        // Path-style: bucket names with dots, and S3-compatible endpoints, need it.
+        let conf = aws_sdk_s3::config::Builder::from(&self.config)
+            .region(aws_sdk_s3::config::Region::new(region.to_owned()))
+            .force_path_style(true)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    }
+
     pub fn sagemaker(&self, region: &str) -> aws_sdk_sagemaker::Client {
         let conf = aws_sdk_sagemaker::config::Builder::from(&self.config)
             .region(aws_sdk_sagemaker::config::Region::new(region.to_owned()))

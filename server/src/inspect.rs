@@ -12,7 +12,7 @@ use app::api::inspect::{
     Accelerator, AcceleratorKind, AvailabilityZone, Freshness, InstanceTypeInfo, RegionInfo,
     efa_only_allowed,
 };
-use aws_sdk_ec2::types::{Filter, InstanceTypeInfo as Ec2Type, LocationType};
+use aws_sdk_ec2::types::{InstanceTypeInfo as Ec2Type, LocationType};
 use tokio::sync::Mutex;
 
 use crate::aws::{Aws, UpstreamError};
@@ -211,16 +211,9 @@ async fn fetch_instance_types(aws: &Aws, region: &str) -> Result<Vec<InstanceTyp
     }
 
     let mut types = Vec::new();
-    let mut pages = client
-        .describe_instance_types()
-        .filters(
-            Filter::builder()
-                .name("current-generation")
-                .values("true")
-                .build(),
-        )
-        .into_paginator()
-        .send();
+    // Every type, previous generations too: HyperPod offers some (ml.p4d, ml.g5) that
+    // EC2 data sources do not always mark as current.
+    let mut pages = client.describe_instance_types().into_paginator().send();
     while let Some(page) = pages.next().await {
         let page = page.map_err(|e| UpstreamError::from_sdk("ec2", "DescribeInstanceTypes", e))?;
         types.extend(

@@ -7,7 +7,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app::api::clusters::{ClusterList, ClusterSummary, GetCluster, ImportCluster, ListClusters};
+use app::api::clusters::{
+    ClusterList, ClusterSummary, CreateCluster, DeleteCluster, GetCluster, ImportCluster,
+    ListClusters,
+};
 use app::api::inspect::{
     AvailabilityZoneList, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
     RegionList, Whoami, WhoamiOutput,
@@ -316,6 +319,88 @@ impl Handler<RetryOperation> for Service {
 impl Handler<CancelOperation> for Service {
     async fn handle(&self, actor: &Actor, r: CancelOperation) -> Result<Operation, ApiError> {
         control::cancel(&self.store, &self.wake, actor, &r.operation_id).await
+    }
+}
+
+impl Service {
+    /// Pre-flight: `zone` is an AZ of `region` and offers the HyperPod type's instances.
+    async fn check_zone_and_type(
+        &self,
+        region: &str,
+        zone: &str,
+        ml_type: &str,
+    ) -> Result<(), ApiError> {
+        let (zones, _) = self.inspector.zones(&self.aws, region, false).await?;
+        if !zones.iter().any(|z| z.name == zone) {
+            return Err(ApiError::field(
+                "availability_zone",
+                format!(
+                    "{zone} is not an Availability Zone of {region}; choose one of: {}",
+                    zones
+                        .iter()
+                        .map(|z| z.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        let (types, _) = self
+            .inspector
+            .instance_types(&self.aws, region, false)
+            .await?;
+        match types.iter().find(|t| t.hyperpod_instance_type == ml_type) {
+            None => Err(ApiError::field(
+                "instance_type",
+                format!("{ml_type} is not an instance type EC2 offers in {region}"),
+            )),
+            Some(t) if !t.offered_in.iter().any(|z| z == zone) => Err(ApiError::field(
+                "instance_type",
+                format!(
+                    "{ml_type} is not offered in {zone}; it is offered in: {}",
+                    if t.offered_in.is_empty() {
+                        "no zone of this region".to_owned()
+                    } else {
+                        t.offered_in.join(", ")
+                    }
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+impl Handler<CreateCluster> for Service {
+    async fn handle(&self, actor: &Actor, r: CreateCluster) -> Result<OperationRef, ApiError> {
+        let submitted = submit(&self.store, actor, r, |r| async move {
+            let region = self.region(r.region.as_ref()).await?;
+            self.check_zone_and_type(
+                &region,
+                r.availability_zone.as_str(),
+                r.instance_type.as_str(),
+            )
+            .await?;
+            cluster::create::preflight(self, r, region).await
+        })
+        .await?;
+        self.wake.now();
+        Ok(submitted)
+    }
+}
+
+impl Handler<DeleteCluster> for Service {
+    async fn handle(&self, actor: &Actor, r: DeleteCluster) -> Result<OperationRef, ApiError> {
+        let submitted = submit(&self.store, actor, r, |r| async move {
+            if cluster::get(&self.store, r.name.as_str()).await?.is_none() {
+                return Err(ApiError::NotFound {
+                    resource: "cluster".into(),
+                    name: r.name.to_string(),
+                });
+            }
+            Ok(r)
+        })
+        .await?;
+        self.wake.now();
+        Ok(submitted)
     }
 }
 

@@ -79,6 +79,8 @@ pub struct Cluster {
     groups: Vec<Group>,
     /// An UpdateClusterSoftware is rolling over the nodes.
     system_update: bool,
+    /// `Tags` given at creation, as `[{Key, Value}]`; read back with ListTags.
+    tags: Value,
 }
 
 #[derive(Default)]
@@ -562,6 +564,7 @@ fn create_cluster(
         provisioning: provisioning.map(str::to_owned),
         groups,
         system_update: false,
+        tags: body.get("Tags").cloned().unwrap_or_else(|| json!([])),
     };
     let arn = cluster.arn();
     w.sagemaker.clusters.insert(name.to_owned(), cluster);
@@ -799,6 +802,7 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
         }
         "ListClusterNodes" => list_nodes(w, &body),
         "DescribeClusterNode" => describe_node(w, &body),
+        "ListTags" => list_tags(w, &body),
         "BatchDeleteClusterNodes" => nodes::batch_delete(w, &body),
         "BatchRebootClusterNodes" => nodes::batch_reboot(w, &body),
         "BatchReplaceClusterNodes" => nodes::batch_replace(w, &body),
@@ -823,4 +827,16 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
         Ok(v) => Json(v).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// ListTags for a HyperPod cluster's ARN (the only taggable resource the sim keeps).
+fn list_tags(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+    let arn = str_field(body, "ResourceArn").unwrap_or_default();
+    w.settle_sagemaker();
+    w.sagemaker
+        .clusters
+        .values()
+        .find(|c| c.arn() == arn)
+        .map(|c| json!({ "Tags": c.tags }))
+        .ok_or_else(|| validation(format!("Resource {arn} does not exist")))
 }

@@ -239,6 +239,30 @@ impl Command for CreateCluster {
     }
 }
 
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteCluster {
+    pub name: EksClusterName,
+    /// Re-sending a request with the same key returns the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+impl Command for DeleteCluster {
+    type Output = OperationRef;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "delete_cluster",
+        summary: "Delete a cluster and everything hypd created for it",
+        description: "Tears down, in order, what hypd created for the cluster and nothing else: the HyperPod cluster, EKS add-ons, the EKS cluster (or, for an imported cluster, only hypd's access entry), IAM roles and OIDC provider, the network (NAT, gateways, route tables, subnets, security group, VPC), and the shared bucket if it holds only hypd's lifecycle scripts (a bucket with data is kept and reported). Running workloads are lost. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Destructive,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Delete,
+        path: "/api/v1/clusters/{name}",
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

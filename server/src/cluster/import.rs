@@ -91,7 +91,14 @@ impl Pipeline for ImportCluster {
             .ok_or_else(|| ApiError::internal("import stored without a region"))?;
         match stage {
             "eks" => find_eks(cx, &region, self.name.as_str(), out).await,
-            "access" => grant_access(cx, &region, self.name.as_str(), out).await,
+            "access" => match grant_access(cx, &region, self.name.as_str()).await? {
+                Access::Granted { principal, managed } => {
+                    out.principal_arn = Some(principal);
+                    out.access_entry_managed = Some(managed);
+                    Ok(Progress::Done)
+                }
+                Access::Wait(p) => Ok(p),
+            },
             "hyperpod" => {
                 let wanted = self.hyperpod_cluster.as_ref().map(|c| c.as_str());
                 find_hyperpod(cx, &region, wanted, out).await
@@ -115,7 +122,7 @@ impl Pipeline for ImportCluster {
     }
 }
 
-fn eks_error<E, R>(call: &'static str, e: aws_sdk_eks::error::SdkError<E, R>) -> ApiError
+pub fn upstream_eks<E, R>(call: &'static str, e: aws_sdk_eks::error::SdkError<E, R>) -> ApiError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
@@ -156,7 +163,7 @@ pub async fn describe_eks(
             "name",
             format!("there is no EKS cluster named {name} in {region}"),
         )),
-        Err(e) => Err(eks_error("DescribeCluster", e)),
+        Err(e) => Err(upstream_eks("DescribeCluster", e)),
     }
 }
 
@@ -204,19 +211,24 @@ pub fn principal_arn(caller: &str) -> String {
     }
 }
 
-async fn grant_access(
-    cx: &Context,
-    region: &str,
-    name: &str,
-    out: &mut Outputs,
-) -> Result<Progress, ApiError> {
+/// Where granting hypd's access stands.
+pub enum Access {
+    /// hypd's principal has cluster-admin; `managed` when the entry carries hypd's tag.
+    Granted { principal: String, managed: bool },
+    /// The cluster must change first (authentication mode).
+    Wait(Progress),
+}
+
+/// Gives hypd's own principal cluster-admin through an access entry tagged as hypd's,
+/// switching a CONFIG_MAP-only cluster to API_AND_CONFIG_MAP first.
+pub async fn grant_access(cx: &Context, region: &str, name: &str) -> Result<Access, ApiError> {
     let eks = cx.aws.eks(region);
     let c = describe_eks(&cx.aws, region, name).await?;
     if c.status() == Some(&ClusterStatus::Updating) {
-        return Ok(Progress::wait(
+        return Ok(Access::Wait(Progress::wait(
             POLL,
             format!("EKS cluster {name} is UPDATING"),
-        ));
+        )));
     }
     let mode = c.access_config().and_then(|a| a.authentication_mode());
     if mode == Some(&AuthenticationMode::ConfigMap) {
@@ -230,11 +242,11 @@ async fn grant_access(
             )
             .send()
             .await
-            .map_err(|e| eks_error("UpdateClusterConfig", e))?;
-        return Ok(Progress::wait(
+            .map_err(|e| upstream_eks("UpdateClusterConfig", e))?;
+        return Ok(Access::Wait(Progress::wait(
             POLL,
             "switching the authentication mode to API_AND_CONFIG_MAP",
-        ));
+        )));
     }
     let identity = cx.aws.identity().await?;
     let principal = principal_arn(&identity.arn);
@@ -262,20 +274,18 @@ async fn grant_access(
                 Ok(_) => true,
                 // Made by a concurrent run of this step; the describe next time sees it.
                 Err(e) if e.code() == Some("ResourceInUseException") => true,
-                Err(e) => return Err(eks_error("CreateAccessEntry", e)),
+                Err(e) => return Err(upstream_eks("CreateAccessEntry", e)),
             }
         }
-        Err(e) => return Err(eks_error("DescribeAccessEntry", e)),
+        Err(e) => return Err(upstream_eks("DescribeAccessEntry", e)),
     };
-    out.principal_arn = Some(principal.clone());
-    out.access_entry_managed = Some(managed);
     let policies = eks
         .list_associated_access_policies()
         .cluster_name(name)
         .principal_arn(&principal)
         .send()
         .await
-        .map_err(|e| eks_error("ListAssociatedAccessPolicies", e))?;
+        .map_err(|e| upstream_eks("ListAssociatedAccessPolicies", e))?;
     let associated = policies
         .associated_access_policies()
         .iter()
@@ -291,9 +301,9 @@ async fn grant_access(
             .access_scope(scope)
             .send()
             .await
-            .map_err(|e| eks_error("AssociateAccessPolicy", e))?;
+            .map_err(|e| upstream_eks("AssociateAccessPolicy", e))?;
     }
-    Ok(Progress::Done)
+    Ok(Access::Granted { principal, managed })
 }
 
 /// Checks that HyperPod cluster `name` exists and names its orchestrator; a field error

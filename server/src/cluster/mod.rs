@@ -1,6 +1,9 @@
 //! The clusters hypd manages, as stored. Creation and import (which write these rows)
 //! are operations of their own; reads never call AWS.
 
+pub mod create;
+pub mod delete;
+pub mod dependencies;
 pub mod import;
 
 use app::api::clusters::ClusterSummary;
@@ -58,12 +61,25 @@ pub struct Record<'a> {
     pub hyperpod_cluster_arn: Option<&'a str>,
 }
 
+/// Writes the cluster's row (again, when a step runs twice).
+pub async fn record(store: &Store, r: &Record<'_>) -> Result<(), StoreError> {
+    write(store, r, None).await
+}
+
 /// Writes the cluster's row (again, when a step runs twice) and makes it `actor`'s
 /// active cluster, in one transaction.
 pub async fn record_and_activate(
     store: &Store,
     r: &Record<'_>,
     actor: &str,
+) -> Result<(), StoreError> {
+    write(store, r, Some(actor)).await
+}
+
+async fn write(
+    store: &Store,
+    r: &Record<'_>,
+    activate_for: Option<&str>,
 ) -> Result<(), StoreError> {
     let now = crate::clock::now();
     let written: Result<(), sqlx::Error> = on_pool!(store, |pool| {
@@ -84,15 +100,17 @@ pub async fn record_and_activate(
         .bind(&now)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "INSERT INTO active_clusters (actor, cluster, updated_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (actor) DO UPDATE SET cluster = $2, updated_at = $3",
-        )
-        .bind(actor)
-        .bind(r.name)
-        .bind(&now)
-        .execute(&mut *tx)
-        .await?;
+        if let Some(actor) = activate_for {
+            sqlx::query(
+                "INSERT INTO active_clusters (actor, cluster, updated_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (actor) DO UPDATE SET cluster = $2, updated_at = $3",
+            )
+            .bind(actor)
+            .bind(r.name)
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await
     }
     .await
@@ -109,4 +127,22 @@ pub async fn active(store: &Store, actor: &str) -> Result<Option<String>, StoreE
     .fetch_optional(pool)
     .await)?;
     Ok(row.map(|(c,)| c))
+}
+
+/// Removes the cluster's row and makes it nobody's active cluster.
+pub async fn forget(store: &Store, name: &str) -> Result<(), StoreError> {
+    let done: Result<(), sqlx::Error> = on_pool!(store, |pool| async {
+        let mut tx = pool.begin().await?;
+        sqlx::query("DELETE FROM active_clusters WHERE cluster = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM clusters WHERE name = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+    .await);
+    Ok(done?)
 }

@@ -82,7 +82,11 @@ pub trait Pipeline: Command + Clone {
 /// Calls `$m! { Type, … }` with every pipeline: the one list the worker dispatches on.
 macro_rules! for_each_pipeline {
     ($m:ident) => {
-        $m! { app::api::clusters::ImportCluster }
+        $m! {
+            app::api::clusters::CreateCluster,
+            app::api::clusters::ImportCluster,
+            app::api::clusters::DeleteCluster,
+        }
     };
 }
 

@@ -234,7 +234,13 @@ impl Worker {
                 Ok(Progress::Wait { after, message }) => {
                     let changed = s.state != OperationState::Waiting
                         || s.message.as_deref() != Some(message.as_str());
-                    let next = clock::after(after);
+                    let in_stage = s
+                        .started_at
+                        .as_deref()
+                        .and_then(clock::parse_time)
+                        .and_then(|t| t.elapsed().ok())
+                        .unwrap_or_default();
+                    let next = clock::after(poll_interval(in_stage, after));
                     s.state = OperationState::Waiting;
                     s.next_poll_at = Some(next.clone());
                     s.message = Some(message.clone());
@@ -301,6 +307,13 @@ fn is_transient(e: &ApiError) -> bool {
             )
         }
     }
+}
+
+/// How long a waiting stage sleeps: a quarter of the time it has waited so far, from
+/// 1 s up to the step's own interval. Quick transitions are seen quickly; a 15-minute
+/// creation is polled a few dozen times, not every second.
+fn poll_interval(in_stage: Duration, at_most: Duration) -> Duration {
+    (in_stage / 4).clamp(Duration::from_secs(1), at_most.max(Duration::from_secs(1)))
 }
 
 /// 2 s, 4 s, 8 s … at most a minute.
@@ -567,6 +580,24 @@ mod tests {
         assert!(!is_transient(&upstream(Some("InvalidParameterException"))));
         assert!(!is_transient(&upstream(Some("AccessDeniedException"))));
         assert!(!is_transient(&ApiError::field("name", "bad")));
+    }
+
+    #[test]
+    fn polls_start_fast_and_slow_down_to_the_steps_interval() {
+        let at_most = Duration::from_secs(30);
+        assert_eq!(
+            poll_interval(Duration::ZERO, at_most),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            poll_interval(Duration::from_secs(20), at_most),
+            Duration::from_secs(5)
+        );
+        assert_eq!(poll_interval(Duration::from_secs(600), at_most), at_most);
+        assert_eq!(
+            poll_interval(Duration::from_secs(600), Duration::ZERO),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

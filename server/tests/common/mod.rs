@@ -422,6 +422,26 @@ impl World {
         World { moto, sim }
     }
 
+    /// As `start`, but the sim asks moto whether the subnets, roles and buckets EKS and
+    /// HyperPod are given exist, as AWS would.
+    pub fn start_checked(time_scale: f64) -> World {
+        let moto = Moto::start();
+        let sim = Sim::start(Some(&moto.url), time_scale);
+        World { moto, sim }
+    }
+
+    /// An AWS SDK configuration for reading moto directly (to count what hypd made).
+    pub async fn moto_sdk(&self) -> aws_config::SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.moto.url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sts::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .load()
+            .await
+    }
+
     /// The standard AWS variables that point a hypd at this world.
     pub fn aws_env(&self) -> Vec<(&'static str, String)> {
         let mut env = self.moto.aws_env();

@@ -1,0 +1,430 @@
+//! `create_cluster` end to end against moto + hypd-sim (which checks subnets, roles and
+//! buckets against moto as AWS would): the operation succeeds and the world holds exactly
+//! the expected resources; bad inputs are field errors with nothing created; a provider
+//! failure in a stage stops the operation there and `retry_operation` finishes it with
+//! no duplicates.
+
+mod common;
+
+use common::{Hypd, World};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// 600 simulated seconds per real second: EKS takes ~1 s, HyperPod ~2 s.
+const FAST: f64 = 600.0;
+
+fn finish(hypd: &Hypd, token: &str, id: &str) -> Value {
+    for _ in 0..20 {
+        let (status, body) = hypd.call(
+            token,
+            Method::GET,
+            &format!("/api/v1/operations/{id}/wait?timeout_seconds=60"),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        if body["timed_out"] == false {
+            return body["operation"].clone();
+        }
+    }
+    panic!("operation {id} did not finish");
+}
+
+fn create(hypd: &Hypd, token: &str, body: Value) -> (u16, Value) {
+    hypd.call(token, Method::POST, "/api/v1/clusters", Some(body))
+}
+
+fn small(name: &str) -> Value {
+    json!({
+        "name": name,
+        "availability_zone": "us-east-1a",
+        "instance_type": "ml.g5.8xlarge",
+        "instance_count": 2,
+        "deep_health_checks": true,
+    })
+}
+
+/// What moto and the sim hold for cluster `name`, counted by kind.
+struct Counts {
+    vpcs: usize,
+    subnets: usize,
+    nat_gateways: usize,
+    addresses: usize,
+    internet_gateways: usize,
+    route_tables: usize,
+    s3_endpoints: usize,
+    security_groups: usize,
+    roles: usize,
+    oidc_providers: usize,
+    lifecycle_scripts: usize,
+    eks_clusters: usize,
+    addons: usize,
+    hyperpod_clusters: usize,
+}
+
+fn count(world: &World, name: &str) -> Counts {
+    // The sim is asked with a blocking client, outside the runtime that asks moto.
+    let (_, eks) = world.sim.call(Method::GET, "/clusters", None);
+    let eks_clusters = eks["clusters"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|c| *c == name).count());
+    let (_, addons) = world
+        .sim
+        .call(Method::GET, &format!("/clusters/{name}/addons"), None);
+    let hyperpod = hyperpod_clusters(world, name);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conf = world.moto_sdk().await;
+        let ec2 = aws_sdk_ec2::Client::new(&conf);
+        let ours = || {
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:hypd:cluster")
+                .values(name)
+                .build()
+        };
+        let vpcs = ec2.describe_vpcs().filters(ours()).send().await.unwrap();
+        let vpc_ids: Vec<String> = vpcs
+            .vpcs()
+            .iter()
+            .filter_map(|v| v.vpc_id().map(str::to_owned))
+            .collect();
+        let in_vpc = || {
+            aws_sdk_ec2::types::Filter::builder()
+                .name("vpc-id")
+                .set_values(Some(vpc_ids.clone()))
+                .build()
+        };
+        let subnets = ec2.describe_subnets().filters(ours()).send().await.unwrap();
+        let nats = ec2
+            .describe_nat_gateways()
+            .filter(ours())
+            .send()
+            .await
+            .unwrap();
+        // moto ignores tag filters on DescribeNatGateways: match the tags here.
+        let live_nats = nats
+            .nat_gateways()
+            .iter()
+            .filter(|g| g.state() != Some(&aws_sdk_ec2::types::NatGatewayState::Deleted))
+            .filter(|g| {
+                g.tags()
+                    .iter()
+                    .any(|t| t.key() == Some("hypd:cluster") && t.value() == Some(name))
+            })
+            .count();
+        // Tags are matched here: moto ignores tag filters on DescribeAddresses.
+        let eips = ec2.describe_addresses().send().await.unwrap();
+        let eips = eips
+            .addresses()
+            .iter()
+            .filter(|a| {
+                a.tags()
+                    .iter()
+                    .any(|t| t.key() == Some("hypd:cluster") && t.value() == Some(name))
+            })
+            .count();
+        let igws = ec2
+            .describe_internet_gateways()
+            .filters(ours())
+            .send()
+            .await
+            .unwrap();
+        let rts = ec2
+            .describe_route_tables()
+            .filters(ours())
+            .send()
+            .await
+            .unwrap();
+        let endpoints = ec2
+            .describe_vpc_endpoints()
+            .filters(in_vpc())
+            .send()
+            .await
+            .unwrap();
+        let sgs = ec2
+            .describe_security_groups()
+            .filters(in_vpc())
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("group-name")
+                    .values(format!("hypd-{name}-efa"))
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let iam = aws_sdk_iam::Client::new(&conf);
+        let roles = iam.list_roles().send().await.unwrap();
+        let prefix = format!("hypd-{name}-");
+        let oidc = iam.list_open_id_connect_providers().send().await.unwrap();
+        let mut oidc_providers = 0;
+        for p in oidc.open_id_connect_provider_list() {
+            let tags = iam
+                .list_open_id_connect_provider_tags()
+                .open_id_connect_provider_arn(p.arn().unwrap())
+                .send()
+                .await
+                .unwrap();
+            oidc_providers += usize::from(
+                tags.tags()
+                    .iter()
+                    .any(|t| t.key() == "hypd:cluster" && t.value() == name),
+            );
+        }
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&conf)
+                .force_path_style(true)
+                .build(),
+        );
+        let scripts = s3
+            .list_objects_v2()
+            .bucket(format!("hypd-{name}-123456789012"))
+            .prefix("hypd/lifecycle/")
+            .send()
+            .await
+            .map(|o| o.contents().len())
+            .unwrap_or(0);
+        Counts {
+            vpcs: vpcs.vpcs().len(),
+            subnets: subnets.subnets().len(),
+            nat_gateways: live_nats,
+            addresses: eips,
+            internet_gateways: igws.internet_gateways().len(),
+            route_tables: rts.route_tables().len(),
+            s3_endpoints: endpoints.vpc_endpoints().len(),
+            security_groups: sgs.security_groups().len(),
+            roles: roles
+                .roles()
+                .iter()
+                .filter(|r| r.role_name().starts_with(&prefix))
+                .count(),
+            oidc_providers,
+            lifecycle_scripts: scripts,
+            eks_clusters,
+            addons: addons["addons"].as_array().map_or(0, Vec::len),
+            hyperpod_clusters: hyperpod,
+        }
+    })
+}
+
+fn hyperpod_clusters(world: &World, name: &str) -> usize {
+    let resp = reqwest::blocking::Client::new()
+        .post(&world.sim.url)
+        .header("x-amz-target", "SageMaker.ListClusters")
+        .header("content-type", "application/x-amz-json-1.1")
+        .body("{}")
+        .send()
+        .unwrap();
+    let body: Value = resp.json().unwrap();
+    body["ClusterSummaries"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|c| c["ClusterName"] == name).count())
+}
+
+fn assert_complete(c: &Counts) {
+    assert_eq!(c.vpcs, 1, "VPC");
+    assert_eq!(c.subnets, 5, "2 public, 2 private, 1 compute subnet");
+    assert_eq!(c.nat_gateways, 1, "NAT gateway");
+    assert_eq!(c.addresses, 1, "NAT gateway's Elastic IP");
+    assert_eq!(c.oidc_providers, 1, "OIDC provider");
+    assert_eq!(c.internet_gateways, 1, "Internet gateway");
+    assert_eq!(c.route_tables, 2, "public and private route tables");
+    assert_eq!(c.s3_endpoints, 1, "S3 gateway endpoint");
+    assert_eq!(c.security_groups, 1, "EFA security group");
+    assert_eq!(c.roles, 2, "EKS cluster role and HyperPod execution role");
+    assert_eq!(c.lifecycle_scripts, 1, "lifecycle script");
+    assert_eq!(c.eks_clusters, 1, "EKS cluster");
+    assert_eq!(c.addons, 4, "EKS add-ons");
+    assert_eq!(c.hyperpod_clusters, 1, "HyperPod cluster");
+}
+
+#[test]
+fn create_through_rest_makes_exactly_the_expected_resources() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    let (status, started) = create(&hypd, &token, small("ml-a"));
+    assert_eq!(status, 200, "{started}");
+    let id = started["operation_id"].as_str().unwrap().to_owned();
+    let op = finish(&hypd, &token, &id);
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let names: Vec<&str> = op["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "network", "iam", "eks", "access", "addons", "hyperpod", "activate"
+        ]
+    );
+
+    let out = &op["outputs"];
+    assert!(
+        out["network"]["vpc_cidr"]
+            .as_str()
+            .unwrap()
+            .ends_with(".0.0/16")
+    );
+    assert_eq!(
+        out["network"]["private_subnet_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(out["network"]["availability_zones"][0], "us-east-1a");
+    assert!(
+        out["hyperpod"]["hyperpod_cluster_arn"]
+            .as_str()
+            .unwrap()
+            .contains(":cluster/")
+    );
+    assert_eq!(out["addons"].as_object().unwrap().len(), 4);
+    assert_complete(&count(&world, "ml-a"));
+
+    let (_, cluster) = hypd.call(&token, Method::GET, "/api/v1/clusters/ml-a", None);
+    assert_eq!(cluster["status"], "active", "{cluster}");
+    assert!(cluster["hyperpod_cluster_arn"].is_string());
+
+    // Its name is now taken: refused before anything is made.
+    let (status, again) = create(&hypd, &token, small("ml-a"));
+    assert_eq!(status, 422, "a created cluster's name is taken: {again}");
+    assert_eq!(again["error"]["errors"][0]["field"], "name");
+
+    // A second cluster gets its own, non-overlapping VPC.
+    let (_, second) = create(&hypd, &token, small("ml-b"));
+    let op_b = finish(&hypd, &token, second["operation_id"].as_str().unwrap());
+    assert_eq!(op_b["state"], "succeeded", "{op_b:#}");
+    assert_ne!(
+        op_b["outputs"]["network"]["vpc_cidr"],
+        out["network"]["vpc_cidr"]
+    );
+    assert_complete(&count(&world, "ml-b"));
+}
+
+#[test]
+fn bad_inputs_are_refused_before_anything_is_created() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    // A VPC the user already has.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ec2 = aws_sdk_ec2::Client::new(&world.moto_sdk().await);
+        ec2.create_vpc()
+            .cidr_block("10.7.0.0/16")
+            .send()
+            .await
+            .unwrap();
+    });
+    let cases = [
+        (
+            json!({"network": {"vpc_cidr": "10.7.0.0/16"}}),
+            "network.vpc_cidr",
+            "overlaps",
+        ),
+        (json!({"efa_only": true}), "efa_only", "EFA"),
+        (
+            json!({"availability_zone": "us-east-1z"}),
+            "availability_zone",
+            "not an Availability Zone",
+        ),
+        (json!({"instance_count": 0}), "instance_count", "at least 1"),
+        (
+            json!({"instance_type": "ml.nope.8xlarge"}),
+            "instance_type",
+            "not an instance type",
+        ),
+        (json!({"name": "bad_name"}), "name", ""),
+    ];
+    for (change, field, words) in cases {
+        let mut body = small("ml-bad");
+        body.as_object_mut()
+            .unwrap()
+            .extend(change.as_object().unwrap().clone());
+        let (status, answer) = create(&hypd, &token, body);
+        assert_eq!(status, 422, "{field}: {answer}");
+        let err = &answer["error"]["errors"][0];
+        assert_eq!(err["field"], field, "{answer}");
+        assert!(err["message"].as_str().unwrap().contains(words), "{answer}");
+    }
+    let (_, ops) = hypd.call(&token, Method::GET, "/api/v1/operations", None);
+    assert_eq!(ops["operations"].as_array().unwrap().len(), 0, "{ops}");
+    let counts = count(&world, "ml-bad");
+    assert_eq!((counts.vpcs, counts.roles, counts.eks_clusters), (0, 0, 0));
+}
+
+#[test]
+fn a_failure_in_each_provider_stage_stops_there_and_retry_finishes_it() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    let faults = [
+        ("eks", "eks", "CreateCluster", "InvalidParameterException"),
+        (
+            "access",
+            "eks",
+            "AssociateAccessPolicy",
+            "AccessDeniedException",
+        ),
+        ("addons", "eks", "CreateAddon", "InvalidParameterException"),
+        (
+            "hyperpod",
+            "sagemaker",
+            "CreateCluster",
+            "ValidationException",
+        ),
+    ];
+    for (i, (stage, service, call, code)) in faults.into_iter().enumerate() {
+        let name = format!("ml-f{i}");
+        let (status, _) = world.sim.call(
+            Method::POST,
+            "/_sim/faults",
+            Some(
+                json!({"service": service, "operation": call, "kind": "error",
+                        "code": code, "status": 400, "message": format!("injected into {call}")}),
+            ),
+        );
+        assert!(status < 300);
+        let (_, started) = create(&hypd, &token, small(&name));
+        let id = started["operation_id"].as_str().unwrap().to_owned();
+        let op = finish(&hypd, &token, &id);
+        assert_eq!(op["state"], "failed", "{stage}: {op:#}");
+        let failed = op["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["state"] == "failed")
+            .unwrap();
+        assert_eq!(failed["name"], stage, "{op:#}");
+        assert_eq!(failed["error"]["call"], call);
+        assert_eq!(failed["error"]["code"], code);
+        assert_eq!(failed["error"]["message"], format!("injected into {call}"));
+
+        let (status, _) = hypd.call(
+            &token,
+            Method::POST,
+            &format!("/api/v1/operations/{id}/retry"),
+            Some(json!({})),
+        );
+        assert_eq!(status, 200);
+        let op = finish(&hypd, &token, &id);
+        assert_eq!(op["state"], "succeeded", "{stage} after retry: {op:#}");
+        assert_complete(&count(&world, &name));
+    }
+    // Every cluster got its own EKS access entry for hypd, once.
+    for i in 0..4 {
+        let (_, entries) = world.sim.call(
+            Method::GET,
+            &format!("/clusters/ml-f{i}/access-entries"),
+            None,
+        );
+        assert_eq!(
+            entries["accessEntries"].as_array().unwrap().len(),
+            1,
+            "{entries}"
+        );
+    }
+}
