@@ -16,6 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 HYPD = Path(os.environ.get("HYPD_BIN", TARGET / "debug" / "hypd"))
+SIM = Path(os.environ.get("HYPD_SIM_BIN", TARGET / "debug" / "hypd-sim"))
 
 
 def free_port() -> int:
@@ -69,7 +70,25 @@ def moto():
 
 
 @pytest.fixture(scope="module")
-def hypd(moto):
+def sim():
+    """hypd-sim for EKS and SageMaker, 600x faster than AWS; it does not check names
+    against moto, so tests can create EKS clusters with made-up subnets."""
+    proc = subprocess.Popen(
+        [str(SIM), "--listen", "127.0.0.1:0", "--time-scale", "600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    m = re.search(r"listening on (http://\S+)", line)
+    assert m, f"hypd-sim did not start: {line!r}"
+    yield m.group(1)
+    proc.terminate()
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def hypd(moto, sim):
     data_dir = Path(tempfile.mkdtemp(prefix="hypd-py-"))
     env = {
         "PATH": os.environ["PATH"],
@@ -77,6 +96,8 @@ def hypd(moto):
         "HYPD_DATA_DIR": str(data_dir),
         "HYPD_PORT": "0",
         "AWS_ENDPOINT_URL": moto,
+        "AWS_ENDPOINT_URL_EKS": sim,
+        "AWS_ENDPOINT_URL_SAGEMAKER": sim,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",

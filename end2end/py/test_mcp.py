@@ -135,3 +135,54 @@ def test_unknown_method_is_method_not_found(hypd):
         [l for l in r.text.splitlines() if l.startswith("data:")][0][5:]
     )
     assert answer["error"]["code"] == -32601, answer
+
+
+async def import_and_follow(server, sim):
+    """import_cluster through MCP: field errors as tool errors, an operation to follow
+    with wait_operation, the same answer for the same request, retry/cancel refusals."""
+    async with Client(server) as client:
+        missing = await client.call_tool("import_cluster", {"name": "no-such-cluster"})
+        assert missing.is_error
+        err = missing.structured_content["error"]
+        assert err["kind"] == "validation" and err["errors"][0]["field"] == "name", err
+
+        started = structured(await client.call_tool("import_cluster", {"name": "mcp-eks"}))
+        assert started["status_command"] == "get_operation" and started["created"] is True
+        again = structured(await client.call_tool("import_cluster", {"name": "mcp-eks"}))
+        assert again["operation_id"] == started["operation_id"]
+
+        op_id = started["operation_id"]
+        while True:
+            waited = structured(
+                await client.call_tool("wait_operation", {"operation_id": op_id, "timeout_seconds": 30})
+            )
+            if not waited["timed_out"]:
+                break
+        op = waited["operation"]
+        assert op["state"] == "succeeded", op
+        assert [s["name"] for s in op["stages"]] == ["eks", "access", "hyperpod", "register"]
+        assert all(s["state"] == "succeeded" for s in op["stages"])
+
+        cluster = structured(await client.call_tool("get_cluster", {"name": "mcp-eks"}))
+        assert cluster["status"] == "imported"
+
+        retry = await client.call_tool("retry_operation", {"operation_id": op_id})
+        assert retry.is_error and retry.structured_content["error"]["errors"][0]["field"] == "operation_id"
+        cancel = await client.call_tool("cancel_operation", {"operation_id": op_id})
+        assert cancel.is_error and cancel.structured_content["error"]["kind"] == "conflict"
+
+
+def test_import_cluster_through_mcp(hypd, sim):
+    created = httpx.post(
+        f"{sim}/clusters",
+        json={
+            "name": "mcp-eks",
+            "roleArn": "arn:aws:iam::123456789012:role/eks-cluster",
+            "resourcesVpcConfig": {"subnetIds": ["subnet-0a", "subnet-0b"]},
+            "accessConfig": {"authenticationMode": "API"},
+        },
+    )
+    assert created.status_code == 200, created.text
+    anyio.run(import_and_follow, http_transport(hypd, hypd.admin_token), sim)
+    entries = httpx.get(f"{sim}/clusters/mcp-eks/access-entries").json()["accessEntries"]
+    assert len(entries) == 1, entries

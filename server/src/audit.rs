@@ -53,7 +53,7 @@ pub async fn record<T>(
             (kind.unwrap_or_else(|| "error".into()), Some(e.to_string()))
         }
     };
-    let id = format!("{}-{:08x}", clock::now(), rand_u32());
+    let id = clock::sortable_id("audit");
     let request = redact(request).to_string();
     let written = on_pool!(store, |pool| {
         sqlx::query(
@@ -79,12 +79,6 @@ pub async fn record<T>(
             tracing::error!(error = %e, actor = %actor.name, command, outcome, "audit record could not be written")
         }
     }
-}
-
-fn rand_u32() -> u32 {
-    let mut b = [0u8; 4];
-    let _ = getrandom::fill(&mut b);
-    u32::from_le_bytes(b)
 }
 
 /// The newest audit records (for tests and the console).

@@ -103,6 +103,27 @@ impl Aws {
         &self.config
     }
 
+    pub fn ec2(&self, region: &str) -> aws_sdk_ec2::Client {
+        let conf = aws_sdk_ec2::config::Builder::from(&self.config)
+            .region(aws_sdk_ec2::config::Region::new(region.to_owned()))
+            .build();
+        aws_sdk_ec2::Client::from_conf(conf)
+    }
+
+    pub fn eks(&self, region: &str) -> aws_sdk_eks::Client {
+        let conf = aws_sdk_eks::config::Builder::from(&self.config)
+            .region(aws_sdk_eks::config::Region::new(region.to_owned()))
+            .build();
+        aws_sdk_eks::Client::from_conf(conf)
+    }
+
+    pub fn sagemaker(&self, region: &str) -> aws_sdk_sagemaker::Client {
+        let conf = aws_sdk_sagemaker::config::Builder::from(&self.config)
+            .region(aws_sdk_sagemaker::config::Region::new(region.to_owned()))
+            .build();
+        aws_sdk_sagemaker::Client::from_conf(conf)
+    }
+
     /// The caller identity (STS GetCallerIdentity), cached for a minute on success.
     pub async fn identity(&self) -> Result<Identity, UpstreamError> {
         let mut cached = self.identity.lock().await;

@@ -12,6 +12,20 @@ pub fn after(d: Duration) -> String {
     format_time(SystemTime::now() + d)
 }
 
+/// A unique id that sorts by creation time: `prefix-`, the milliseconds since the epoch,
+/// then 64 random bits (all hex), so ids made in one millisecond on two replicas differ.
+pub fn sortable_id(prefix: &str) -> String {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let mut random = [0u8; 8];
+    // A failed read leaves zeros: still unique enough with the timestamp for audit rows,
+    // and the store's primary key refuses a real collision.
+    let _ = getrandom::fill(&mut random);
+    format!("{prefix}-{millis:012x}{:016x}", u64::from_le_bytes(random))
+}
+
 pub fn format_time(t: SystemTime) -> String {
     let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();

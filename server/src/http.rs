@@ -93,6 +93,11 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
         tracing::info!(file = %path.display(), "created the first admin token");
     }
 
+    // Resumes every unfinished operation, then follows new ones.
+    let worker =
+        crate::operation::worker::Worker::new(store.clone(), aws.clone(), service.wake.clone());
+    tokio::spawn(worker.run());
+
     let addr = SocketAddr::new(cfg.bind, cfg.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -113,13 +113,6 @@ impl Default for Inspector {
     }
 }
 
-fn ec2(aws: &Aws, region: &str) -> aws_sdk_ec2::Client {
-    let conf = aws_sdk_ec2::config::Builder::from(aws.sdk_config())
-        .region(aws_sdk_ec2::config::Region::new(region.to_owned()))
-        .build();
-    aws_sdk_ec2::Client::from_conf(conf)
-}
-
 impl Inspector {
     pub async fn regions(
         &self,
@@ -129,7 +122,8 @@ impl Inspector {
         let home = aws.region().unwrap_or_else(|| "us-east-1".to_owned());
         self.regions
             .get_or_fetch("all", refresh, || async {
-                let out = ec2(aws, &home)
+                let out = aws
+                    .ec2(&home)
                     .describe_regions()
                     .send()
                     .await
@@ -158,7 +152,8 @@ impl Inspector {
     ) -> Result<(Vec<AvailabilityZone>, Freshness), ApiError> {
         self.zones
             .get_or_fetch(region, refresh, || async {
-                let out = ec2(aws, region)
+                let out = aws
+                    .ec2(region)
                     .describe_availability_zones()
                     .send()
                     .await
@@ -195,7 +190,7 @@ impl Inspector {
 }
 
 async fn fetch_instance_types(aws: &Aws, region: &str) -> Result<Vec<InstanceTypeInfo>, ApiError> {
-    let client = ec2(aws, region);
+    let client = aws.ec2(region);
     let mut offered: HashMap<String, Vec<String>> = HashMap::new();
     let mut pages = client
         .describe_instance_type_offerings()

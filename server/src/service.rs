@@ -7,13 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app::api::clusters::{ClusterList, ClusterSummary, GetCluster, ListClusters};
+use app::api::clusters::{ClusterList, ClusterSummary, GetCluster, ImportCluster, ListClusters};
 use app::api::inspect::{
     AvailabilityZoneList, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
     RegionList, Whoami, WhoamiOutput,
 };
 use app::api::operations::{
-    GetOperation, ListOperations, Operation, OperationList, WaitOperation, WaitResult,
+    CancelOperation, GetOperation, ListOperations, Operation, OperationList, OperationRef,
+    RetryOperation, WaitOperation, WaitResult,
 };
 use app::api::tokens::{CreateToken, CreatedToken, ListTokens, RevokeToken, TokenInfo, TokenList};
 use app::api::values::Region;
@@ -23,6 +24,9 @@ use serde_json::Value;
 use crate::auth::{Actor, Auth, authorize};
 use crate::aws::Aws;
 use crate::inspect::Inspector;
+use crate::operation::control;
+use crate::operation::submit::submit;
+use crate::operation::worker::Wake;
 use crate::store::Store;
 use crate::{audit, cluster, operation};
 
@@ -40,6 +44,8 @@ pub struct Service {
     pub auth: Auth,
     pub aws: Arc<Aws>,
     pub sandbox: bool,
+    /// Wakes the operations worker when an operation is submitted or retried.
+    pub wake: Wake,
     inspector: Inspector,
 }
 
@@ -50,6 +56,7 @@ impl Service {
             store,
             aws,
             sandbox,
+            wake: Wake::default(),
             inspector: Inspector::default(),
         }
     }
@@ -297,6 +304,45 @@ impl Handler<WaitOperation> for Service {
             }
             tokio::time::sleep(WAIT_POLL.min(limit - elapsed)).await;
         }
+    }
+}
+
+impl Handler<RetryOperation> for Service {
+    async fn handle(&self, actor: &Actor, r: RetryOperation) -> Result<OperationRef, ApiError> {
+        control::retry(&self.store, &self.wake, actor, &r.operation_id).await
+    }
+}
+
+impl Handler<CancelOperation> for Service {
+    async fn handle(&self, actor: &Actor, r: CancelOperation) -> Result<Operation, ApiError> {
+        control::cancel(&self.store, &self.wake, actor, &r.operation_id).await
+    }
+}
+
+impl Handler<ImportCluster> for Service {
+    async fn handle(&self, actor: &Actor, r: ImportCluster) -> Result<OperationRef, ApiError> {
+        let submitted = submit(&self.store, actor, r, |mut r| async move {
+            let region = self.region(r.region.as_ref()).await?;
+            if cluster::get(&self.store, r.name.as_str()).await?.is_some() {
+                return Err(ApiError::field(
+                    "name",
+                    format!("{} is already managed by hypd", r.name),
+                ));
+            }
+            cluster::import::describe_eks(&self.aws, &region, r.name.as_str()).await?;
+            if let Some(hp) = &r.hyperpod_cluster {
+                cluster::import::describe_hyperpod(&self.aws, &region, hp.as_str()).await?;
+            }
+            r.region = Some(
+                region
+                    .parse()
+                    .map_err(|e: String| ApiError::field("region", e))?,
+            );
+            Ok(r)
+        })
+        .await?;
+        self.wake.now();
+        Ok(submitted)
     }
 }
 

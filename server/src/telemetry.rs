@@ -36,6 +36,10 @@ pub fn init_logging(cfg: &LogConfig) {
 pub const HTTP_REQUESTS: &str = "hypd_http_requests_total";
 pub const HTTP_DURATION: &str = "hypd_http_request_duration_seconds";
 pub const OPERATIONS: &str = "hypd_operations";
+/// The store transaction that records one transition of an operation (engine overhead).
+pub const TRANSITION_DURATION: &str = "hypd_operation_transition_seconds";
+/// One run of a stage's step: the provider calls it made.
+pub const STEP_DURATION: &str = "hypd_operation_step_seconds";
 
 /// Installs the process-wide Prometheus recorder once and returns its handle.
 pub fn metrics_handle() -> PrometheusHandle {
@@ -44,10 +48,10 @@ pub fn metrics_handle() -> PrometheusHandle {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(
-                    Matcher::Full(HTTP_DURATION.to_owned()),
+                    Matcher::Suffix("_seconds".to_owned()),
                     &[
-                        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                        10.0,
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0, 10.0, 30.0,
                     ],
                 )
                 .unwrap_or_else(|_| PrometheusBuilder::new());

@@ -62,7 +62,7 @@ impl Api {
             .args([
                 "-c",
                 "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); \
-                 c.execute(\"INSERT INTO operations VALUES (?, 'create_cluster', 'cluster/ml-1', ?, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')\", (sys.argv[2], sys.argv[3])); c.commit()",
+                 c.execute(\"INSERT INTO operations (id, command, target, state, created_at, updated_at) VALUES (?, 'create_cluster', 'cluster/ml-1', ?, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')\", (sys.argv[2], sys.argv[3])); c.commit()",
             ])
             .arg(&db)
             .args([id, state])

@@ -12,7 +12,7 @@ fn write_operation(hypd: &Hypd, id: &str, state: &str) {
     let db = hypd.data_dir.path().join("hypd.db");
     let script = "import sqlite3,sys,datetime; c=sqlite3.connect(sys.argv[1]); \
         now=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]+'Z'; \
-        c.execute(\"INSERT INTO operations VALUES (?, 'create_cluster', 'cluster/ml-1', ?, ?, ?) \
+        c.execute(\"INSERT INTO operations (id, command, target, state, created_at, updated_at) VALUES (?, 'create_cluster', 'cluster/ml-1', ?, ?, ?) \
         ON CONFLICT(id) DO UPDATE SET state=excluded.state, updated_at=excluded.updated_at\", \
         (sys.argv[2], sys.argv[3], now, now)); c.commit()";
     let ok = std::process::Command::new("python3")

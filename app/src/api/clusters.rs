@@ -5,7 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
-use super::values::ClusterName;
+use super::operations::OperationRef;
+use super::values::{ClusterName, EksClusterName, IdempotencyKey, Region};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterSummary {
@@ -62,5 +63,37 @@ impl Command for GetCluster {
         status_command: None,
         method: HttpMethod::Get,
         path: "/api/v1/clusters/{name}",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportCluster {
+    /// The existing EKS cluster's name; hypd manages it under the same name.
+    pub name: EksClusterName,
+    /// Its region; hypd's own when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<Region>,
+    /// The HyperPod cluster orchestrated by it, when there is more than one; found by its
+    /// EKS orchestrator when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyperpod_cluster: Option<ClusterName>,
+    /// Re-sending a request with the same key returns the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+impl Command for ImportCluster {
+    type Output = OperationRef;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "import_cluster",
+        summary: "Manage an existing EKS cluster (and its HyperPod cluster) with hypd",
+        description: "Adopts an existing, ACTIVE EKS cluster: grants hypd's own IAM principal cluster-admin through an EKS access entry, finds the HyperPod cluster it orchestrates (or the one named), records the cluster and makes it your active cluster. Nothing else is changed. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/import",
     };
 }

@@ -4,7 +4,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::error::ApiError;
 use super::values::WaitSeconds;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -52,6 +55,30 @@ impl OperationState {
     }
 }
 
+/// One step of an operation's plan. Stages run in order; each observes the world before
+/// acting, so running one again after a crash or a retry adopts what it already made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Stage {
+    /// Stable identifier, e.g. `network`.
+    pub name: String,
+    /// What it does, for people, e.g. `Network: VPC, subnets, gateways`.
+    pub title: String,
+    pub state: OperationState,
+    /// How many times it has been started (a retry or a resumed poll counts).
+    pub attempts: u32,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// While `waiting`: when the stage looks at the world again.
+    pub next_poll_at: Option<String>,
+    /// The latest progress note, e.g. `EKS cluster is CREATING`.
+    pub message: Option<String>,
+    /// Why it failed: for provider failures, the call, the error code, the provider's
+    /// message and request id.
+    pub error: Option<ApiError>,
+    /// Cancelling while this stage is current leaves nothing half-made.
+    pub cancellable: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Operation {
     pub operation_id: String,
@@ -60,8 +87,41 @@ pub struct Operation {
     /// What it acts on, e.g. `cluster/ml-1`.
     pub target: String,
     pub state: OperationState,
+    /// The token (user or agent) that asked for it.
+    pub requested_by: String,
     pub created_at: String,
     pub updated_at: String,
+    /// The plan, in order, with each stage's progress.
+    pub stages: Vec<Stage>,
+    /// What the stages produced so far (`vpc_id`, `eks_cluster_arn`, …).
+    pub outputs: BTreeMap<String, serde_json::Value>,
+    /// The failing stage's error, when `state` is `failed`.
+    pub error: Option<ApiError>,
+    /// `retry_operation` would resume it now.
+    pub retryable: bool,
+    /// `cancel_operation` would stop it safely now.
+    pub cancellable: bool,
+}
+
+impl Operation {
+    /// The stage that is running, waiting or failed, or the next to start.
+    pub fn current_stage(&self) -> Option<&Stage> {
+        self.stages
+            .iter()
+            .find(|s| s.state != OperationState::Succeeded)
+    }
+}
+
+/// What every mutation returns: the operation to follow and how.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OperationRef {
+    pub operation_id: String,
+    /// Call this (with `operation_id`) to follow it; `wait_operation` long-polls.
+    pub status_command: String,
+    pub state: OperationState,
+    /// False when the same request was already in progress (or the idempotency key was
+    /// used before): this is that operation, and nothing new was started.
+    pub created: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -151,5 +211,47 @@ impl Command for WaitOperation {
         status_command: None,
         method: HttpMethod::Get,
         path: "/api/v1/operations/{operation_id}/wait",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryOperation {
+    pub operation_id: String,
+}
+
+impl Command for RetryOperation {
+    type Output = OperationRef;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "retry_operation",
+        summary: "Resume a failed operation from its failed stage",
+        description: "Runs a failed operation again from the stage that failed; stages that succeeded are not repeated, and the failed stage first looks at what already exists, so nothing is created twice. Only failed operations can be retried (see retryable in get_operation). Follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/operations/{operation_id}/retry",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelOperation {
+    pub operation_id: String,
+}
+
+impl Command for CancelOperation {
+    type Output = Operation;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "cancel_operation",
+        summary: "Stop an operation whose current stage can be stopped safely",
+        description: "Cancels a pending, running or waiting operation when its current stage is cancellable (see cancellable in get_operation): remaining stages are not run, and what earlier stages created is kept (delete it with the matching delete command). A stage that is mid-call finishes that call first. Returns the operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/operations/{operation_id}/cancel",
     };
 }

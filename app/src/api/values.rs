@@ -268,6 +268,26 @@ fn check_token_name(s: &str) -> Result<(), String> {
     }
 }
 
+fn check_idempotency_key(s: &str) -> Result<(), String> {
+    let ok = (8..=128).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an idempotency key must be 8-128 characters of letters, digits, '-', '_', '.' and ':' (got {s:?})"
+        ))
+    }
+}
+
+string_value!(
+    /// A caller-chosen key that makes a mutation safe to send again: a request with a key
+    /// already used returns that operation instead of starting another.
+    IdempotencyKey, check_idempotency_key,
+    schema: { "type": "string", "minLength": 8, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$",
+              "description": "Reuse the same key when re-sending the same request (e.g. a UUID)" }
+);
 string_value!(
     /// A hypd cluster name: used as both the EKS and the HyperPod cluster name, so it
     /// follows the stricter HyperPod rule.

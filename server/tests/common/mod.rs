@@ -55,15 +55,32 @@ pub fn hypd_command(data_dir: &Path) -> Command {
 pub struct Hypd {
     pub child: Child,
     pub url: String,
-    pub data_dir: tempfile::TempDir,
+    /// Shared so that a restarted process can use the same data dir.
+    pub data_dir: std::sync::Arc<tempfile::TempDir>,
     pub stderr_path: PathBuf,
 }
 
 impl Hypd {
     /// Starts `hypd serve ARGS` with `envs` and waits for its listening line.
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Hypd {
-        let data_dir = tempfile::tempdir().unwrap();
-        let stderr_path = data_dir.path().join("hypd.stderr");
+        Hypd::start_in(
+            std::sync::Arc::new(tempfile::tempdir().unwrap()),
+            args,
+            envs,
+        )
+    }
+
+    /// Starts `hypd serve` on an existing data dir (e.g. after killing the previous one).
+    pub fn start_in(
+        data_dir: std::sync::Arc<tempfile::TempDir>,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Hypd {
+        // Each start appends to its own log, so a restart's output is not lost.
+        let stderr_path = (0..)
+            .map(|i| data_dir.path().join(format!("hypd-{i}.stderr")))
+            .find(|p| !p.exists())
+            .unwrap();
         let stderr = std::fs::File::create(&stderr_path).unwrap();
         let mut cmd = hypd_command(data_dir.path());
         cmd.arg("serve")
@@ -105,6 +122,43 @@ impl Hypd {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// The first admin token this data dir's hypd wrote.
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir.path().join("admin-token"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    /// Ends the process as a crash would: SIGKILL, no clean-up.
+    pub fn kill(mut self) -> std::sync::Arc<tempfile::TempDir> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.data_dir.clone()
+    }
+
+    /// Calls the REST API as `token`; returns the status and the JSON body.
+    pub fn call(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = reqwest::blocking::Client::new()
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .timeout(Duration::from_secs(120));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().unwrap();
+        let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        (status, json)
+    }
+
     pub fn get(&self, path: &str) -> reqwest::blocking::Response {
         reqwest::blocking::Client::new()
             .get(format!("{}{path}", self.url))
@@ -127,10 +181,7 @@ pub fn hypd_with_moto() -> (Hypd, String, Moto) {
     let env = moto.aws_env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let hypd = Hypd::start(&[], &env);
-    let token = std::fs::read_to_string(hypd.data_dir.path().join("admin-token"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let token = hypd.admin_token();
     (hypd, token, moto)
 }
 
@@ -288,5 +339,108 @@ impl Drop for Postgres {
             .arg(self.dir.path().join("data"))
             .args(["-m", "immediate", "stop"])
             .output();
+    }
+}
+
+pub fn sim_bin() -> PathBuf {
+    std::env::var_os("HYPD_SIM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| hypd_bin().with_file_name("hypd-sim"))
+}
+
+/// A private hypd-sim (EKS + SageMaker HyperPod), outliving any hypd it serves.
+pub struct Sim {
+    child: Child,
+    pub url: String,
+}
+
+impl Sim {
+    /// `time_scale` simulated seconds pass per real second. Without moto the sim does
+    /// not check that subnets and roles exist.
+    pub fn start(moto_url: Option<&str>, time_scale: f64) -> Sim {
+        let mut cmd = Command::new(sim_bin());
+        cmd.args(["--listen", "127.0.0.1:0"]);
+        if let Some(m) = moto_url {
+            cmd.args(["--moto-url", m]);
+        }
+        let mut child = cmd
+            .args(["--time-scale", &time_scale.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn hypd-sim (build it with `cargo build -p sim`)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("hypd-sim's first line names its address")
+            .to_owned();
+        Sim { child, url }
+    }
+
+    /// A JSON request to the sim (its EKS REST API or its `/_sim` control API).
+    pub fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = reqwest::blocking::Client::new()
+            .request(method, format!("{}{path}", self.url))
+            .timeout(Duration::from_secs(30));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().unwrap_or(serde_json::Value::Null))
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// moto + hypd-sim: the AWS a hypd under test talks to, which survives hypd's crashes.
+pub struct World {
+    pub moto: Moto,
+    pub sim: Sim,
+}
+
+impl World {
+    /// moto serves STS, EC2 and IAM; the sim, not checking names against moto, EKS and
+    /// SageMaker.
+    pub fn start(time_scale: f64) -> World {
+        let moto = Moto::start();
+        let sim = Sim::start(None, time_scale);
+        World { moto, sim }
+    }
+
+    /// The standard AWS variables that point a hypd at this world.
+    pub fn aws_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = self.moto.aws_env();
+        env.push(("AWS_ENDPOINT_URL_EKS", self.sim.url.clone()));
+        env.push(("AWS_ENDPOINT_URL_SAGEMAKER", self.sim.url.clone()));
+        env
+    }
+
+    /// Starts a hypd against this world on `data_dir` (a new one when None), with `extra`
+    /// variables.
+    pub fn hypd(
+        &self,
+        data_dir: Option<std::sync::Arc<tempfile::TempDir>>,
+        extra: &[(&str, &str)],
+    ) -> Hypd {
+        let env = self.aws_env();
+        let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        env.extend_from_slice(extra);
+        let dir = data_dir.unwrap_or_else(|| std::sync::Arc::new(tempfile::tempdir().unwrap()));
+        Hypd::start_in(dir, &[], &env)
     }
 }

@@ -1,0 +1,112 @@
+//! The clusters hypd manages, as stored. Creation and import (which write these rows)
+//! are operations of their own; reads never call AWS.
+
+pub mod import;
+
+use app::api::clusters::ClusterSummary;
+
+use crate::store::{Store, StoreError, on_pool};
+
+type Row = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+    String,
+);
+
+const COLUMNS: &str = "name, region, status, kubernetes_version, eks_cluster_arn, hyperpod_cluster_arn, created_at, updated_at";
+
+fn summary(r: Row) -> ClusterSummary {
+    ClusterSummary {
+        name: r.0,
+        region: r.1,
+        status: r.2,
+        kubernetes_version: r.3,
+        eks_cluster_arn: r.4,
+        hyperpod_cluster_arn: r.5,
+        created_at: r.6,
+        updated_at: r.7,
+    }
+}
+
+pub async fn list(store: &Store) -> Result<Vec<ClusterSummary>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM clusters ORDER BY name");
+    let rows: Vec<Row> = on_pool!(store, |pool| sqlx::query_as(&sql).fetch_all(pool).await)?;
+    Ok(rows.into_iter().map(summary).collect())
+}
+
+pub async fn get(store: &Store, name: &str) -> Result<Option<ClusterSummary>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM clusters WHERE name = $1");
+    let row: Option<Row> = on_pool!(store, |pool| sqlx::query_as(&sql)
+        .bind(name)
+        .fetch_optional(pool)
+        .await)?;
+    Ok(row.map(summary))
+}
+
+/// What a finished import or creation records.
+pub struct Record<'a> {
+    pub name: &'a str,
+    pub region: &'a str,
+    pub status: &'a str,
+    pub kubernetes_version: Option<&'a str>,
+    pub eks_cluster_arn: Option<&'a str>,
+    pub hyperpod_cluster_arn: Option<&'a str>,
+}
+
+/// Writes the cluster's row (again, when a step runs twice) and makes it `actor`'s
+/// active cluster, in one transaction.
+pub async fn record_and_activate(
+    store: &Store,
+    r: &Record<'_>,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let now = crate::clock::now();
+    let written: Result<(), sqlx::Error> = on_pool!(store, |pool| {
+        async {
+        let mut tx = pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO clusters (name, region, status, kubernetes_version, eks_cluster_arn, hyperpod_cluster_arn, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+             ON CONFLICT (name) DO UPDATE SET region = $2, status = $3, kubernetes_version = $4, \
+             eks_cluster_arn = $5, hyperpod_cluster_arn = $6, updated_at = $7",
+        )
+        .bind(r.name)
+        .bind(r.region)
+        .bind(r.status)
+        .bind(r.kubernetes_version)
+        .bind(r.eks_cluster_arn)
+        .bind(r.hyperpod_cluster_arn)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO active_clusters (actor, cluster, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (actor) DO UPDATE SET cluster = $2, updated_at = $3",
+        )
+        .bind(actor)
+        .bind(r.name)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+    .await
+    });
+    Ok(written?)
+}
+
+/// The cluster later commands act on for `actor` when they name none.
+pub async fn active(store: &Store, actor: &str) -> Result<Option<String>, StoreError> {
+    let row: Option<(String,)> = on_pool!(store, |pool| sqlx::query_as(
+        "SELECT cluster FROM active_clusters WHERE actor = $1"
+    )
+    .bind(actor)
+    .fetch_optional(pool)
+    .await)?;
+    Ok(row.map(|(c,)| c))
+}

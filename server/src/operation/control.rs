@@ -1,0 +1,194 @@
+//! Retrying and cancelling operations. Both are commands like any other; both change
+//! stored state only, and leave the calls to the worker, which holds the lease.
+
+use app::api::ApiError;
+use app::api::operations::{Operation, OperationRef, OperationState};
+
+use super::submit::STATUS_COMMAND;
+use super::worker::Wake;
+use crate::auth::Actor;
+use crate::clock;
+use crate::store::{Store, StoreError, on_pool};
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound {
+        resource: "operation".into(),
+        name: id.into(),
+    }
+}
+
+/// Puts a failed operation back in line from its failed stage. Retrying one that is
+/// already in progress changes nothing.
+pub async fn retry(
+    store: &Store,
+    wake: &Wake,
+    actor: &Actor,
+    id: &str,
+) -> Result<OperationRef, ApiError> {
+    let op = super::get(store, id).await?.ok_or_else(|| not_found(id))?;
+    let reference = |state| OperationRef {
+        operation_id: id.to_owned(),
+        status_command: STATUS_COMMAND.into(),
+        state,
+        created: false,
+    };
+    match op.state {
+        OperationState::Failed => {}
+        s if !s.is_terminal() => return Ok(reference(s)),
+        s => {
+            return Err(ApiError::field(
+                "operation_id",
+                format!(
+                    "operation {id} is {}; only failed operations can be retried",
+                    s.as_str()
+                ),
+            ));
+        }
+    }
+    let now = clock::now();
+    let result: Result<u64, sqlx::Error> = on_pool!(store, |pool| {
+        async {
+        let mut tx = pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE operations SET state = 'pending', error = NULL, active_target = target, next_run_at = $1, updated_at = $1 \
+             WHERE id = $2 AND state = 'failed'",
+        )
+        .bind(&now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            sqlx::query(
+                "UPDATE operation_stages SET state = 'pending', error = NULL, retries = 0, finished_at = NULL, next_poll_at = NULL \
+                 WHERE operation_id = $1 AND state = 'failed'",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, NULL, 'pending', $4)",
+            )
+            .bind(clock::sortable_id("ev"))
+            .bind(id)
+            .bind(&now)
+            .bind(format!("retried by {}", actor.name))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
+    .await
+    });
+    match result {
+        Ok(_) => {
+            wake.now();
+            let op = super::get(store, id).await?.ok_or_else(|| not_found(id))?;
+            Ok(reference(op.state))
+        }
+        // The target is held by another unfinished operation.
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.is_unique_violation()) =>
+        {
+            let other = super::list(store, None, Some(&op.target))
+                .await?
+                .into_iter()
+                .find(|o| !o.state.is_terminal());
+            Err(ApiError::Conflict {
+                message: format!(
+                    "{} has another unfinished operation{}: wait for it or cancel it before retrying {id}",
+                    op.target,
+                    other
+                        .as_ref()
+                        .map(|o| format!(" {} ({})", o.operation_id, o.command))
+                        .unwrap_or_default()
+                ),
+                operation_id: other.map(|o| o.operation_id),
+            })
+        }
+        Err(e) => Err(StoreError::from(e).into()),
+    }
+}
+
+/// Cancels an operation whose current stage is cancellable. If a worker is running a
+/// step right now, it cancels the operation as soon as that step's call returns.
+pub async fn cancel(
+    store: &Store,
+    wake: &Wake,
+    actor: &Actor,
+    id: &str,
+) -> Result<Operation, ApiError> {
+    let op = super::get(store, id).await?.ok_or_else(|| not_found(id))?;
+    match op.state {
+        OperationState::Cancelled => return Ok(op),
+        s if s.is_terminal() => {
+            return Err(ApiError::Conflict {
+                message: format!(
+                    "operation {id} already {}; there is nothing to cancel",
+                    s.as_str()
+                ),
+                operation_id: Some(id.to_owned()),
+            });
+        }
+        _ => {}
+    }
+    if let Some(stage) = op.current_stage().filter(|s| !s.cancellable) {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "operation {id} is in stage {} ({}), which cannot be stopped safely; wait for it to finish",
+                stage.name, stage.title
+            ),
+            operation_id: Some(id.to_owned()),
+        });
+    }
+    let now = clock::now();
+    let written: Result<(), sqlx::Error> = on_pool!(store, |pool| {
+        async {
+        let mut tx = pool.begin().await?;
+        sqlx::query("UPDATE operations SET cancel_requested = 1, updated_at = $1 WHERE id = $2")
+            .bind(&now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        // Only an operation no worker holds is cancelled here; a held one is cancelled
+        // by its worker, which sees cancel_requested after its current call.
+        let n = sqlx::query(
+            "UPDATE operations SET state = 'cancelled', active_target = NULL, next_run_at = NULL \
+             WHERE id = $1 AND state NOT IN ('succeeded', 'failed', 'cancelled') \
+             AND (lease_until IS NULL OR lease_until < $2)",
+        )
+        .bind(id)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            sqlx::query(
+                "UPDATE operation_stages SET state = 'cancelled', next_poll_at = NULL, finished_at = $1 \
+                 WHERE operation_id = $2 AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+            )
+            .bind(&now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, NULL, $4, $5)",
+        )
+        .bind(clock::sortable_id("ev"))
+        .bind(id)
+        .bind(&now)
+        .bind(if n == 1 { "cancelled" } else { "cancel_requested" })
+        .bind(format!("cancelled by {}", actor.name))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+    .await
+    });
+    written.map_err(StoreError::from)?;
+    wake.now();
+    super::get(store, id).await?.ok_or_else(|| not_found(id))
+}

@@ -1,0 +1,190 @@
+//! Starting an operation: the request's plan is written (operation, stages, first event)
+//! in one transaction before any AWS or Kubernetes call, and only then does the command
+//! answer. The store's unique indexes decide races: ten identical requests sent at once
+//! make one operation, and a different request for a busy target is refused.
+
+use std::future::Future;
+
+use app::api::ApiError;
+use app::api::operations::{OperationRef, OperationState};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::pipeline::Pipeline;
+use crate::auth::Actor;
+use crate::clock;
+use crate::store::{Store, StoreError, on_pool};
+
+/// The command that follows any operation.
+pub const STATUS_COMMAND: &str = "get_operation";
+
+/// Starts `request` as an operation, or returns the one it repeats. `preflight` runs only
+/// when a new operation is needed: it checks the world (and may fill in defaults) before
+/// anything is written.
+pub async fn submit<P, F>(
+    store: &Store,
+    actor: &Actor,
+    request: P,
+    preflight: impl FnOnce(P) -> F,
+) -> Result<OperationRef, ApiError>
+where
+    P: Pipeline,
+    F: Future<Output = Result<P, ApiError>>,
+{
+    let command = P::SPEC.name;
+    let target = request.target();
+    let key = request.idempotency_key().map(|k| k.to_string());
+    let hash = request_hash(command, &target, &request)?;
+    if let Some(found) = existing(store, command, &target, key.as_deref(), &hash).await? {
+        return Ok(found);
+    }
+    let request = preflight(request).await?;
+    let id = clock::sortable_id("op");
+    match insert(store, actor, &request, &id, &target, key.as_deref(), &hash).await {
+        Ok(()) => Ok(OperationRef {
+            operation_id: id,
+            status_command: STATUS_COMMAND.into(),
+            state: OperationState::Pending,
+            created: true,
+        }),
+        // Another request won the race for the key or the target: answer as it would.
+        Err(e) if is_unique_violation(&e) => {
+            existing(store, command, &target, key.as_deref(), &hash)
+                .await?
+                .ok_or_else(|| ApiError::internal("operation vanished after a conflicting insert"))
+        }
+        Err(e) => Err(StoreError::from(e).into()),
+    }
+}
+
+/// The same request (command, target and spec; the idempotency key aside) hashes alike.
+fn request_hash<P: Pipeline>(command: &str, target: &str, request: &P) -> Result<String, ApiError> {
+    let mut spec = serde_json::to_value(request).map_err(ApiError::internal)?;
+    if let Value::Object(map) = &mut spec {
+        map.remove("idempotency_key");
+    }
+    let mut h = Sha256::new();
+    h.update(command.as_bytes());
+    h.update([0]);
+    h.update(target.as_bytes());
+    h.update([0]);
+    // serde_json's maps are ordered (BTreeMap), so equal requests serialize alike.
+    h.update(spec.to_string().as_bytes());
+    Ok(format!("{:x}", h.finalize()))
+}
+
+type Found = (String, String, String, String, String);
+
+/// The operation this request repeats, a Conflict if the target is busy with another, or
+/// None when a new operation should start.
+async fn existing(
+    store: &Store,
+    command: &str,
+    target: &str,
+    key: Option<&str>,
+    hash: &str,
+) -> Result<Option<OperationRef>, ApiError> {
+    const SQL: &str = "SELECT id, command, target, state, request_hash FROM operations WHERE idempotency_key = $1";
+    if let Some(key) = key {
+        let row: Option<Found> = on_pool!(store, |pool| sqlx::query_as(SQL)
+            .bind(key)
+            .fetch_optional(pool)
+            .await)
+        .map_err(StoreError::from)?;
+        if let Some((id, c, t, state, _)) = row {
+            if c != command || t != target {
+                return Err(ApiError::field(
+                    "idempotency_key",
+                    format!(
+                        "this key was already used for operation {id} ({c} on {t}); use a new key for a different request"
+                    ),
+                ));
+            }
+            return Ok(Some(reference(id, &state)));
+        }
+    }
+    const ACTIVE: &str =
+        "SELECT id, command, target, state, request_hash FROM operations WHERE active_target = $1";
+    let row: Option<Found> = on_pool!(store, |pool| sqlx::query_as(ACTIVE)
+        .bind(target)
+        .fetch_optional(pool)
+        .await)
+    .map_err(StoreError::from)?;
+    match row {
+        Some((id, c, _, state, h)) if c == command && h == hash => Ok(Some(reference(id, &state))),
+        Some((id, c, _, state, _)) => Err(ApiError::Conflict {
+            message: format!(
+                "{target} has an unfinished operation {id} ({c}, {state}): wait for it with wait_operation, or cancel it with cancel_operation"
+            ),
+            operation_id: Some(id),
+        }),
+        None => Ok(None),
+    }
+}
+
+fn reference(id: String, state: &str) -> OperationRef {
+    OperationRef {
+        operation_id: id,
+        status_command: STATUS_COMMAND.into(),
+        state: OperationState::parse(state).unwrap_or(OperationState::Pending),
+        created: false,
+    }
+}
+
+async fn insert<P: Pipeline>(
+    store: &Store,
+    actor: &Actor,
+    request: &P,
+    id: &str,
+    target: &str,
+    key: Option<&str>,
+    hash: &str,
+) -> Result<(), sqlx::Error> {
+    let spec = serde_json::to_string(request).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let now = clock::now();
+    let stages = request.plan();
+    on_pool!(store, |pool| {
+        let mut tx = pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO operations (id, command, target, state, created_at, updated_at, requested_by, spec, outputs, idempotency_key, request_hash, active_target, next_run_at) \
+             VALUES ($1, $2, $3, 'pending', $4, $4, $5, $6, '{}', $7, $8, $3, $4)",
+        )
+        .bind(id)
+        .bind(P::SPEC.name)
+        .bind(target)
+        .bind(&now)
+        .bind(&actor.name)
+        .bind(&spec)
+        .bind(key)
+        .bind(hash)
+        .execute(&mut *tx)
+        .await?;
+        for (idx, s) in stages.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO operation_stages (operation_id, idx, name, title, state, cancellable) VALUES ($1, $2, $3, $4, 'pending', $5)",
+            )
+            .bind(id)
+            .bind(idx as i64)
+            .bind(s.name)
+            .bind(s.title)
+            .bind(i64::from(s.cancellable))
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, NULL, 'pending', $4)",
+        )
+        .bind(clock::sortable_id("ev"))
+        .bind(id)
+        .bind(&now)
+        .bind(format!("requested by {}", actor.name))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    })
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.is_unique_violation())
+}

@@ -1,0 +1,577 @@
+//! The worker: claims due operations with a lease, advances each through its stages and
+//! stores every transition before the next call. A claim is one atomic UPDATE (SQLite
+//! serialises writers; PostgreSQL adds `FOR UPDATE SKIP LOCKED`), every later write is
+//! fenced by the lease owner, and a lease is renewed while a step runs — so two replicas
+//! never advance the same operation, and a crashed one's work is taken over when its
+//! lease expires. Long waits are stored (`waiting` + next poll time), not held in memory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use app::api::ApiError;
+use app::api::operations::OperationState;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use super::pipeline::{self, Context, Progress};
+use crate::aws::Aws;
+use crate::store::{Store, StoreError, on_pool};
+use crate::{clock, telemetry};
+
+/// How long a claim holds without renewal.
+const LEASE: Duration = Duration::from_secs(15);
+/// How often a running step renews its lease.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// How often the store is asked for due work when nothing woke the worker.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+/// Operations advanced at once by one worker.
+const IN_FLIGHT: usize = 64;
+/// Transient failures in a row before a stage fails for good.
+const MAX_RETRIES: i64 = 6;
+
+/// The handle the service keeps: wakes the worker when an operation was submitted.
+#[derive(Clone, Default)]
+pub struct Wake(Arc<Notify>);
+
+impl Wake {
+    pub fn now(&self) {
+        self.0.notify_one();
+    }
+}
+
+pub struct Worker {
+    store: Store,
+    aws: Arc<Aws>,
+    owner: String,
+    wake: Wake,
+}
+
+impl Worker {
+    pub fn new(store: Store, aws: Arc<Aws>, wake: Wake) -> Self {
+        Self {
+            store,
+            aws,
+            owner: clock::sortable_id(&format!("worker-{}", std::process::id())),
+            wake,
+        }
+    }
+
+    /// Runs until the process ends.
+    pub async fn run(self) {
+        let this = Arc::new(self);
+        if let Store::Sqlite(_) = this.store
+            && let Err(e) = this.release_stale_leases().await
+        {
+            tracing::error!(error = %e, "worker: cannot release the leases of a previous run");
+        }
+        tracing::info!(owner = %this.owner, "operations worker started");
+        let mut tasks = JoinSet::new();
+        loop {
+            while tasks.try_join_next().is_some() {}
+            let room = IN_FLIGHT.saturating_sub(tasks.len());
+            if room > 0 {
+                match this.claim(room).await {
+                    Ok(ids) => {
+                        for id in ids {
+                            let w = this.clone();
+                            tasks.spawn(async move { w.advance(&id).await });
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "worker: cannot claim operations"),
+                }
+            }
+            tokio::select! {
+                _ = this.wake.0.notified() => {}
+                _ = tokio::time::sleep(IDLE_POLL) => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+    }
+
+    /// With SQLite one process owns the store, so any lease found at start is a crashed
+    /// run's: its operations resume at once instead of after the lease expires.
+    async fn release_stale_leases(&self) -> Result<(), StoreError> {
+        on_pool!(&self.store, |pool| {
+            sqlx::query(
+            "UPDATE operations SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL"
+        )
+        .execute(pool)
+        .await
+        .map(drop)
+        })?;
+        Ok(())
+    }
+
+    /// Takes the lease of up to `limit` due operations.
+    async fn claim(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let now = clock::now();
+        let until = clock::after(LEASE);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        const DUE: &str = "SELECT id FROM operations WHERE next_run_at IS NOT NULL AND next_run_at <= $3 \
+             AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_run_at LIMIT $4";
+        let rows: Vec<(String,)> = match &self.store {
+            Store::Sqlite(pool) => {
+                let sql = format!(
+                    "UPDATE operations SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE}) RETURNING id"
+                );
+                sqlx::query_as(&sql)
+                    .bind(&self.owner)
+                    .bind(&until)
+                    .bind(&now)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+            Store::Postgres(pool) => {
+                let sql = format!(
+                    "UPDATE operations SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE} FOR UPDATE SKIP LOCKED) RETURNING id"
+                );
+                sqlx::query_as(&sql)
+                    .bind(&self.owner)
+                    .bind(&until)
+                    .bind(&now)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+        };
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Advances one claimed operation until it waits, fails, finishes or loses its lease.
+    async fn advance(&self, id: &str) {
+        let heartbeat = {
+            let (store, owner, id) = (self.store.clone(), self.owner.clone(), id.to_owned());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(HEARTBEAT).await;
+                    if !renew(&store, &owner, &id).await {
+                        break;
+                    }
+                }
+            })
+        };
+        if let Err(e) = self.advance_leased(id).await {
+            match e {
+                Halt::LostLease => {
+                    tracing::warn!(
+                        operation = id,
+                        "worker: lease lost; another worker continues it"
+                    )
+                }
+                Halt::Store(e) => {
+                    tracing::error!(operation = id, error = %e, "worker: store failed; the operation resumes when its lease expires")
+                }
+            }
+        }
+        heartbeat.abort();
+    }
+
+    async fn advance_leased(&self, id: &str) -> Result<(), Halt> {
+        let Some(mut op) = Live::load(&self.store, id).await? else {
+            return Ok(());
+        };
+        let cx = Context {
+            aws: self.aws.clone(),
+            store: self.store.clone(),
+            operation_id: op.id.clone(),
+            requested_by: op.requested_by.clone(),
+        };
+        loop {
+            if op.cancel_requested {
+                op.cancel();
+                return op.save(&self.store, &self.owner, None, true).await;
+            }
+            let Some(i) = op
+                .stages
+                .iter()
+                .position(|s| s.state != OperationState::Succeeded)
+            else {
+                op.state = OperationState::Succeeded;
+                op.event(None, "succeeded", None);
+                return op.save(&self.store, &self.owner, None, true).await;
+            };
+            if op.stages[i].state.is_terminal() {
+                // Failed or cancelled while this worker held no lease: nothing to run.
+                return op.save(&self.store, &self.owner, None, true).await;
+            }
+            if op.stages[i].state == OperationState::Pending {
+                let s = &mut op.stages[i];
+                s.state = OperationState::Running;
+                s.attempts += 1;
+                s.started_at.get_or_insert_with(clock::now);
+                s.dirty = true;
+                op.state = OperationState::Running;
+                let name = op.stages[i].name.clone();
+                op.event(Some(&name), "running", None);
+                op.save(&self.store, &self.owner, Some(clock::now()), false)
+                    .await?;
+            }
+            let name = op.stages[i].name.clone();
+            let started = Instant::now();
+            let (result, outputs) =
+                pipeline::run_stage(&cx, &op.command, &name, &op.spec, &op.outputs).await;
+            let labels = [("command", op.command.clone()), ("stage", name.clone())];
+            metrics::histogram!(telemetry::STEP_DURATION, &labels)
+                .record(started.elapsed().as_secs_f64());
+            if let Some(o) = outputs {
+                op.outputs = o.to_string();
+            }
+            let s = &mut op.stages[i];
+            s.dirty = true;
+            match result {
+                Ok(Progress::Done) => {
+                    s.state = OperationState::Succeeded;
+                    s.finished_at = Some(clock::now());
+                    s.next_poll_at = None;
+                    // A wait's note ("still CREATING") no longer describes it.
+                    s.message = None;
+                    s.retries = 0;
+                    op.event(Some(&name), "succeeded", None);
+                    op.save(&self.store, &self.owner, Some(clock::now()), false)
+                        .await?;
+                }
+                Ok(Progress::Wait { after, message }) => {
+                    let changed = s.state != OperationState::Waiting
+                        || s.message.as_deref() != Some(message.as_str());
+                    let next = clock::after(after);
+                    s.state = OperationState::Waiting;
+                    s.next_poll_at = Some(next.clone());
+                    s.message = Some(message.clone());
+                    s.retries = 0;
+                    op.state = OperationState::Waiting;
+                    if changed {
+                        op.event(Some(&name), "waiting", Some(message));
+                    }
+                    return op.save(&self.store, &self.owner, Some(next), true).await;
+                }
+                Err(e) if is_transient(&e) && s.retries < MAX_RETRIES => {
+                    s.retries += 1;
+                    s.attempts += 1;
+                    let after = backoff(s.retries);
+                    let next = clock::after(after);
+                    let message = format!("{e}; trying again in {} s", after.as_secs());
+                    s.state = OperationState::Waiting;
+                    s.next_poll_at = Some(next.clone());
+                    s.message = Some(message.clone());
+                    op.state = OperationState::Waiting;
+                    op.event(Some(&name), "waiting", Some(message));
+                    return op.save(&self.store, &self.owner, Some(next), true).await;
+                }
+                Err(e) => {
+                    let json = serde_json::to_string(&e).ok();
+                    s.state = OperationState::Failed;
+                    s.finished_at = Some(clock::now());
+                    s.next_poll_at = None;
+                    s.error = json.clone();
+                    op.state = OperationState::Failed;
+                    op.error = json;
+                    op.event(Some(&name), "failed", Some(e.to_string()));
+                    return op.save(&self.store, &self.owner, None, true).await;
+                }
+            }
+        }
+    }
+}
+
+/// Throttling, provider 5xx and transport failures pass; anything else is an answer.
+fn is_transient(e: &ApiError) -> bool {
+    let ApiError::Upstream { code, .. } = e else {
+        return false;
+    };
+    match code.as_deref() {
+        None => true,
+        Some(c) => {
+            matches!(
+                c,
+                "Throttling"
+                    | "ThrottlingException"
+                    | "ThrottledException"
+                    | "TooManyRequestsException"
+                    | "RequestLimitExceeded"
+                    | "RequestThrottled"
+                    | "SlowDown"
+                    | "ServiceUnavailable"
+                    | "ServiceUnavailableException"
+                    | "InternalFailure"
+                    | "InternalError"
+                    | "InternalServerError"
+                    | "InternalServerException"
+                    | "ServerException"
+            )
+        }
+    }
+}
+
+/// 2 s, 4 s, 8 s … at most a minute.
+fn backoff(retries: i64) -> Duration {
+    let exp = u32::try_from(retries.clamp(1, 6)).unwrap_or(6);
+    Duration::from_secs(2u64.pow(exp).min(60))
+}
+
+async fn renew(store: &Store, owner: &str, id: &str) -> bool {
+    let r = on_pool!(store, |pool| sqlx::query(
+        "UPDATE operations SET lease_until = $1 WHERE id = $2 AND lease_owner = $3"
+    )
+    .bind(clock::after(LEASE))
+    .bind(id)
+    .bind(owner)
+    .execute(pool)
+    .await
+    .map(|r| r.rows_affected()));
+    matches!(r, Ok(1))
+}
+
+enum Halt {
+    LostLease,
+    Store(StoreError),
+}
+
+impl From<StoreError> for Halt {
+    fn from(e: StoreError) -> Self {
+        Halt::Store(e)
+    }
+}
+
+impl From<sqlx::Error> for Halt {
+    fn from(e: sqlx::Error) -> Self {
+        Halt::Store(StoreError::Query(e))
+    }
+}
+
+/// An operation as the worker holds it between writes.
+struct Live {
+    id: String,
+    command: String,
+    target: String,
+    requested_by: String,
+    spec: String,
+    outputs: String,
+    state: OperationState,
+    error: Option<String>,
+    cancel_requested: bool,
+    stages: Vec<LiveStage>,
+    events: Vec<(Option<String>, &'static str, Option<String>)>,
+}
+
+struct LiveStage {
+    idx: i64,
+    name: String,
+    state: OperationState,
+    attempts: i64,
+    retries: i64,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    next_poll_at: Option<String>,
+    message: Option<String>,
+    error: Option<String>,
+    dirty: bool,
+}
+
+type OpRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+);
+
+type StageRow = (
+    i64,
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+impl Live {
+    async fn load(store: &Store, id: &str) -> Result<Option<Self>, StoreError> {
+        let row: Option<OpRow> = on_pool!(store, |pool| {
+            sqlx::query_as(
+            "SELECT id, command, target, requested_by, spec, outputs, state, error, cancel_requested FROM operations WHERE id = $1"
+        )
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+        })?;
+        let Some(r) = row else { return Ok(None) };
+        let stages: Vec<StageRow> = on_pool!(store, |pool| {
+            sqlx::query_as(
+            "SELECT idx, name, state, attempts, retries, started_at, finished_at, next_poll_at, message, error \
+             FROM operation_stages WHERE operation_id = $1 ORDER BY idx"
+        )
+        .bind(id)
+        .fetch_all(pool)
+        .await
+        })?;
+        Ok(Some(Live {
+            id: r.0,
+            command: r.1,
+            target: r.2,
+            requested_by: r.3,
+            spec: r.4,
+            outputs: r.5,
+            state: OperationState::parse(&r.6).unwrap_or(OperationState::Failed),
+            error: r.7,
+            cancel_requested: r.8 != 0,
+            stages: stages
+                .into_iter()
+                .map(|s| LiveStage {
+                    idx: s.0,
+                    name: s.1,
+                    state: OperationState::parse(&s.2).unwrap_or(OperationState::Failed),
+                    attempts: s.3,
+                    retries: s.4,
+                    started_at: s.5,
+                    finished_at: s.6,
+                    next_poll_at: s.7,
+                    message: s.8,
+                    error: s.9,
+                    dirty: false,
+                })
+                .collect(),
+            events: Vec::new(),
+        }))
+    }
+
+    fn event(&mut self, stage: Option<&str>, state: &'static str, message: Option<String>) {
+        self.events.push((stage.map(str::to_owned), state, message));
+    }
+
+    fn cancel(&mut self) {
+        for s in self.stages.iter_mut().filter(|s| !s.state.is_terminal()) {
+            s.state = OperationState::Cancelled;
+            s.next_poll_at = None;
+            s.finished_at = Some(clock::now());
+            s.dirty = true;
+        }
+        self.state = OperationState::Cancelled;
+        self.event(None, "cancelled", None);
+    }
+
+    /// Writes the operation, its changed stages and new events in one transaction,
+    /// fenced by the lease: if another worker owns it now, nothing is written.
+    async fn save(
+        &mut self,
+        store: &Store,
+        owner: &str,
+        next_run_at: Option<String>,
+        release: bool,
+    ) -> Result<(), Halt> {
+        let started = Instant::now();
+        let now = clock::now();
+        let finished = self.state.is_terminal();
+        let next_run_at = if finished { None } else { next_run_at };
+        let active_target = (!finished).then_some(self.target.as_str());
+        let stages: Vec<&LiveStage> = self.stages.iter().filter(|s| s.dirty).collect();
+        let events = std::mem::take(&mut self.events);
+        let written: Result<bool, sqlx::Error> = on_pool!(store, |pool| {
+            async {
+            let mut tx = pool.begin().await?;
+            let updated = sqlx::query(
+                "UPDATE operations SET state = $1, updated_at = $2, outputs = $3, error = $4, next_run_at = $5, \
+                 active_target = $6, \
+                 lease_owner = CASE WHEN $7 THEN NULL ELSE lease_owner END, \
+                 lease_until = CASE WHEN $7 THEN NULL ELSE lease_until END \
+                 WHERE id = $8 AND lease_owner = $9",
+            )
+            .bind(self.state.as_str())
+            .bind(&now)
+            .bind(&self.outputs)
+            .bind(&self.error)
+            .bind(&next_run_at)
+            .bind(active_target)
+            .bind(release)
+            .bind(&self.id)
+            .bind(owner)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if updated != 1 {
+                tx.rollback().await?;
+                return Ok::<bool, sqlx::Error>(false);
+            }
+            for s in &stages {
+                sqlx::query(
+                    "UPDATE operation_stages SET state = $1, attempts = $2, retries = $3, started_at = $4, \
+                     finished_at = $5, next_poll_at = $6, message = $7, error = $8 WHERE operation_id = $9 AND idx = $10",
+                )
+                .bind(s.state.as_str())
+                .bind(s.attempts)
+                .bind(s.retries)
+                .bind(&s.started_at)
+                .bind(&s.finished_at)
+                .bind(&s.next_poll_at)
+                .bind(&s.message)
+                .bind(&s.error)
+                .bind(&self.id)
+                .bind(s.idx)
+                .execute(&mut *tx)
+                .await?;
+            }
+            for (stage, state, message) in &events {
+                sqlx::query(
+                    "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(clock::sortable_id("ev"))
+                .bind(&self.id)
+                .bind(&now)
+                .bind(stage)
+                .bind(*state)
+                .bind(message)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(true)
+        }
+        .await
+        });
+        if !written? {
+            return Err(Halt::LostLease);
+        }
+        metrics::histogram!(telemetry::TRANSITION_DURATION, "backend" => store.backend())
+            .record(started.elapsed().as_secs_f64());
+        for s in &mut self.stages {
+            s.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_throttling_server_and_transport_failures_are_retried() {
+        let upstream = |code: Option<&str>| ApiError::Upstream {
+            service: "eks".into(),
+            call: "CreateAccessEntry".into(),
+            code: code.map(str::to_owned),
+            message: "m".into(),
+            request_id: None,
+        };
+        assert!(is_transient(&upstream(Some("ThrottlingException"))));
+        assert!(is_transient(&upstream(Some("ServerException"))));
+        assert!(is_transient(&upstream(None)));
+        assert!(!is_transient(&upstream(Some("InvalidParameterException"))));
+        assert!(!is_transient(&upstream(Some("AccessDeniedException"))));
+        assert!(!is_transient(&ApiError::field("name", "bad")));
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_minute() {
+        let secs: Vec<u64> = (1..=7).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(secs, [2, 4, 8, 16, 32, 60, 60]);
+    }
+}
