@@ -10,6 +10,7 @@ use crate::api::clusters::{GetCluster, ListClusters};
 use crate::api::operations::ListOperations;
 use crate::api::values::ClusterName;
 use crate::live::use_live;
+use crate::pages::import::ImportButton;
 use crate::pages::operations::OperationsTable;
 use crate::session::ErrorPanel;
 use crate::time::short;
@@ -35,7 +36,9 @@ pub fn ClusterList() -> impl IntoView {
         <section class="page">
             <header class="page-head">
                 <h1>"Clusters"</h1>
-                </header>
+                <span class="spacer"></span>
+                <ImportButton/>
+            </header>
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
                     match clusters.await {

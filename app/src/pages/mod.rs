@@ -3,7 +3,9 @@
 //! picks up the same data when it hydrates; pages hold no business rules.
 
 pub mod clusters;
+pub mod import;
 pub mod operations;
+mod progress;
 
 use leptos::prelude::*;
 

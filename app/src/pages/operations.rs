@@ -12,6 +12,8 @@ use crate::live::use_live;
 use crate::session::ErrorPanel;
 use crate::time::short;
 
+pub use super::progress::OperationPage;
+
 #[component]
 pub fn OperationList() -> impl IntoView {
     let live = use_live();
@@ -86,6 +88,7 @@ pub fn OperationsTable(
                             <th scope="col">"Command"</th>
                             <th scope="col">"Target"</th>
                             <th scope="col">"State"</th>
+                            <th scope="col">"Requested by"</th>
                             <th scope="col">"Started"</th>
                         </tr>
                     </thead>
@@ -104,6 +107,7 @@ pub fn OperationsTable(
                                         <td>{o.command.clone()}</td>
                                         <td class="mono">{o.target.clone()}</td>
                                         <td><StateBadge state=o.state.as_str().to_owned()/></td>
+                                        <td>{o.requested_by.clone()}</td>
                                         <td class="time">{short(&o.created_at)}</td>
                                     </tr>
                                 }
