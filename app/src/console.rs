@@ -200,6 +200,11 @@ fn Overview() -> impl IntoView {
                                     <dt>"Region"</dt>
                                     <dd>{info.region.unwrap_or_else(|| "not configured".to_owned())}</dd>
                                 </dl>
+                                <p class="home-links">
+                                    <a class="button" href="/clusters">"Clusters"</a>
+                                    " "
+                                    <a class="button" href="/operations">"Operations"</a>
+                                </p>
                             }
                                 .into_any()
                         }

@@ -252,6 +252,34 @@ mod tests {
     }
 
     #[test]
+    fn the_import_form_checks_every_field_it_has() {
+        use crate::api::clusters::ImportCluster;
+        let input = request_json(&[
+            ("name", "e2e-eks".into()),
+            ("region", "us-east-1".into()),
+            ("hyperpod_cluster", String::new()),
+        ]);
+        let ok = check::<ImportCluster>(input).unwrap();
+        assert_eq!(ok.name.as_str(), "e2e-eks");
+        assert!(ok.hyperpod_cluster.is_none());
+        for (field, value) in [
+            ("name", "not a name!"),
+            ("region", "Mars"),
+            ("hyperpod_cluster", "hp_1"),
+        ] {
+            let mut input = json!({ "name": "e2e-eks" });
+            input[field] = json!(value);
+            let err = check::<ImportCluster>(input).unwrap_err();
+            assert_eq!(err.errors_for(field).len(), 1, "{field}: {err:?}");
+            let (beside, general) = split_errors(&["name", "region", "hyperpod_cluster"], err);
+            assert_eq!(beside.len(), 1);
+            assert!(general.is_none());
+        }
+        let err = check::<ImportCluster>(json!({})).unwrap_err();
+        assert_eq!(err.errors_for("name"), vec!["required"]);
+    }
+
+    #[test]
     fn empty_optional_inputs_are_left_out() {
         let v = request_json(&[("name", " ml-1 ".into()), ("region", String::new())]);
         assert_eq!(v, json!({ "name": "ml-1" }));

@@ -53,6 +53,15 @@ async function signIn(page, token, next = '/clusters') {
   await hydrated(page);
 }
 
+// Laptop widths: nothing may push the page sideways (wide tables scroll in their frame).
+async function fitsWidth(page, width) {
+  const size = page.viewportSize();
+  await page.setViewportSize({ width, height: size.height });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  await page.setViewportSize(size);
+  assert.ok(overflow <= 0, `the page is ${overflow}px wider than a ${width}px window`);
+}
+
 async function shot(page, name) {
   await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
 }
@@ -66,9 +75,10 @@ test('sign in with a token, see who and what role, sign out', async () => {
 
   await page.goto(new URL('/login', server.url).href);
   await hydrated(page);
-  // A refused token is reported beside the token field, by the server.
-  await page.fill('#token', 'hypd_not-a-real-token');
-  await page.click('button[type="submit"]');
+  // A refused token is reported beside the token field, by the server. Keyboard only.
+  await page.focus('#token');
+  await page.keyboard.type('hypd_not-a-real-token');
+  await page.keyboard.press('Enter');
   await page.waitForSelector('.field[data-field="token"].invalid .field-error p');
   assert.equal(await page.getAttribute('#token', 'aria-invalid'), 'true');
   await shot(page, 'sign-in');
@@ -105,7 +115,7 @@ async function importThroughForm(page, name) {
 }
 
 test('import a cluster through the form and watch it succeed live', async () => {
-  // Still CREATING when the import starts: hypd waits for it, the panel shows that.
+  // Held in CREATING by the sim until the test lets go: hypd waits, the panel shows it.
   const eks = pythonHelper('eks_world.py', [
     server.world.motoUrl,
     server.world.simUrl,
@@ -147,6 +157,10 @@ test('import a cluster through the form and watch it succeed live', async () => 
   assert.match(await page.textContent('.stage[data-stage="eks"]'), /CREATING/);
   await page.waitForSelector('button:text("Cancel")');
   await shot(page, 'operation-waiting');
+  const release = await fetch(new URL(`/_sim/faults/${eks.fault}`, server.world.simUrl), {
+    method: 'DELETE',
+  });
+  assert.equal(release.status, 200);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 90_000 });
   assert.equal(await page.evaluate(() => window.__sameDocument), true, 'the page reloaded');
   const stages = await page.locator('.stage').evaluateAll((els) =>
@@ -155,6 +169,7 @@ test('import a cluster through the form and watch it succeed live', async () => 
   assert.deepEqual(stages, ['succeeded', 'succeeded', 'succeeded', 'succeeded']);
   assert.equal(await page.locator('button:text("Cancel")').count(), 0);
   await shot(page, 'operation-succeeded');
+  await fitsWidth(page, 1024);
 
   await page.click('a:text("Open the cluster")');
   await page.waitForURL(new RegExp(`/clusters/${eks.name}$`));
@@ -164,6 +179,7 @@ test('import a cluster through the form and watch it succeed live', async () => 
   assert.ok(facts.includes(eks.arn), facts);
   await page.waitForSelector('.operations tr[data-state="succeeded"]');
   await shot(page, 'cluster-detail');
+  await fitsWidth(page, 1024);
 
   await page.goto(new URL('/clusters', server.url).href);
   await page.waitForSelector(`tr[data-cluster="${eks.name}"]`);
@@ -171,6 +187,7 @@ test('import a cluster through the form and watch it succeed live', async () => 
   await page.goto(new URL('/operations', server.url).href);
   await page.waitForSelector('.operations tr[data-state="succeeded"]');
   await shot(page, 'operations');
+  await fitsWidth(page, 1024);
   assert.deepEqual(errors, []);
 });
 
@@ -202,6 +219,11 @@ test('a failed call shows the provider\'s message, and retry resumes the operati
   assert.match(await failed.locator('.provider-message').textContent(), /not authorized/);
   assert.match(await failed.textContent(), /AccessDeniedException/);
   await shot(page, 'operation-failed');
+
+  // The same panel in the dark theme, for the screenshots.
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await shot(page, 'operation-failed-dark');
+  await page.emulateMedia({ colorScheme: 'light' });
 
   await page.click('button:text("Retry")');
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 60_000 });

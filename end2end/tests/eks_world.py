@@ -4,7 +4,8 @@ import it. Prints the cluster's facts as JSON.
 
 Usage: eks_world.py MOTO_URL SIM_URL NAME [active|creating]
   active    wait until the cluster is ACTIVE (the sim's clock runs 2000x)
-  creating  return at once, the cluster still CREATING for ~10 s (the clock runs 60x)"""
+  creating  the cluster stays CREATING until the printed `fault` is deleted from the sim
+            (DELETE /_sim/faults/<id>); then it is ACTIVE at once"""
 
 import json
 import sys
@@ -39,15 +40,24 @@ role = iam.create_role(RoleName=f"{name}-cluster", AssumeRolePolicyDocument=json
     "Role"
 ]["Arn"]
 
-# The sim's clock runs fast for the test: a 10-minute creation takes 0.3 s, or 10 s when
-# the test wants to watch hypd wait for it.
-req = urllib.request.Request(
-    f"{sim_url}/_sim/clock",
-    data=json.dumps({"time_scale": 60 if mode == "creating" else 2000}).encode(),
-    headers={"content-type": "application/json"},
-    method="PUT",
-)
-urllib.request.urlopen(req).read()
+
+def sim(method, path, body):
+    req = urllib.request.Request(
+        f"{sim_url}{path}",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+        method=method,
+    )
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())
+
+
+# The sim's clock runs fast for the test: a 10-minute creation takes 0.3 s.
+sim("PUT", "/_sim/clock", {"time_scale": 2000})
+# A test that watches hypd wait holds the cluster in CREATING for as long as it likes.
+fault = None
+if mode == "creating":
+    fault = sim("POST", "/_sim/faults", {"service": "eks", "operation": "CreateCluster", "kind": "stuck"})["id"]
 
 eks.create_cluster(
     name=name,
@@ -64,4 +74,8 @@ while mode == "active":
         raise SystemExit(f"EKS cluster {name} is still {cluster['status']}")
     time.sleep(0.2)
 cluster = eks.describe_cluster(name=name)["cluster"]
-print(json.dumps({"name": name, "arn": cluster["arn"], "status": cluster["status"], "vpc": vpc}))
+print(
+    json.dumps(
+        {"name": name, "arn": cluster["arn"], "status": cluster["status"], "vpc": vpc, "fault": fault}
+    )
+)
