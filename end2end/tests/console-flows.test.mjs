@@ -123,7 +123,8 @@ test('import a cluster through the form and watch it succeed live', async () => 
     'creating',
   ]);
   assert.equal(eks.status, 'CREATING');
-  const { page, errors } = await newPage();
+  // The server's refusal of a field comes back from the server function as HTTP 500.
+  const { page, errors } = await newPage({ allow: /status of 500/ });
   await signIn(page, admin);
   await page.waitForSelector('.page-head h1:text("Clusters")');
   await shot(page, 'clusters-empty');
@@ -142,6 +143,15 @@ test('import a cluster through the form and watch it succeed live', async () => 
   assert.match(await page.textContent('#name-error'), /letters, digits/);
   assert.equal(await page.locator('.field[data-field="region"].invalid').count(), 0);
   await shot(page, 'import-form-error');
+
+  // A well-formed name that EKS does not know: the server says so, beside the field.
+  await page.fill('#name', 'no-such-eks');
+  await page.selectOption('#region', 'us-east-1');
+  await page.click('button[type="submit"]');
+  await page.waitForSelector('#name-error p:text("there is no EKS cluster named no-such-eks")');
+  assert.equal(await page.getAttribute('#name', 'aria-invalid'), 'true');
+  assert.equal(await page.locator('.form-alert').count(), 0);
+  await shot(page, 'import-form-server-error');
 
   await page.fill('#name', eks.name);
   await page.selectOption('#region', 'us-east-1');
