@@ -35,7 +35,7 @@ impl Link {
 
     pub fn label(self) -> String {
         match self {
-            Link::Idle => "Live updates off".to_owned(),
+            Link::Idle => "Live: off".to_owned(),
             Link::Connecting => "Connecting…".to_owned(),
             Link::Connected => "Live".to_owned(),
             Link::Reconnecting { in_secs } => format!("Reconnecting in {in_secs} s"),

@@ -193,9 +193,11 @@ test('import a cluster through the form and watch it succeed live', async () => 
 
   await page.goto(new URL('/clusters', server.url).href);
   await page.waitForSelector(`tr[data-cluster="${eks.name}"]`);
+  await page.waitForSelector('.link-connected');
   await shot(page, 'clusters');
   await page.goto(new URL('/operations', server.url).href);
   await page.waitForSelector('.operations tr[data-state="succeeded"]');
+  await page.waitForSelector('.link-connected');
   await shot(page, 'operations');
   await fitsWidth(page, 1024);
   assert.deepEqual(errors, []);
