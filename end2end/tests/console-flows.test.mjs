@@ -244,6 +244,31 @@ test('a failed call shows the provider\'s message, and retry resumes the operati
   assert.deepEqual(errors, []);
 });
 
+test('cancel stops an import while it waits', async () => {
+  const eks = pythonHelper('eks_world.py', [
+    server.world.motoUrl,
+    server.world.simUrl,
+    'e2e-cancel',
+    'creating',
+  ]);
+  const { page, errors } = await newPage();
+  await signIn(page, admin);
+  await importThroughForm(page, eks.name);
+  await page.waitForSelector('.stage[data-stage="eks"][data-state="waiting"]', { timeout: 30_000 });
+  await page.click('button:text("Cancel")');
+  await page.waitForSelector('.progress[data-state="cancelled"]', { timeout: 30_000 });
+  assert.equal(await page.evaluate(() => window.__sameDocument), true, 'the page reloaded');
+  assert.equal(await page.locator('button:text("Cancel")').count(), 0);
+  // No stage ran to completion: the cluster was never recorded.
+  const stages = await page.locator('.stage').evaluateAll((els) =>
+    els.map((e) => e.getAttribute('data-state')),
+  );
+  assert.ok(!stages.includes('succeeded'), `stages: ${stages}`);
+  assert.equal(await page.getAttribute('.stage[data-stage="register"]', 'data-state'), 'cancelled');
+  await shot(page, 'operation-cancelled');
+  assert.deepEqual(errors, []);
+});
+
 test('a viewer is offered no import, and the server refuses it anyway', async () => {
   // Server functions answer any error with HTTP 500; the body says what it was.
   const { page, errors } = await newPage({ allow: /status of 500/ });
