@@ -8,9 +8,9 @@ use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::path;
 use serde::{Deserialize, Serialize};
 
-use crate::api::ApiError;
 use crate::api::call::call;
 use crate::api::inspect::{Whoami, WhoamiOutput};
+use crate::api::{ApiError, Role};
 use crate::live::{self, LinkIndicator, Live};
 use crate::{pages, session};
 
@@ -125,6 +125,9 @@ pub fn App() -> impl IntoView {
                     <nav class="nav" aria-label="Main">
                         <A href="/clusters">"Clusters"</A>
                         <A href="/operations">"Operations"</A>
+                        <session::IfRole role=Role::Admin>
+                            <A href="/tokens">"Tokens"</A>
+                        </session::IfRole>
                     </nav>
                     <span class="spacer"></span>
                     <LinkIndicator/>
@@ -147,6 +150,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/clusters/import") view=pages::import::ImportClusterPage/>
                         <Route path=path!("/clusters/:name") view=pages::clusters::ClusterDetail/>
                         <Route path=path!("/operations") view=pages::operations::OperationList/>
+                        <Route path=path!("/tokens") view=pages::tokens::TokensPage/>
                         <Route
                             path=path!("/operations/:id")
                             view=pages::operations::OperationPage

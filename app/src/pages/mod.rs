@@ -6,6 +6,7 @@ pub mod clusters;
 pub mod import;
 pub mod operations;
 mod progress;
+pub mod tokens;
 
 use leptos::prelude::*;
 
