@@ -1,13 +1,18 @@
-//! The console shell (document, header, theme) and its overview page. The shell is the
-//! same markup on the server and in the browser: hydration fails on any difference.
+//! The console shell (document, top bar, navigation, theme, routes) and its overview
+//! page. The shell is the same markup on the server and in the browser: hydration fails
+//! on any difference, so nothing here reads a browser-only value while rendering.
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
-use leptos_router::{
-    StaticSegment,
-    components::{Route, Router, Routes},
-};
+use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::path;
 use serde::{Deserialize, Serialize};
+
+use crate::api::call::call;
+use crate::api::inspect::{Whoami, WhoamiOutput};
+use crate::api::{ApiError, Role};
+use crate::live::{self, LinkIndicator, Live};
+use crate::{pages, session};
 
 /// What the server tells every page about itself. The server provides it as context to
 /// each render; pages read it through [`get_console_info`].
@@ -79,6 +84,10 @@ impl Theme {
     }
 }
 
+/// Who is signed in, as the server's dispatch sees the session (`whoami`); every page
+/// reads it from context to choose what to offer.
+pub type Me = Resource<Result<WhoamiOutput, ApiError>>;
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
@@ -87,6 +96,19 @@ pub fn App() -> impl IntoView {
     // end-to-end tests wait for before they interact.
     let hydrated = RwSignal::new(false);
     Effect::new(move || hydrated.set(true));
+
+    let me: Me = Resource::new(|| (), |_| call(&Whoami {}));
+    provide_context(me);
+    let live = Live::new();
+    provide_context(live);
+    // The live channel needs a session: open it once someone is signed in.
+    let started = StoredValue::new(false);
+    Effect::new(move || {
+        if matches!(me.get(), Some(Ok(_))) && !started.get_value() {
+            started.set_value(true);
+            live::start(live);
+        }
+    });
 
     view! {
         <Stylesheet id="leptos" href="/pkg/hypd.css"/>
@@ -97,9 +119,19 @@ pub fn App() -> impl IntoView {
             data-hydrated=move || if hydrated.get() { "true" } else { "false" }
         >
             <Router>
+                <a class="skip-link" href="#main">"Skip to content"</a>
                 <header class="topbar">
                     <a class="brand" href="/">"hypd"</a>
-                    <span class="tagline">"GPU clusters on EKS + SageMaker HyperPod"</span>
+                    <nav class="nav" aria-label="Main">
+                        <A href="/clusters">"Clusters"</A>
+                        <A href="/operations">"Operations"</A>
+                        <session::IfRole role=Role::Admin>
+                            <A href="/tokens">"Tokens"</A>
+                        </session::IfRole>
+                    </nav>
+                    <span class="spacer"></span>
+                    <LinkIndicator/>
+                    <session::UserMenu/>
                     <button
                         class="theme-toggle"
                         type="button"
@@ -110,9 +142,19 @@ pub fn App() -> impl IntoView {
                     </button>
                 </header>
                 <SandboxBanner/>
-                <main class="content">
+                <main class="content" id="main">
                     <Routes fallback=|| view! { <NotFound/> }>
-                        <Route path=StaticSegment("") view=Overview/>
+                        <Route path=path!("/") view=Overview/>
+                        <Route path=path!("/login") view=session::SignIn/>
+                        <Route path=path!("/clusters") view=pages::clusters::ClusterList/>
+                        <Route path=path!("/clusters/import") view=pages::import::ImportClusterPage/>
+                        <Route path=path!("/clusters/:name") view=pages::clusters::ClusterDetail/>
+                        <Route path=path!("/operations") view=pages::operations::OperationList/>
+                        <Route path=path!("/tokens") view=pages::tokens::TokensPage/>
+                        <Route
+                            path=path!("/operations/:id")
+                            view=pages::operations::OperationPage
+                        />
                     </Routes>
                 </main>
             </Router>
@@ -162,6 +204,11 @@ fn Overview() -> impl IntoView {
                                     <dt>"Region"</dt>
                                     <dd>{info.region.unwrap_or_else(|| "not configured".to_owned())}</dd>
                                 </dl>
+                                <p class="home-links">
+                                    <a class="button" href="/clusters">"Clusters"</a>
+                                    " "
+                                    <a class="button" href="/operations">"Operations"</a>
+                                </p>
                             }
                                 .into_any()
                         }

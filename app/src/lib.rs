@@ -4,5 +4,10 @@
 
 pub mod api;
 pub mod console;
+pub mod form;
+pub mod live;
+pub mod pages;
+pub mod session;
+pub mod time;
 
 pub use console::{App, ConsoleInfo, shell};

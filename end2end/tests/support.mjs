@@ -1,7 +1,7 @@
 // Starts a real `hypd serve` for a browser test and launches Debian's Chromium through
 // playwright-core (browsers cannot be downloaded here, so the system one is used).
-import { spawn } from 'node:child_process';
-import { mkdtempSync, mkdirSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,7 +24,19 @@ export async function startHypd({ sandbox = true } = {}) {
       HYPD_DATA_DIR: dataDir,
       HYPD_SITE_ROOT: process.env.HYPD_SITE_ROOT || path.join(repo, 'target', 'site'),
     },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  // The sandbox names its moto and sim in a log line; tests steer the world through them.
+  const world = {};
+  let errBuf = '';
+  child.stderr.on('data', (chunk) => {
+    process.stderr.write(chunk);
+    if (world.simUrl) return;
+    errBuf += String(chunk).replace(/\x1b\[[0-9;]*m/g, '');
+    const moto = errBuf.match(/moto=(http:\/\/[0-9.:]+)/);
+    const sim = errBuf.match(/sim=(http:\/\/[0-9.:]+)/);
+    if (moto) world.motoUrl = moto[1];
+    if (sim) world.simUrl = sim[1];
   });
   const url = await new Promise((resolve, reject) => {
     let buf = '';
@@ -42,9 +54,12 @@ export async function startHypd({ sandbox = true } = {}) {
       reject(new Error(`hypd exited with ${code} before listening`));
     });
   });
+  const stateDir = sandbox ? path.join(dataDir, 'sandbox') : dataDir;
   return {
     url,
     dataDir,
+    world,
+    adminToken: () => readFileSync(path.join(stateDir, 'admin-token'), 'utf8').trim(),
     async stop() {
       child.kill('SIGTERM');
       await new Promise((r) => child.once('exit', r));
@@ -66,4 +81,26 @@ export async function launchBrowser() {
       '--disable-sync',
     ],
   });
+}
+
+// Calls a REST command with a bearer token; returns [status, body].
+export async function rest(server, token, method, route, body) {
+  const res = await fetch(new URL(route, server.url), {
+    method,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return [res.status, await res.json()];
+}
+
+// Runs the Python helper that builds AWS-side fixtures in the sandbox's moto and sim.
+export function pythonHelper(script, args) {
+  const venv = process.env.HYPD_VENV || path.join(process.env.HOME, '.cache', 'hypd', 'venv');
+  const python = path.join(venv, 'bin', 'python');
+  const out = execFileSync(python, [path.join(repo, 'end2end', 'tests', script), ...args], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+    timeout: 120_000,
+  });
+  return JSON.parse(out);
 }

@@ -1,6 +1,9 @@
 //! The wasm entry of the console: it only hydrates what the server rendered, so all
 //! markup and logic stay in `app` and are shared with server-side rendering.
 
+// Leptos views are deeply nested types; their layouts need more than the default depth.
+#![recursion_limit = "256"]
+
 use wasm_bindgen::prelude::wasm_bindgen;
 
 #[wasm_bindgen]

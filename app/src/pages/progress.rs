@@ -1,0 +1,285 @@
+//! One operation's progress panel: its stages in order with state, elapsed time and the
+//! latest note; for a failure, the failing call and the provider's own message; retry and
+//! cancel where the server says they are allowed. It renders the state the server had
+//! and then follows the live channel, so it moves on its own while the work runs.
+
+use leptos::prelude::*;
+
+use super::operations::{operation_resource, use_operation_id};
+use super::{StateBadge, loading};
+use crate::api::call::call;
+use crate::api::operations::{CancelOperation, Operation, RetryOperation, Stage};
+use crate::api::{ApiError, Role};
+use crate::live::use_live;
+use crate::session::{ErrorPanel, IfRole};
+use crate::time::{elapsed, short};
+
+#[component]
+pub fn OperationPage() -> impl IntoView {
+    let id = use_operation_id();
+    let operation = operation_resource(id);
+    view! {
+        <section class="page">
+            <nav class="crumbs" aria-label="Breadcrumb">
+                <a href="/operations">"Operations"</a>
+                " / "
+                <span aria-current="page" class="mono">{id}</span>
+            </nav>
+            <Transition fallback=loading>
+                {move || Suspend::new(async move {
+                    match operation.await {
+                        Ok(op) => view! { <ProgressPanel loaded=op/> }.into_any(),
+                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+fn command_title(command: &str) -> String {
+    let mut words = command.replace('_', " ");
+    if let Some(first) = words.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    words
+}
+
+#[component]
+fn ProgressPanel(loaded: Operation) -> impl IntoView {
+    let live = use_live();
+    // A retry or cancel answers before the live channel pushes the change: keep the
+    // answer too, and show whichever snapshot is newest.
+    let answered = RwSignal::new(None::<Operation>);
+    let first = loaded.clone();
+    let op = Memo::new(move |_| {
+        let base = match answered.get() {
+            Some(a) if a.updated_at >= first.updated_at => a,
+            _ => first.clone(),
+        };
+        live.freshest(base)
+    });
+    let action_error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+
+    let retry = move |_| {
+        let operation_id = op.with_untracked(|o| o.operation_id.clone());
+        busy.set(true);
+        action_error.set(None);
+        leptos::task::spawn_local(async move {
+            let result = call(&RetryOperation {
+                operation_id: operation_id.clone(),
+            })
+            .await;
+            let result = match result {
+                Ok(_) => call(&crate::api::operations::GetOperation { operation_id }).await,
+                Err(e) => Err(e),
+            };
+            settle(result, answered, action_error, busy);
+        });
+    };
+    let cancel = move |_| {
+        let operation_id = op.with_untracked(|o| o.operation_id.clone());
+        busy.set(true);
+        action_error.set(None);
+        leptos::task::spawn_local(async move {
+            let result = call(&CancelOperation { operation_id }).await;
+            settle(result, answered, action_error, busy);
+        });
+    };
+
+    let state = move || op.with(|o| o.state.as_str().to_owned());
+    let total = move || {
+        op.with(|o| {
+            let end = o.state.is_terminal().then_some(o.updated_at.as_str());
+            elapsed(Some(&o.created_at), end, live.now.get())
+        })
+    };
+    let cluster_link = move || {
+        op.with(|o| {
+            o.target
+                .strip_prefix("cluster/")
+                .map(|name| (name.to_owned(), o.state.as_str() == "succeeded"))
+        })
+    };
+    view! {
+        <div class="progress" data-state=state data-operation=loaded.operation_id.clone()>
+            <header class="page-head">
+                <h1>{command_title(&loaded.command)}</h1>
+                <StateBadge state=Signal::derive(state)/>
+                <span class="spacer"></span>
+                <IfRole role=Role::Operator>
+                    <Show when=move || op.with(|o| o.retryable)>
+                        <button class="primary" type="button" on:click=retry disabled=move || busy.get()>
+                            "Retry"
+                        </button>
+                    </Show>
+                    <Show when=move || op.with(|o| o.cancellable)>
+                        <button class="danger" type="button" on:click=cancel disabled=move || busy.get()>
+                            "Cancel"
+                        </button>
+                    </Show>
+                </IfRole>
+            </header>
+            {move || action_error.get().map(|e| view! { <div class="form-alert" role="alert">{e}</div> })}
+            <div class="panel">
+                <dl class="facts op-facts">
+                    <dt>"Target"</dt>
+                    <dd class="mono">
+                        {move || match cluster_link() {
+                            Some((name, true)) => view! { <a href=format!("/clusters/{name}")>{format!("cluster/{name}")}</a> }.into_any(),
+                            _ => op.with(|o| o.target.clone()).into_any(),
+                        }}
+                    </dd>
+                    <dt>"Requested by"</dt>
+                    <dd>{loaded.requested_by.clone()}</dd>
+                    <dt>"Started"</dt>
+                    <dd>{short(&loaded.created_at)}</dd>
+                    <dt>"Elapsed"</dt>
+                    <dd class="elapsed">{move || total().unwrap_or_else(|| "—".into())}</dd>
+                </dl>
+            </div>
+            {move || {
+                op.with(|o| {
+                    let error = o.error.clone()?;
+                    let at = o.stages.iter().find(|s| s.error.is_some()).map(|s| s.title.clone());
+                    let retry_note = if o.retryable {
+                        " Retry resumes from that stage; stages that succeeded are not repeated."
+                    } else {
+                        ""
+                    };
+                    Some(match at {
+                        // The details are shown with the stage; say where to look.
+                        Some(title) => view! {
+                            <div class="panel failure" role="alert">
+                                <h2>"Failed at: " {title}</h2>
+                                <p class="muted">{format!("The failing call and the provider's message are shown with the stage below.{retry_note}")}</p>
+                            </div>
+                        }
+                        .into_any(),
+                        None => view! {
+                            <div class="panel failure" role="alert">
+                                <h2>"Failed"</h2>
+                                <ErrorDetail error/>
+                            </div>
+                        }
+                        .into_any(),
+                    })
+                })
+            }}
+            <div class="panel">
+                <h2>"Stages"</h2>
+                <ol class="stages">
+                    <For
+                        each=move || op.with(|o| o.stages.clone())
+                        key=|s| (s.name.clone(), s.state.as_str(), s.attempts, s.message.clone(), s.finished_at.clone())
+                        children=move |s| view! { <StageRow stage=s/> }
+                    />
+                </ol>
+            </div>
+            <Show when=move || op.with(|o| !o.outputs.is_empty())>
+                <div class="panel">
+                    <h2>"Outputs"</h2>
+                    <dl class="facts outputs">
+                        {move || op.with(|o| {
+                            o.outputs
+                                .iter()
+                                .map(|(k, v)| {
+                                    let v = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+                                    view! { <dt>{k.clone()}</dt><dd class="mono">{v}</dd> }
+                                })
+                                .collect_view()
+                        })}
+                    </dl>
+                </div>
+            </Show>
+            <Show when=move || cluster_link().is_some_and(|(_, done)| done)>
+                <p>
+                    <a class="button" href=move || format!("/clusters/{}", cluster_link().map(|(n, _)| n).unwrap_or_default())>
+                        "Open the cluster"
+                    </a>
+                </p>
+            </Show>
+        </div>
+    }
+}
+
+fn settle(
+    result: Result<Operation, ApiError>,
+    answered: RwSignal<Option<Operation>>,
+    action_error: RwSignal<Option<String>>,
+    busy: RwSignal<bool>,
+) {
+    busy.set(false);
+    match result {
+        Ok(op) => answered.set(Some(op)),
+        Err(e) => action_error.set(Some(e.to_string())),
+    }
+}
+
+#[component]
+fn StageRow(stage: Stage) -> impl IntoView {
+    let live = use_live();
+    let state = stage.state.as_str();
+    let started = stage.started_at.clone();
+    let finished = stage.finished_at.clone();
+    let took = move || elapsed(started.as_deref(), finished.as_deref(), live.now.get());
+    view! {
+        <li class=format!("stage stage-{state}") data-stage=stage.name.clone() data-state=state>
+            <span class="marker" aria-hidden="true"></span>
+            <div class="stage-body">
+                <div class="stage-head">
+                    <span class="stage-title">{stage.title.clone()}</span>
+                    <StateBadge state=state.to_owned()/>
+                    {(stage.attempts > 1).then(|| view! { <span class="muted">{format!("attempt {}", stage.attempts)}</span> })}
+                    <span class="spacer"></span>
+                    <span class="elapsed muted">{move || took().unwrap_or_default()}</span>
+                </div>
+                {stage.message.clone().map(|m| view! { <p class="stage-message">{m}</p> })}
+                {stage.next_poll_at.clone().filter(|_| state == "waiting").map(|t| view! {
+                    <p class="muted">"Next check at " {short(&t)}</p>
+                })}
+                {stage.error.clone().map(|e| view! { <ErrorDetail error=e/> })}
+            </div>
+        </li>
+    }
+}
+
+/// A failure as an operator needs it: for a provider failure the call that failed, the
+/// provider's code and message and the request id to quote to support.
+#[component]
+fn ErrorDetail(error: ApiError) -> impl IntoView {
+    match error {
+        ApiError::Upstream {
+            service,
+            call,
+            code,
+            message,
+            request_id,
+        } => view! {
+            <dl class="facts error-detail">
+                <dt>"Failing call"</dt>
+                <dd class="mono failing-call">{format!("{service}.{call}")}</dd>
+                <dt>"Error code"</dt>
+                <dd class="mono">{code.unwrap_or_else(|| "—".into())}</dd>
+                <dt>"Provider's message"</dt>
+                <dd class="provider-message">{message}</dd>
+                <dt>"Request id"</dt>
+                <dd class="mono">{request_id.unwrap_or_else(|| "—".into())}</dd>
+            </dl>
+        }
+        .into_any(),
+        other => view! { <p class="error provider-message">{other.to_string()}</p> }.into_any(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_names_read_as_titles() {
+        assert_eq!(command_title("import_cluster"), "Import cluster");
+        assert_eq!(command_title(""), "");
+    }
+}

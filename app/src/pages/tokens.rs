@@ -1,0 +1,170 @@
+//! API tokens, for admins: the list, a form that creates one (its secret is shown once,
+//! here, and never again), and revocation. The form is built on `crate::form` like the
+//! import form; what a role may do is the server's decision.
+
+use leptos::prelude::*;
+
+use super::{StateBadge, loading};
+use crate::api::call::call;
+use crate::api::tokens::{CreateToken, ListTokens, RevokeToken};
+use crate::api::values::TokenName;
+use crate::form::{FormAlert, FormState, SelectField, TextField, check, request_json};
+use crate::session::ErrorPanel;
+use crate::time::short;
+
+#[component]
+pub fn TokensPage() -> impl IntoView {
+    // Bumped after each change so the list reloads.
+    let changed = RwSignal::new(0u32);
+    let tokens = Resource::new(
+        move || changed.get(),
+        |_| async move { call(&ListTokens {}).await },
+    );
+    let revoke_error = RwSignal::new(None::<String>);
+    let revoke = move |name: String| {
+        revoke_error.set(None);
+        leptos::task::spawn_local(async move {
+            let result = match TokenName::parse(&name) {
+                Ok(name) => call(&RevokeToken { name }).await.map(drop),
+                Err(m) => Err(crate::api::ApiError::field("name", m)),
+            };
+            match result {
+                Ok(()) => changed.update(|n| *n += 1),
+                Err(e) => revoke_error.set(Some(e.to_string())),
+            }
+        });
+    };
+    view! {
+        <section class="page">
+            <header class="page-head">
+                <h1>"API tokens"</h1>
+            </header>
+            <CreateTokenForm changed/>
+            <div class="panel">
+                <h2>"Tokens"</h2>
+                {move || revoke_error.get().map(|e| view! { <div class="form-alert" role="alert">{e}</div> })}
+                <Transition fallback=loading>
+                    {move || Suspend::new(async move {
+                        match tokens.await {
+                            Ok(list) => {
+                                view! {
+                                    <div class="table-wrap">
+                                        <table class="table tokens">
+                                            <caption class="visually-hidden">"API tokens"</caption>
+                                            <thead>
+                                                <tr>
+                                                    <th scope="col">"Name"</th>
+                                                    <th scope="col">"Role"</th>
+                                                    <th scope="col">"Created"</th>
+                                                    <th scope="col">"Last used"</th>
+                                                    <th scope="col">"State"</th>
+                                                    <th scope="col"><span class="visually-hidden">"Actions"</span></th>
+                                                </tr>
+                                            </thead>
+                                            <tbody>
+                                                {list
+                                                    .tokens
+                                                    .into_iter()
+                                                    .map(|t| {
+                                                        let revoked = t.revoked_at.is_some();
+                                                        let name = t.name.clone();
+                                                        view! {
+                                                            <tr data-token=t.name.clone()>
+                                                                <th scope="row">{t.name.clone()}</th>
+                                                                <td>{t.role.as_str()}</td>
+                                                                <td class="time">{short(&t.created_at)}</td>
+                                                                <td class="time">{t.last_used_at.as_deref().map(short).unwrap_or_else(|| "never".into())}</td>
+                                                                <td>
+                                                                    <StateBadge state=if revoked { "revoked" } else { "active" }.to_owned()/>
+                                                                </td>
+                                                                <td>
+                                                                    {(!revoked).then(|| {
+                                                                        let name = name.clone();
+                                                                        view! {
+                                                                            <button
+                                                                                class="danger"
+                                                                                type="button"
+                                                                                aria-label=format!("Revoke {name}")
+                                                                                on:click=move |_| revoke(name.clone())
+                                                                            >
+                                                                                "Revoke"
+                                                                            </button>
+                                                                        }
+                                                                    })}
+                                                                </td>
+                                                            </tr>
+                                                        }
+                                                    })
+                                                    .collect_view()}
+                                            </tbody>
+                                        </table>
+                                    </div>
+                                }
+                                    .into_any()
+                            }
+                            Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        }
+                    })}
+                </Transition>
+            </div>
+        </section>
+    }
+}
+
+#[component]
+fn CreateTokenForm(changed: RwSignal<u32>) -> impl IntoView {
+    let form = FormState::new(&["name", "role"]);
+    let name = RwSignal::new(String::new());
+    let role = RwSignal::new("viewer".to_owned());
+    let secret = RwSignal::new(None::<(String, String)>);
+    let roles = Signal::stored(
+        ["viewer", "operator", "admin"]
+            .map(|r| (r.to_owned(), r.to_owned()))
+            .to_vec(),
+    );
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        form.clear();
+        secret.set(None);
+        let input = request_json(&[
+            ("name", name.get_untracked()),
+            ("role", role.get_untracked()),
+        ]);
+        let request = match check::<CreateToken>(input) {
+            Ok(r) => r,
+            Err(e) => return form.show(e),
+        };
+        form.busy.set(true);
+        leptos::task::spawn_local(async move {
+            let result = call(&request).await;
+            form.busy.set(false);
+            match result {
+                Ok(created) => {
+                    secret.set(Some((created.info.name, created.token)));
+                    name.set(String::new());
+                    changed.update(|n| *n += 1);
+                }
+                Err(e) => form.show(e),
+            }
+        });
+    };
+    view! {
+        <form class="panel form" on:submit=submit novalidate>
+            <h2>"Create a token"</h2>
+            <TextField form name="name" label="Name" value=name required=true placeholder="ci-deployer"
+                hint="To recognise it in lists and the audit log: letters, digits, '.', '_' and '-'."/>
+            <SelectField form name="role" label="Role" value=role options=roles
+                hint="Viewers read; operators change clusters and workloads; admins also manage tokens."/>
+            <FormAlert form/>
+            <div class="actions">
+                <button class="primary" type="submit" disabled=move || form.busy.get()>"Create token"</button>
+            </div>
+            {move || secret.get().map(|(n, s)| view! {
+                <div class="secret" role="status">
+                    <p>{format!("Token {n} created. Copy its secret now: it is not shown again.")}</p>
+                    <code class="secret-value">{s}</code>
+                </div>
+            })}
+        </form>
+    }
+}
