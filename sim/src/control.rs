@@ -39,8 +39,18 @@ async fn set_clock(State(state): State<Shared>, Json(body): Json<ClockBody>) -> 
 }
 
 async fn add_fault(State(state): State<Shared>, Json(fault): Json<Fault>) -> Response {
-    if !["eks", "sagemaker"].contains(&fault.service.as_str()) {
-        return AwsError::invalid_parameter("service must be eks or sagemaker").into_response();
+    let proxied = crate::proxy::PROXIED_SERVICES.contains(&fault.service.as_str());
+    if !proxied && !["eks", "sagemaker"].contains(&fault.service.as_str()) {
+        return AwsError::invalid_parameter(
+            "service must be eks or sagemaker, or ec2, iam, s3 or sts (forwarded to moto)",
+        )
+        .into_response();
+    }
+    if proxied && fault.kind == crate::world::FaultKind::Stuck {
+        return AwsError::invalid_parameter(
+            "stuck applies to eks and sagemaker; moto's resources have no transitions here",
+        )
+        .into_response();
     }
     let id = state.lock().await.add_fault(fault);
     Json(json!({ "id": id })).into_response()

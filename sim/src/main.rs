@@ -1,7 +1,10 @@
 //! `hypd-sim`: the part of the test world that moto lacks (EKS, SageMaker HyperPod and a
 //! Kubernetes API server per cluster). It speaks the real wire protocols so the real
 //! `aws-sdk-*` clients reach it through `AWS_ENDPOINT_URL_EKS` /
-//! `AWS_ENDPOINT_URL_SAGEMAKER`. It is a test tool and is never shipped.
+//! `AWS_ENDPOINT_URL_SAGEMAKER`. With `--moto-url` it also fronts moto: what it does not
+//! serve (EC2, IAM, S3, STS, ...) is forwarded there, so tests can set `AWS_ENDPOINT_URL`
+//! to the sim and inject faults into every AWS call (see `proxy`). It is a test tool and
+//! is never shipped.
 //!
 //! Its only stdout line is `listening on http://ADDR`, printed once bound, which is how
 //! `hypd serve --sandbox` and tests learn the port; logs go to stderr.
@@ -9,6 +12,7 @@
 mod control;
 mod eks;
 mod moto;
+mod proxy;
 mod sagemaker;
 mod world;
 
@@ -17,7 +21,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use clap::Parser;
 use serde_json::json;
@@ -58,10 +63,8 @@ async fn main() -> anyhow::Result<()> {
     if !(args.time_scale.is_finite() && args.time_scale >= 0.0) {
         anyhow::bail!("--time-scale must be a non-negative number");
     }
-    let world = World::new(
-        args.time_scale,
-        args.moto_url.as_deref().map(moto::Moto::new),
-    );
+    let moto = args.moto_url.as_deref().map(moto::Moto::new).transpose()?;
+    let world = World::new(args.time_scale, moto);
     axum::serve(listener, app(Arc::new(Mutex::new(world)))).await?;
     Ok(())
 }
@@ -72,12 +75,22 @@ fn app(world: world::Shared) -> Router {
         .merge(eks::routes())
         .route("/", axum::routing::post(sagemaker::dispatch))
         .fallback(unknown_operation)
+        .layer(axum::middleware::from_fn_with_state(
+            world.clone(),
+            proxy::front,
+        ))
         .with_state(world)
 }
 
 /// What AWS answers for an operation it does not know, in the caller's protocol: JSON 1.1
-/// (SageMaker, `X-Amz-Target`) or REST-JSON (EKS, `x-amzn-errortype`).
-async fn unknown_operation(headers: HeaderMap, uri: Uri) -> Response {
+/// (SageMaker, `X-Amz-Target`) or REST-JSON (EKS, `x-amzn-errortype`). With moto behind
+/// the sim, what is not EKS's or SageMaker's is moto's to answer.
+async fn unknown_operation(State(state): State<world::Shared>, request: Request) -> Response {
+    let request = match proxy::fallback(&state, request).await {
+        Ok(response) => return response,
+        Err(request) => request,
+    };
+    let (headers, uri) = (request.headers(), request.uri());
     let target = headers
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())

@@ -28,11 +28,23 @@ fn tag<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
 }
 
 impl Moto {
-    pub fn new(url: &str) -> Self {
-        Self {
+    /// The client follows no redirects: the proxy must hand moto's answers (an S3 301
+    /// included) back to the caller as they are.
+    pub fn new(url: &str) -> anyhow::Result<Self> {
+        Ok(Self {
             url: url.trim_end_matches('/').to_owned(),
-            http: reqwest::Client::new(),
-        }
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     async fn query(

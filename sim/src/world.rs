@@ -84,9 +84,12 @@ pub enum Phase {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FaultKind {
-    /// HTTP 429 ThrottlingException: the SDK's retry should absorb it.
+    /// Throttling as the service answers it (EKS/SageMaker 429 ThrottlingException, EC2
+    /// 503 RequestLimitExceeded, IAM/STS 400 Throttling, S3 503 SlowDown): the SDK's
+    /// retry should absorb it.
     Throttle,
-    /// HTTP 500 InternalFailure: a transient server error.
+    /// HTTP 500 InternalFailure (EC2/S3 InternalError, IAM ServiceFailure): a transient
+    /// server error.
     ServerError,
     /// A given AWS error code, status and message.
     Error {
@@ -103,7 +106,8 @@ pub enum FaultKind {
 pub struct Fault {
     #[serde(default)]
     pub id: u64,
-    /// `eks` or `sagemaker`.
+    /// `eks` or `sagemaker`, served by the sim, or `ec2`, `iam`, `s3`, `sts`, forwarded
+    /// to moto (see `proxy`).
     pub service: String,
     /// The API operation name, e.g. `CreateCluster`; `*` matches every operation.
     pub operation: String,
@@ -205,12 +209,7 @@ impl World {
 
     /// The error an injected fault turns this call into, if any (consuming one use).
     pub fn take_fault(&mut self, service: &str, operation: &str) -> Option<AwsError> {
-        let index = self
-            .faults
-            .iter()
-            .position(|f| f.kind != FaultKind::Stuck && Self::matches(f, service, operation))?;
-        let fault = &mut self.faults[index];
-        let error = match &fault.kind {
+        let error = match self.take_fault_kind(service, operation)? {
             FaultKind::Throttle => AwsError::new(
                 429,
                 "ThrottlingException",
@@ -225,14 +224,26 @@ impl World {
                 code,
                 status,
                 message,
-            } => AwsError::new(*status, code, message.clone()),
+            } => AwsError::new(status, &code, message),
             FaultKind::Stuck => return None,
         };
+        Some(error)
+    }
+
+    /// The kind of the first error fault matching this call, if any (consuming one use);
+    /// the caller shapes it as its service answers.
+    pub fn take_fault_kind(&mut self, service: &str, operation: &str) -> Option<FaultKind> {
+        let index = self
+            .faults
+            .iter()
+            .position(|f| f.kind != FaultKind::Stuck && Self::matches(f, service, operation))?;
+        let fault = &mut self.faults[index];
+        let kind = fault.kind.clone();
         fault.times = fault.times.saturating_sub(1);
         if fault.times == 0 {
             self.faults.remove(index);
         }
-        Some(error)
+        Some(kind)
     }
 
     /// Whether what `operation` started must stay in its transitional state.
