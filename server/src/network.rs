@@ -795,37 +795,35 @@ async fn ensure_security_group(
         .ip_protocol("-1")
         .user_id_group_pairs(UserIdGroupPair::builder().group_id(&id).build())
         .build();
-    if !existing
+    let has_ingress = existing
         .as_ref()
-        .is_some_and(|g| self_rule(g.ip_permissions()))
-    {
-        if let Err(e) = ec2
+        .is_some_and(|g| self_rule(g.ip_permissions()));
+    if !has_ingress
+        && let Err(e) = ec2
             .authorize_security_group_ingress()
             .group_id(&id)
             .ip_permissions(rule.clone())
             .send()
             .await
-            && e.code() != Some("InvalidPermission.Duplicate")
-        {
-            return Err(upstream("AuthorizeSecurityGroupIngress", e));
-        }
+        && e.code() != Some("InvalidPermission.Duplicate")
+    {
+        return Err(upstream("AuthorizeSecurityGroupIngress", e));
     }
     // EFA also needs an explicit egress rule to the group itself (the default
     // allow-all egress rule stays).
-    if !existing
+    let has_egress = existing
         .as_ref()
-        .is_some_and(|g| self_rule(g.ip_permissions_egress()))
-    {
-        if let Err(e) = ec2
+        .is_some_and(|g| self_rule(g.ip_permissions_egress()));
+    if !has_egress
+        && let Err(e) = ec2
             .authorize_security_group_egress()
             .group_id(&id)
             .ip_permissions(rule)
             .send()
             .await
-            && e.code() != Some("InvalidPermission.Duplicate")
-        {
-            return Err(upstream("AuthorizeSecurityGroupEgress", e));
-        }
+        && e.code() != Some("InvalidPermission.Duplicate")
+    {
+        return Err(upstream("AuthorizeSecurityGroupEgress", e));
     }
     Ok(id)
 }
