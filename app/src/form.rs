@@ -11,28 +11,21 @@ use crate::api::{ApiError, Command, FieldError};
 /// Decodes form input into the command's request exactly as the server's dispatch does
 /// (field paths included), then runs the command's cross-field rules.
 pub fn check<C: Command>(input: Value) -> Result<C, ApiError> {
-    let request: C = serde_path_to_error::deserialize(input).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.inner().to_string();
-        // serde reports a missing or unknown field at its parent: name the field itself.
-        let named = ["missing field `", "unknown field `"]
-            .iter()
-            .find_map(|p| message.strip_prefix(p))
-            .and_then(|rest| rest.split('`').next());
-        let field = match (path.as_str(), named) {
-            (".", Some(f)) => f.to_owned(),
-            (p, Some(f)) if p != f && !p.ends_with(&format!(".{f}")) => format!("{p}.{f}"),
-            (".", None) => String::new(),
-            (p, _) => p.to_owned(),
-        };
-        let message = if message.starts_with("missing field `") {
-            "required".to_owned()
-        } else {
-            message
-        };
-        ApiError::Validation {
-            errors: vec![FieldError::new(field, message)],
-        }
+    let request: C = crate::api::decode(input).map_err(|e| match e {
+        // Beside an empty input, "required" says it better than serde's wording.
+        ApiError::Validation { errors } => ApiError::Validation {
+            errors: errors
+                .into_iter()
+                .map(|e| {
+                    if e.message.starts_with("missing field `") {
+                        FieldError::new(e.field, "required")
+                    } else {
+                        e
+                    }
+                })
+                .collect(),
+        },
+        other => other,
     })?;
     request.validate()?;
     Ok(request)

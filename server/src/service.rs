@@ -21,7 +21,7 @@ use app::api::operations::{
 };
 use app::api::tokens::{CreateToken, CreatedToken, ListTokens, RevokeToken, TokenInfo, TokenList};
 use app::api::values::Region;
-use app::api::{ApiError, Command, Effect, FieldError};
+use app::api::{ApiError, Command, Effect};
 use serde_json::Value;
 
 use crate::auth::{Actor, Auth, authorize};
@@ -103,32 +103,8 @@ impl Service {
     }
 }
 
-/// Decodes a request, naming the field that broke a rule by its path.
-pub fn decode<C: Command>(input: Value) -> Result<C, ApiError> {
-    let input = if input.is_null() {
-        Value::Object(Default::default())
-    } else {
-        input
-    };
-    serde_path_to_error::deserialize::<_, C>(input).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.inner().to_string();
-        // serde reports unknown and missing fields at their parent: name the field itself.
-        let named = ["unknown field `", "missing field `"]
-            .iter()
-            .find_map(|p| message.strip_prefix(p))
-            .and_then(|rest| rest.split('`').next());
-        let field = match (path.as_str(), named) {
-            (".", Some(f)) => f.to_owned(),
-            (p, Some(f)) if p != f && !p.ends_with(&format!(".{f}")) => format!("{p}.{f}"),
-            (".", None) => String::new(),
-            (p, _) => p.to_owned(),
-        };
-        ApiError::Validation {
-            errors: vec![FieldError::new(field, message)],
-        }
-    })
-}
+/// Decoding lives in the contract so the console's forms decode exactly alike.
+pub use app::api::decode;
 
 impl Service {
     /// The region a request names, or hypd's own; a named one must be enabled in the

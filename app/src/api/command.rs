@@ -136,3 +136,30 @@ fn request_schema<C: Command>(g: &mut SchemaGenerator) -> Schema {
 fn output_schema<C: Command>(g: &mut SchemaGenerator) -> Schema {
     g.subschema_for::<C::Output>()
 }
+
+/// Decodes a request, naming the field that broke a rule by its path.
+pub fn decode<C: Command>(input: serde_json::Value) -> Result<C, ApiError> {
+    let input = if input.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        input
+    };
+    serde_path_to_error::deserialize::<_, C>(input).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        // serde reports unknown and missing fields at their parent: name the field itself.
+        let named = ["unknown field `", "missing field `"]
+            .iter()
+            .find_map(|p| message.strip_prefix(p))
+            .and_then(|rest| rest.split('`').next());
+        let field = match (path.as_str(), named) {
+            (".", Some(f)) => f.to_owned(),
+            (p, Some(f)) if p != f && !p.ends_with(&format!(".{f}")) => format!("{p}.{f}"),
+            (".", None) => String::new(),
+            (p, _) => p.to_owned(),
+        };
+        ApiError::Validation {
+            errors: vec![super::error::FieldError::new(field, message)],
+        }
+    })
+}

@@ -11,7 +11,7 @@ pub mod operations;
 pub mod tokens;
 pub mod values;
 
-pub use command::{Command, CommandEntry, CommandSpec, Effect, HttpMethod, Role};
+pub use command::{Command, CommandEntry, CommandSpec, Effect, HttpMethod, Role, decode};
 pub use error::{ApiError, FieldError, Problems};
 
 /// Calls `$m! { Type, Type, … }` with every command type: the one list the registry, the
