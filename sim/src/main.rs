@@ -8,6 +8,7 @@
 
 mod control;
 mod eks;
+mod kube;
 mod moto;
 mod sagemaker;
 mod world;
@@ -29,7 +30,7 @@ use crate::world::World;
 #[command(
     name = "hypd-sim",
     version,
-    about = "Test world for hypd: EKS + SageMaker HyperPod fakes"
+    about = "Test world for hypd: EKS + SageMaker HyperPod fakes and a Kubernetes API server per cluster"
 )]
 struct Args {
     /// Address to listen on (port 0 picks a free one)
@@ -41,6 +42,9 @@ struct Args {
     /// Simulated seconds per real second (60: a 10-minute EKS creation takes 10 s)
     #[arg(long, default_value_t = 60.0)]
     time_scale: f64,
+    /// Secret access key EKS tokens must be signed with (the test world's credentials)
+    #[arg(long, default_value = "testing")]
+    aws_secret_access_key: String,
 }
 
 #[tokio::main]
@@ -58,10 +62,11 @@ async fn main() -> anyhow::Result<()> {
     if !(args.time_scale.is_finite() && args.time_scale >= 0.0) {
         anyhow::bail!("--time-scale must be a non-negative number");
     }
-    let world = World::new(
+    let mut world = World::new(
         args.time_scale,
         args.moto_url.as_deref().map(moto::Moto::new),
     );
+    world.kube.secret = args.aws_secret_access_key;
     axum::serve(listener, app(Arc::new(Mutex::new(world)))).await?;
     Ok(())
 }
