@@ -233,6 +233,8 @@ fn check(schema: &Value, v: &mut Value, old: Option<&Value>, path: &str, out: &m
             let preserve = schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true);
             let props = schema["properties"].as_object();
             let additional = &schema["additionalProperties"];
+            // Defaults are applied while decoding, before validation.
+            apply_defaults(schema, o);
             if let Some(required) = schema["required"].as_array() {
                 for r in required.iter().filter_map(Value::as_str) {
                     if !o.contains_key(r) {
@@ -272,7 +274,6 @@ fn check(schema: &Value, v: &mut Value, old: Option<&Value>, path: &str, out: &m
                     }
                 }
             }
-            apply_defaults(schema, o);
         }
         _ => {}
     }
