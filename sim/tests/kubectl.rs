@@ -314,7 +314,9 @@ async fn kubectl_server_side_applies_a_job_and_follows_its_logs() {
     assert_eq!(
         lines.len(),
         121,
-        "one line per simulated second, then the container exits"
+        "one line per simulated second, then the container exits; first {:?}, last {:?}",
+        lines.first(),
+        lines.last()
     );
     assert!(
         lines[0].starts_with("[torchrun] train-") && lines[0].contains(" step 0: "),

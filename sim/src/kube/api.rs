@@ -25,6 +25,7 @@ use super::discovery::{self, CRD_GR, Resource};
 use super::logs;
 use super::schema;
 use super::store::{EventKind, Key, Obj, Store};
+use super::table;
 use crate::world::{Shared, World};
 
 #[derive(Clone)]
@@ -246,6 +247,11 @@ async fn handle(
     };
     let mut guard = ctx.world.lock().await;
     let w: &mut World = &mut guard;
+    let now = w.clock.epoch(w.clock.now());
+    let as_table = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(table::wanted);
     let Some(c) = w.kube_cluster(&ctx.cluster) else {
         return Status::new(503, "ServiceUnavailable", "the cluster is gone").into_response();
     };
@@ -305,6 +311,7 @@ async fn handle(
                 ns: ns.unwrap_or_default(),
                 name,
                 sub,
+                table: as_table.then_some(now),
                 manager: q
                     .get("fieldManager")
                     .cloned()
@@ -386,6 +393,8 @@ fn respond(r: Result<(StatusCode, Value), Status>) -> Response {
 
 pub struct Req {
     pub res: Resource,
+    /// Sim time, when the client asked for a Table.
+    table: Option<f64>,
     pub ns: String,
     pub name: Option<String>,
     pub sub: Option<String>,
@@ -404,7 +413,16 @@ impl Req {
 fn get(store: &Store, req: &Req) -> Response {
     let name = req.name.as_deref().unwrap_or_default();
     match store.get(&req.key(name)) {
-        Some(o) => ok(o),
+        Some(o) => match req.table {
+            Some(now) => ok(&table::table(
+                &req.res,
+                &[&**o],
+                now,
+                &store.rv().to_string(),
+                &req.res.printer,
+            )),
+            None => ok(o),
+        },
         None => not_found(&req.res, name).into_response(),
     }
 }
@@ -539,6 +557,15 @@ fn list(store: &Store, req: &Req) -> Response {
         .filter(|o| filter.matches(o))
         .map(|o| &**o)
         .collect();
+    if let Some(now) = req.table {
+        return ok(&table::table(
+            &req.res,
+            &items,
+            now,
+            &store.rv().to_string(),
+            &req.res.printer,
+        ));
+    }
     let body = json!({
         "kind": format!("{}List", req.res.kind),
         "apiVersion": req.res.api_version(),
@@ -630,6 +657,19 @@ async fn watch(ctx: Ctx, req: Req) -> Response {
         }
     };
     let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(WATCH_CHANNEL);
+    let res = req.res.clone();
+    let as_table = req.table;
+    // `kubectl get --watch` asks for each event's object as a one-row Table.
+    let event_line = move |kind: &str, o: &Value| match as_table {
+        Some(now) => {
+            let rv = o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            event_line(kind, &table::table(&res, &[o], now, &rv, &res.printer))
+        }
+        None => event_line(kind, o),
+    };
     let res = req.res.clone();
     tokio::spawn(async move {
         let deadline = tokio::time::sleep(Duration::from_secs(timeout));

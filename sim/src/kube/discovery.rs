@@ -27,6 +27,8 @@ pub struct Resource {
     pub status: bool,
     /// A CRD version's `openAPIV3Schema`.
     pub schema: Option<Arc<Value>>,
+    /// A CRD version's `additionalPrinterColumns` (name, JSONPath).
+    pub printer: Vec<(String, String)>,
 }
 
 impl Resource {
@@ -170,6 +172,7 @@ fn builtins() -> impl Iterator<Item = Resource> {
             },
             status: *status,
             schema: None,
+            printer: Vec::new(),
         },
     )
 }
@@ -221,6 +224,7 @@ pub fn crd_resources(crd: &Value) -> Vec<Resource> {
             schema: v["schema"]["openAPIV3Schema"]
                 .is_object()
                 .then(|| Arc::new(v["schema"]["openAPIV3Schema"].clone())),
+            printer: super::table::printer_columns(Some(v)),
         });
     }
     out

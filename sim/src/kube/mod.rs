@@ -16,6 +16,7 @@ mod discovery;
 mod logs;
 mod schema;
 mod store;
+mod table;
 mod time;
 mod tls;
 

@@ -13,9 +13,9 @@ use tokio::sync::broadcast;
 pub type Obj = Arc<Value>;
 
 /// Events kept for watches that resume from a resourceVersion.
-pub const HISTORY: usize = 4096;
+pub const HISTORY: usize = 1024;
 /// Events a watcher may fall behind before it is dropped (it sees 410 Gone).
-pub const FANOUT: usize = 4096;
+pub const FANOUT: usize = 1024;
 
 /// Where an object lives: `group/plural` (core group empty), namespace ("" for
 /// cluster-scoped), name.

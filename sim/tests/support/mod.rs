@@ -10,6 +10,12 @@ use serde_json::json;
 
 pub struct Proc(Child);
 
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();
