@@ -570,3 +570,306 @@ async fn deployments_get_pods_scheduled_by_gpus_on_hyperpod_nodes() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn add_ons_services_claims_and_training_jobs_come_alive() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = eks_client(&sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
+    let client = kube_client(&endpoint, &ca, &eks_token("ml-1"));
+    support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    support::wait_for("two HyperPod nodes", || async {
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 2
+    })
+    .await;
+    support::control(
+        &sim_url,
+        reqwest::Method::PUT,
+        "/_sim/clock",
+        json!({ "time_scale": 60.0 }),
+    )
+    .await;
+
+    for addon in ["kube-proxy", "amazon-sagemaker-hyperpod-training-operator"] {
+        eks.create_addon()
+            .cluster_name("ml-1")
+            .addon_name(addon)
+            .send()
+            .await
+            .unwrap();
+    }
+    let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(client.clone(), "kube-system");
+    support::wait_for("kube-proxy on both nodes", || async {
+        daemonsets
+            .get_opt("kube-proxy")
+            .await
+            .unwrap()
+            .and_then(|d| d.status)
+            .is_some_and(|s| s.number_ready == 2 && s.desired_number_scheduled == 2)
+    })
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    support::wait_for("the training operator's CRD", || async {
+        crds.get_opt("hyperpodpytorchjobs.sagemaker.amazonaws.com")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+
+    let gvk = GroupVersionKind::gvk("sagemaker.amazonaws.com", "v1", "HyperPodPyTorchJob");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "hyperpodpytorchjobs");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let job: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "sagemaker.amazonaws.com/v1", "kind": "HyperPodPyTorchJob",
+        "metadata": { "name": "llama", "annotations": { "sim.hypd.dev/run-seconds": "120" } },
+        "spec": { "nprocPerNode": "1", "runPolicy": { "jobMaxRetryCount": 1, "cleanPodPolicy": "None" },
+            "replicaSpecs": [{ "name": "pods", "replicas": 2, "template": { "spec": { "containers": [{
+                "name": "pytorch", "image": "pytorch", "command": ["hyperpodrun"],
+                "resources": { "limits": { "nvidia.com/gpu": 1, "vpc.amazonaws.com/efa": 1 } } }] } } }] }
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let has = |o: &DynamicObject, t: &str| {
+        o.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+    };
+    support::wait_for("llama running on both nodes", || async {
+        has(&jobs.get("llama").await.unwrap(), "Running")
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let on: std::collections::BTreeSet<String> = pods
+        .list(&ListParams::default().labels("sagemaker.amazonaws.com/job-name=llama"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| p.spec.unwrap().node_name.unwrap())
+        .collect();
+    assert_eq!(on.len(), 2, "one GPU per node: the pods are spread");
+    support::wait_for("llama completed", || async {
+        has(&jobs.get("llama").await.unwrap(), "Completed")
+    })
+    .await;
+
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "default");
+    services
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "metadata": { "name": "vllm" },
+            "spec": { "type": "LoadBalancer", "selector": { "app": "vllm" }, "ports": [{ "port": 8000 }] }
+        })).unwrap())
+        .await
+        .unwrap();
+    support::wait_for("a load balancer hostname", || async {
+        services
+            .get("vllm")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|l| l.ingress)
+            .is_some_and(|i| {
+                i[0].hostname
+                    .as_deref()
+                    .is_some_and(|h| h.ends_with(".elb.us-east-1.amazonaws.com"))
+            })
+    })
+    .await;
+
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    pvs.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": { "name": "s3-shared" },
+        "spec": { "capacity": { "storage": "1200Gi" }, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                  "csi": { "driver": "s3.csi.aws.com", "volumeHandle": "s3-csi-driver-volume" } }
+    })).unwrap())
+    .await
+    .unwrap();
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), "default");
+    pvcs.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": { "name": "shared" },
+        "spec": { "accessModes": ["ReadWriteMany"], "storageClassName": "", "resources": { "requests": { "storage": "100Gi" } } }
+    })).unwrap())
+    .await
+    .unwrap();
+    support::wait_for("the claim bound", || async {
+        pvcs.get("shared")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Bound")
+    })
+    .await;
+    assert_eq!(
+        pvcs.get("shared")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .volume_name
+            .as_deref(),
+        Some("s3-shared")
+    );
+    assert_eq!(
+        pvs.get("s3-shared")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .claim_ref
+            .unwrap()
+            .name
+            .as_deref(),
+        Some("shared")
+    );
+
+    // Removing the add-on removes its workloads.
+    eks.delete_addon()
+        .cluster_name("ml-1")
+        .addon_name("kube-proxy")
+        .send()
+        .await
+        .unwrap();
+    support::wait_for("kube-proxy gone", || async {
+        let _ = eks.list_addons().cluster_name("ml-1").send().await;
+        daemonsets.get_opt("kube-proxy").await.unwrap().is_none()
+    })
+    .await;
+}
+
+/// Reads a raw watch stream line by line until `done` says so.
+async fn watch_lines(
+    endpoint: &str,
+    ca: &str,
+    path: &str,
+    mut done: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let mut resp = client
+        .get(format!("{endpoint}{path}"))
+        .bearer_auth(eks_token("ml-1"))
+        .send()
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut events = Vec::new();
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        buf.extend_from_slice(&chunk);
+        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=i).collect();
+            events.push(serde_json::from_slice(&line).unwrap());
+            if done(&events) {
+                return events;
+            }
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watches_stream_initial_events_bookmarks_and_expire() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = eks_client(&sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
+    let client = kube_client(&endpoint, &ca, &eks_token("ml-1"));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let first_rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    for i in 0..3 {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+
+    // Streaming list: the objects, then a bookmark marking the end of the initial events.
+    let events = watch_lines(
+        &endpoint,
+        &ca,
+        "/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+        |e| e.last().is_some_and(|l| l["type"] == "BOOKMARK"),
+    )
+    .await;
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ADDED", "ADDED", "ADDED", "BOOKMARK"]);
+    assert_eq!(
+        events[3]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+
+    // Bookmarks keep an idle watch's resourceVersion fresh.
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let events = watch_lines(
+        &endpoint,
+        &ca,
+        &format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&allowWatchBookmarks=true"),
+        |e| !e.is_empty(),
+    )
+    .await;
+    assert_eq!(events[0]["type"], "BOOKMARK");
+    assert_eq!(
+        events[0]["object"]["metadata"]["resourceVersion"],
+        rv.as_str()
+    );
+
+    // Once the history has rolled past a resourceVersion, watching from it is 410 Gone.
+    futures::stream::iter(0..1100)
+        .map(|i| {
+            let cms = cms.clone();
+            async move {
+                cms.patch(
+                    "c0",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"n": i.to_string()}})),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+    let events = watch_lines(
+        &endpoint,
+        &ca,
+        &format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={first_rv}"),
+        |e| !e.is_empty(),
+    )
+    .await;
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["code"], 410);
+    assert_eq!(events[0]["object"]["reason"], "Expired");
+}
