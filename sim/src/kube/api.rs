@@ -24,7 +24,7 @@ use super::behaviour;
 use super::discovery::{self, CRD_GR, Resource};
 use super::logs;
 use super::schema;
-use super::store::{EventKind, Key, Obj, Store};
+use super::store::{Key, Obj, Store};
 use super::table;
 use crate::world::{Shared, World};
 
@@ -325,7 +325,7 @@ async fn handle(
                     drop(guard);
                     watch(ctx, req).await
                 }
-                (&Method::GET, false, _) => list(c.store_ref(), &req),
+                (&Method::GET, false, _) => list(&c.store, &req),
                 (&Method::GET, true, Some("log")) if req.res.plural == "pods" => {
                     drop(guard);
                     logs::serve(
@@ -338,7 +338,7 @@ async fn handle(
                     .await
                 }
                 (_, _, Some(s)) if s != "status" => page_not_found(),
-                (&Method::GET, true, _) => get(c.store_ref(), &req),
+                (&Method::GET, true, _) => get(&c.store, &req),
                 (&Method::POST, false, _) => respond(create(w, &ctx.cluster, &req, &body)),
                 (&Method::PUT, true, _) => respond(update(w, &ctx.cluster, &req, &body)),
                 (&Method::PATCH, true, _) => {
@@ -363,12 +363,6 @@ async fn handle(
                 .into_response(),
             }
         }
-    }
-}
-
-impl super::ClusterApi {
-    fn store_ref(&self) -> &Store {
-        &self.store
     }
 }
 
@@ -711,7 +705,7 @@ async fn watch(ctx: Ctx, req: Req) -> Response {
                         }
                         last = e.rv;
                         if filter.matches_key(&e.key)
-                            && (filter.matches(&e.object) || e.kind == EventKind::Deleted && filter.labels.0.is_empty() && filter.fields.0.is_empty())
+                            && filter.matches(&e.object)
                             && tx.send(Ok(event_line(e.kind.as_str(), &e.object))).await.is_err()
                         {
                             return;

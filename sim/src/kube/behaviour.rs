@@ -809,7 +809,7 @@ fn node_ready(n: &Value) -> bool {
     })
 }
 
-/// Job-like workloads: a Job, or the pods of a training job.
+/// When the last of `pods` finished, if any did.
 fn finish_time(pods: &[Value]) -> Option<String> {
     pods.iter()
         .filter_map(|p| {
