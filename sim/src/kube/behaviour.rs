@@ -1284,6 +1284,15 @@ fn pods(store: &mut Store, epoch_now: f64, now: &str) {
     }
 }
 
+/// Sim seconds a pod's containers run before they exit, if they ever do.
+pub fn run_seconds(pod: &Value) -> Option<f64> {
+    let restart = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    pod["metadata"]["annotations"][RUN_ANNOTATION]
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
+        .or((restart != "Always").then_some(DEFAULT_RUN_SECS))
+}
+
 /// A bound pod's status at sim time `now` from when it was scheduled.
 fn advance(pod: &mut Value, now: f64, nodes: &[Value]) {
     let scheduled = pod["status"]["conditions"]
@@ -1294,14 +1303,7 @@ fn advance(pod: &mut Value, now: f64, nodes: &[Value]) {
         .unwrap_or(now);
     let start = scheduled + START_SECS;
     let annotations = &pod["metadata"]["annotations"];
-    let restart = pod["spec"]["restartPolicy"]
-        .as_str()
-        .unwrap_or("Always")
-        .to_owned();
-    let run = annotations[RUN_ANNOTATION]
-        .as_str()
-        .and_then(|s| s.parse::<f64>().ok())
-        .or((restart != "Always").then_some(DEFAULT_RUN_SECS));
+    let run = run_seconds(pod);
     let exit: i64 = annotations[EXIT_ANNOTATION]
         .as_str()
         .and_then(|s| s.parse().ok())

@@ -128,9 +128,11 @@ fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|i| *i > 0.0)
         .unwrap_or(1.0);
+    // The controllers record the exit a tick late; the log ends when the container does.
     let end = state["terminated"]["finishedAt"]
         .as_str()
-        .and_then(parse_rfc3339);
+        .and_then(parse_rfc3339)
+        .or_else(|| super::behaviour::run_seconds(pod).map(|run| start + run));
     Ok(Source {
         pod: name.to_owned(),
         container,
@@ -249,6 +251,18 @@ mod tests {
             src.line(1, true)
                 .starts_with("2026-01-01T00:00:02.000000000Z [main] p step 1:")
         );
+        let running = json!({
+            "metadata": {"name": "p", "annotations": {"sim.hypd.dev/run-seconds": "4"}},
+            "spec": {"containers": [{"name": "main"}], "restartPolicy": "Never"},
+            "status": {"containerStatuses": [{"name": "main", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+        });
+        let src = source(&running, None).unwrap();
+        assert_eq!(
+            src.count_at(t0 + 100.0),
+            5,
+            "ends with the container, even before its status says so"
+        );
+        assert!(src.finished_at(t0 + 4.0));
         let waiting = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
         assert!(
             source(&waiting, None).unwrap_err().to_json()["message"]
