@@ -214,6 +214,25 @@ async fn kubectl_applies_waits_watches_and_deletes_a_deployment() {
         "deployment.apps/infer unchanged"
     );
 
+    // Back to what fits, through the scale subresource.
+    assert_eq!(
+        k.ok(&["scale", "deployment", "infer", "--replicas=2"])
+            .trim(),
+        "deployment.apps/infer scaled"
+    );
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.replicas}=2",
+        "deployment/infer",
+        "--timeout=30s",
+    ]);
+    let table = k.ok(&["get", "deployment", "infer"]);
+    assert!(
+        table.starts_with("NAME    READY   UP-TO-DATE   AVAILABLE   AGE"),
+        "{table}"
+    );
+    assert!(table.contains("infer   2/2"), "{table}");
+
     // Watch, then delete: the watcher sees the deletion.
     let mut watch = k
         .command(&[

@@ -337,20 +337,16 @@ async fn handle(
                     )
                     .await
                 }
+                (_, true, Some("scale")) if SCALABLE.contains(&req.res.gr().as_str()) => {
+                    let ct = content_type(&headers);
+                    respond(scale(w, &ctx.cluster, &req, &method, &ct, &body))
+                }
                 (_, _, Some(s)) if s != "status" => page_not_found(),
                 (&Method::GET, true, _) => get(&c.store, &req),
                 (&Method::POST, false, _) => respond(create(w, &ctx.cluster, &req, &body)),
                 (&Method::PUT, true, _) => respond(update(w, &ctx.cluster, &req, &body)),
                 (&Method::PATCH, true, _) => {
-                    let ct = headers
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .split(';')
-                        .next()
-                        .unwrap_or_default()
-                        .trim()
-                        .to_owned();
+                    let ct = content_type(&headers);
                     respond(patch(w, &ctx.cluster, &req, &ct, &body))
                 }
                 (&Method::DELETE, true, _) => respond(delete(w, &ctx.cluster, &req)),
@@ -364,6 +360,86 @@ async fn handle(
             }
         }
     }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Resources with a `scale` subresource (autoscaling/v1 Scale over `spec.replicas`).
+pub const SCALABLE: &[&str] = &["apps/deployments", "apps/replicasets", "apps/statefulsets"];
+
+fn scale_of(o: &Value) -> Value {
+    let selector: Vec<String> = o["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    let meta = &o["metadata"];
+    json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": { "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+                      "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"] },
+        "spec": { "replicas": o["spec"]["replicas"].as_u64().unwrap_or(1) },
+        "status": { "replicas": o["status"]["replicas"].as_u64().unwrap_or(0), "selector": selector.join(",") },
+    })
+}
+
+/// `…/scale`: read or change `spec.replicas` through a Scale object (`kubectl scale`,
+/// autoscalers).
+fn scale(
+    w: &mut World,
+    cluster: &str,
+    req: &Req,
+    method: &Method,
+    content_type: &str,
+    body: &[u8],
+) -> Result<(StatusCode, Value), Status> {
+    let name = req.name.clone().unwrap_or_default();
+    let Some(old) = current(w, cluster, req)? else {
+        return Err(not_found(&req.res, &name));
+    };
+    let mut wanted = scale_of(&old);
+    match *method {
+        Method::GET => return Ok((StatusCode::OK, wanted)),
+        Method::PUT => wanted = parse_body(body, false)?,
+        Method::PATCH => {
+            let patch = parse_body(body, false)?;
+            match content_type {
+                "application/json-patch+json" => json_patch(&mut wanted, &patch)?,
+                _ => apply::merge_patch(&mut wanted, &patch),
+            }
+        }
+        _ => {
+            return Err(Status::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} is not supported on scale"),
+            ));
+        }
+    }
+    check_precondition(req, &old, &wanted)?;
+    let Some(replicas) = wanted["spec"]["replicas"].as_u64() else {
+        return Err(Status::new(
+            422,
+            "Invalid",
+            format!("Scale.autoscaling \"{name}\" is invalid: spec.replicas: Required value"),
+        ));
+    };
+    let mut new = (*old).clone();
+    new["spec"]["replicas"] = json!(replicas);
+    let (code, stored) = commit(w, cluster, req, &old, new, false)?;
+    Ok((code, scale_of(&stored)))
 }
 
 /// The field manager of a non-apply write, as the API server derives it from the

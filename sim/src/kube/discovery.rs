@@ -303,6 +303,12 @@ pub fn resource_list(store: &Store, group: &str, version: &str) -> Option<Value>
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if super::api::SCALABLE.contains(&r.gr().as_str()) {
+            resources.push(json!({
+                "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
+            }));
+        }
         if r.plural == "pods" {
             resources.push(json!({
                 "name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"],
