@@ -242,6 +242,18 @@ async fn handle(
         return Status::new(401, "Unauthorized", format!("Unauthorized: {reason}")).into_response();
     }
     let q = parse_query(uri.query());
+    // JSON only: client-go answers a 415 by sending JSON from then on.
+    let ct = content_type(&headers);
+    if !body.is_empty()
+        && (ct.starts_with("application/vnd.kubernetes.protobuf") || ct == "application/cbor")
+    {
+        return Status::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unsupported format: {ct}; send JSON"),
+        )
+        .into_response();
+    }
     let Some(target) = route(uri.path()) else {
         return page_not_found();
     };
