@@ -103,6 +103,58 @@ impl Kubectl {
     }
 }
 
+/// `kubectl get … --watch` running in the background, its output lines on a channel.
+struct Watch {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Watch {
+    fn start(k: &Kubectl, args: &[&str]) -> Self {
+        let mut child = k
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// Lines up to and including the first that satisfies `done`.
+    fn until(&self, done: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| {
+                    panic!("the watch never printed the awaited line; saw {seen:?}")
+                });
+            let stop = done(&line);
+            seen.push(line);
+            if stop {
+                return seen;
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// An ACTIVE EKS cluster with `nodes` HyperPod GPU nodes (ml.g5.8xlarge: 1 GPU, 1 EFA
 /// each), and kubectl configured for it. Time runs at 60×.
 async fn world(nodes: i32) -> (support::Proc, support::Proc, Network, Kubectl) {
@@ -233,9 +285,28 @@ async fn kubectl_applies_waits_watches_and_deletes_a_deployment() {
     );
     assert!(table.contains("infer   2/2"), "{table}");
 
+    // The same manifest applied server-side by kubectl: no conflict, nothing changes.
+    let out = k.apply(
+        "deploy.yaml",
+        &DEPLOYMENT.replace("REPLICAS", "2"),
+        &["--server-side"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        k.ok(&["logs", "deployment/infer", "--tail=3"])
+            .lines()
+            .count(),
+        3
+    );
+
     // Watch, then delete: the watcher sees the deletion.
-    let mut watch = k
-        .command(&[
+    let watch = Watch::start(
+        &k,
+        &[
             "get",
             "deployment",
             "infer",
@@ -243,34 +314,11 @@ async fn kubectl_applies_waits_watches_and_deletes_a_deployment() {
             "--output-watch-events",
             "-o",
             "jsonpath={.type} {.object.metadata.name}{\"\\n\"}",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = watch.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    assert_eq!(
-        rx.recv_timeout(Duration::from_secs(20)).unwrap(),
-        "ADDED infer"
+        ],
     );
+    assert_eq!(watch.until(|_| true), ["ADDED infer"]);
     k.ok(&["delete", "deployment", "infer"]);
-    let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l.starts_with("DELETED")) {
-        seen.push(
-            rx.recv_timeout(Duration::from_secs(20))
-                .expect("the watch saw the deletion"),
-        );
-    }
-    let _ = watch.kill();
-    let _ = watch.wait();
+    let seen = watch.until(|l| l.starts_with("DELETED"));
     assert_eq!(seen.last().map(String::as_str), Some("DELETED infer"));
     support::wait_for("pods garbage-collected", || async {
         k.ok(&["get", "pods", "-l", "app=infer", "-o", "name"])
@@ -327,6 +375,17 @@ async fn kubectl_server_side_applies_a_job_and_follows_its_logs() {
         "job.batch/train"
     );
 
+    let watch = Watch::start(
+        &k,
+        &[
+            "get",
+            "job",
+            "train",
+            "--watch",
+            "-o",
+            "jsonpath={.status.succeeded}/{.status.active}{\"\\n\"}",
+        ],
+    );
     // 120 simulated seconds at 60×: the log follow ends when the container exits.
     let logs = k.ok(&["logs", "-f", "job/train", "--pod-running-timeout=30s"]);
     let lines: Vec<&str> = logs.lines().collect();
@@ -349,6 +408,12 @@ async fn kubectl_server_side_applies_a_job_and_follows_its_logs() {
         "job/train",
         "--timeout=30s",
     ]);
+    watch.until(|l| l == "1/0");
+    let yaml = k.ok(&["get", "job", "train", "-o", "yaml"]);
+    assert!(
+        yaml.contains("type: Complete") && yaml.contains("succeeded: 1"),
+        "{yaml}"
+    );
     let tail = k.ok(&["logs", "job/train", "--tail=2"]);
     assert_eq!(tail.lines().count(), 2);
     k.ok(&["delete", "job", "train"]);
@@ -369,7 +434,7 @@ kind: RayJob
 metadata:
   name: verl
   labels: {recipe: verl}
-  annotations: {sim.hypd.dev/run-seconds: \"30\"}
+  annotations: {sim.hypd.dev/run-seconds: \"90\"}
 spec:
   entrypoint: python3 -m verl.trainer.main_ppo
   shutdownAfterJobFinishes: true
@@ -441,14 +506,10 @@ async fn kubectl_runs_a_rayjob_and_the_crd_schema_rejects_a_bad_one() {
             .trim(),
         "rayjob.ray.io/verl"
     );
-    k.ok(&[
-        "wait",
-        "--for=jsonpath={.status.jobDeploymentStatus}=Running",
-        "rayjob/verl",
-        "--timeout=60s",
-    ]);
+    // The submitter Job appears once the head pod runs.
+    k.ok(&["wait", "--for=create", "job/verl", "--timeout=30s"]);
     let logs = k.ok(&["logs", "-f", "job/verl", "--pod-running-timeout=30s"]);
-    assert_eq!(logs.lines().count(), 31, "{logs}");
+    assert_eq!(logs.lines().count(), 91, "{logs}");
     k.ok(&[
         "wait",
         "--for=jsonpath={.status.jobStatus}=SUCCEEDED",
