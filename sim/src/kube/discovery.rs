@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::store::Store;
+use super::store::{Key, Store};
 
 pub const CRD_GR: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
@@ -238,8 +238,11 @@ pub fn all(store: &Store) -> Vec<Resource> {
         if crd["metadata"]["deletionTimestamp"].is_string() {
             continue;
         }
-        out.extend(crd_resources(crd));
+        out.extend(store.crd_cache.resources(crd));
     }
+    store
+        .crd_cache
+        .forget_except(|name| store.get(&Key::new(CRD_GR, "", name)).is_some());
     out
 }
 
@@ -429,4 +432,40 @@ pub fn openapi_group_version(store: &Store, group: &str, version: &str) -> Optio
         "paths": paths,
         "components": { "schemas": schemas },
     }))
+}
+
+/// The served resources of each CRD object, parsed once per resourceVersion: CRD schemas
+/// run to megabytes (RayJob's is 1.3 MB of YAML) and every request to a custom resource
+/// needs them.
+#[derive(Default)]
+pub struct CrdCache(std::sync::Mutex<BTreeMap<String, (String, Vec<Resource>)>>);
+
+impl CrdCache {
+    fn forget_except(&self, exists: impl Fn(&str) -> bool) {
+        if let Ok(mut cache) = self.0.lock() {
+            cache.retain(|name, _| exists(name));
+        }
+    }
+
+    fn resources(&self, crd: &Value) -> Vec<Resource> {
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let rv = crd["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let Ok(mut cache) = self.0.lock() else {
+            return crd_resources(crd);
+        };
+        match cache.get(&name) {
+            Some((cached_rv, rs)) if *cached_rv == rv => rs.clone(),
+            _ => {
+                let rs = crd_resources(crd);
+                cache.insert(name, (rv, rs.clone()));
+                rs
+            }
+        }
+    }
 }

@@ -67,6 +67,7 @@ pub struct Store {
     objects: BTreeMap<Key, Obj>,
     history: VecDeque<Arc<Event>>,
     tx: broadcast::Sender<Arc<Event>>,
+    pub crd_cache: super::discovery::CrdCache,
 }
 
 impl Default for Store {
@@ -88,6 +89,7 @@ impl Store {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
             tx,
+            crd_cache: Default::default(),
         }
     }
 
