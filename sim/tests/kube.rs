@@ -569,6 +569,55 @@ async fn deployments_get_pods_scheduled_by_gpus_on_hyperpod_nodes() {
             .any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"))
     })
     .await;
+
+    // A cordoned node keeps its cordon across the controllers' ticks and takes no pods.
+    let node_name = node.metadata.name.unwrap();
+    nodes
+        .patch(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let running = pods
+        .list(&ListParams::default().labels("app=vllm"))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    pods.delete(&running.metadata.name.unwrap(), &DeleteParams::default())
+        .await
+        .unwrap();
+    support::wait_for("the replacement pod held back by the cordon", || async {
+        pods.list(&ListParams::default().labels("app=vllm"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.message.as_deref()
+                                == Some("0/1 nodes are available: 1 node(s) were unschedulable.")
+                        })
+                    })
+            })
+    })
+    .await;
+    assert_eq!(
+        nodes
+            .get(&node_name)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .unschedulable,
+        Some(true)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

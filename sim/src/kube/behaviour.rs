@@ -347,6 +347,26 @@ fn nodes(w: &mut World, cluster: &str) {
             if let Some(m) = old["metadata"].get("managedFields") {
                 node["metadata"]["managedFields"] = m.clone();
             }
+            // A cordon (kubectl cordon/drain) and users' taints survive the next tick.
+            if old["spec"]["unschedulable"] == Value::Bool(true) {
+                node["spec"]["unschedulable"] = json!(true);
+            }
+            let ours = "sagemaker.amazonaws.com/node-health-status";
+            let theirs: Vec<Value> = old["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|t| t["key"] != ours && t["key"] != "node.kubernetes.io/unschedulable")
+                .cloned()
+                .collect();
+            if !theirs.is_empty() {
+                let mut taints = node["spec"]["taints"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                taints.extend(theirs);
+                node["spec"]["taints"] = json!(taints);
+            }
         }
         upsert(store, key, node);
     }
@@ -1217,6 +1237,12 @@ fn pods(store: &mut Store, epoch_now: f64, now: &str) {
                 let node = meta(n, "name");
                 if !node_ready(n) {
                     *reasons.entry("node(s) were not ready".into()).or_default() += 1;
+                    continue;
+                }
+                if n["spec"]["unschedulable"] == Value::Bool(true) {
+                    *reasons
+                        .entry("node(s) were unschedulable".into())
+                        .or_default() += 1;
                     continue;
                 }
                 if !selector_matches(&pod["spec"]["nodeSelector"], &n["metadata"]["labels"]) {
