@@ -894,6 +894,43 @@ async fn watches_stream_initial_events_bookmarks_and_expire() {
         rv.as_str()
     );
 
+    // A selector watch sees objects enter (ADDED) and leave (DELETED) its selection.
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut selected = cms
+        .watch(&WatchParams::default().labels("pick=yes"), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    for value in ["yes", "no"] {
+        cms.patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"pick": value}}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match selected.try_next().await.unwrap().unwrap() {
+            WatchEvent::Added(c) => seen.push(("ADDED", c.metadata.name.unwrap())),
+            WatchEvent::Modified(c) => seen.push(("MODIFIED", c.metadata.name.unwrap())),
+            WatchEvent::Deleted(c) => seen.push(("DELETED", c.metadata.name.unwrap())),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        [("ADDED", "c1".to_owned()), ("DELETED", "c1".to_owned())]
+    );
+
     // Once the history has rolled past a resourceVersion, watching from it is 410 Gone.
     futures::stream::iter(0..1100)
         .map(|i| {

@@ -24,7 +24,7 @@ use super::behaviour;
 use super::discovery::{self, CRD_GR, Resource};
 use super::logs;
 use super::schema;
-use super::store::{Key, Obj, Store};
+use super::store::{Event, EventKind, Key, Obj, Store};
 use super::table;
 use crate::world::{Shared, World};
 
@@ -624,6 +624,24 @@ impl Filter {
             })
     }
 
+    /// What a watcher with this filter sees of an event: an object that starts matching
+    /// is ADDED, one that stops matching is DELETED.
+    fn event(&self, e: &Event) -> Option<&'static str> {
+        if !self.matches_key(&e.key) {
+            return None;
+        }
+        let now = self.matches(&e.object);
+        let before = e.prev.as_deref().is_some_and(|p| self.matches(p));
+        match (e.kind, before, now) {
+            (EventKind::Modified, true, true) => Some("MODIFIED"),
+            (EventKind::Modified, false, true) => Some("ADDED"),
+            (EventKind::Modified, true, false) => Some("DELETED"),
+            (EventKind::Modified, false, false) => None,
+            (kind, _, true) => Some(kind.as_str()),
+            _ => None,
+        }
+    }
+
     fn matches_key(&self, k: &Key) -> bool {
         k.gr == self.gr && self.ns.as_ref().is_none_or(|n| *n == k.ns)
     }
@@ -766,15 +784,11 @@ async fn watch(ctx: Ctx, req: Req) -> Response {
         }
         let mut last = start_rv;
         for e in replay {
-            if filter.matches_key(&e.key) && filter.matches(&e.object) {
-                last = e.rv;
-                if tx
-                    .send(Ok(event_line(e.kind.as_str(), &e.object)))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
+            last = e.rv;
+            if let Some(kind) = filter.event(&e)
+                && tx.send(Ok(event_line(kind, &e.object))).await.is_err()
+            {
+                return;
             }
         }
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -792,9 +806,8 @@ async fn watch(ctx: Ctx, req: Req) -> Response {
                             continue;
                         }
                         last = e.rv;
-                        if filter.matches_key(&e.key)
-                            && filter.matches(&e.object)
-                            && tx.send(Ok(event_line(e.kind.as_str(), &e.object))).await.is_err()
+                        if let Some(kind) = filter.event(&e)
+                            && tx.send(Ok(event_line(kind, &e.object))).await.is_err()
                         {
                             return;
                         }

@@ -59,6 +59,9 @@ pub struct Event {
     pub kind: EventKind,
     pub key: Key,
     pub object: Obj,
+    /// The version a MODIFIED event replaced (selector watches turn it into ADDED or
+    /// DELETED when the object starts or stops matching).
+    pub prev: Option<Obj>,
 }
 
 pub struct Store {
@@ -127,12 +130,13 @@ impl Store {
             meta.insert("resourceVersion".into(), json!(self.rv.to_string()));
         }
         let object = Arc::new(value);
-        let kind = if self.objects.insert(key.clone(), object.clone()).is_some() {
+        let prev = self.objects.insert(key.clone(), object.clone());
+        let kind = if prev.is_some() {
             EventKind::Modified
         } else {
             EventKind::Added
         };
-        self.emit(kind, key, object.clone());
+        self.emit(kind, key, object.clone(), prev);
         object
     }
 
@@ -144,16 +148,17 @@ impl Store {
             meta.insert("resourceVersion".into(), json!(self.rv.to_string()));
         }
         let last = Arc::new(last);
-        self.emit(EventKind::Deleted, key.clone(), last.clone());
+        self.emit(EventKind::Deleted, key.clone(), last.clone(), None);
         Some(last)
     }
 
-    fn emit(&mut self, kind: EventKind, key: Key, object: Obj) {
+    fn emit(&mut self, kind: EventKind, key: Key, object: Obj, prev: Option<Obj>) {
         let event = Arc::new(Event {
             rv: self.rv,
             kind,
             key,
             object,
+            prev,
         });
         if self.history.len() == HISTORY {
             self.history.pop_front();
