@@ -112,7 +112,8 @@ async fn set_offerings(
 /// Forgets every resource and fault; keeps the time scale and moto.
 async fn reset(State(state): State<Shared>) -> Response {
     let mut w = state.lock().await;
-    let fresh = World::new(w.clock.scale(), w.moto.take());
+    let mut fresh = World::new(w.clock.scale(), w.moto.take());
+    fresh.kube.secret = w.kube.secret.clone();
     *w = fresh;
     Json(json!({})).into_response()
 }

@@ -180,6 +180,8 @@ impl World {
                     .is_none();
             !gone
         });
+        let live = &self.eks.clusters;
+        self.kube.retain(|name| live.contains_key(name));
         for c in self.eks.clusters.values_mut() {
             if let Some(t) = &c.transition
                 && t.phase == Phase::Creating
@@ -222,6 +224,19 @@ impl World {
             .ok_or_else(|| AwsError::not_found(format!("No cluster found for name: {name}.")))
     }
 
+    /// The ACTIVE add-ons of a cluster, for the Kubernetes emulator's workloads.
+    pub fn eks_active_addons(&mut self, name: &str) -> Vec<String> {
+        self.cluster(name)
+            .map(|c| {
+                c.addons
+                    .values()
+                    .filter(|a| a.transition.is_none())
+                    .map(|a| a.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// For other services (HyperPod) that need an ACTIVE EKS cluster.
     pub fn eks_cluster_active(&mut self, name: &str) -> bool {
         self.cluster(name).is_ok_and(|c| c.transition.is_none())
@@ -262,18 +277,15 @@ impl Cluster {
             "https://oidc.eks.{}.amazonaws.com/id/{}",
             self.region, self.oidc_id
         );
-        let endpoint = format!(
-            "https://{}.gr7.{}.eks.amazonaws.com",
-            hex_id(&self.arn(), 32),
-            self.region
-        );
+        // The cluster's own Kubernetes API server (see `kube`), revealed once ACTIVE.
+        let (endpoint, ca) = w.kube.connection(&self.name).unzip();
         let active = self.transition.is_none();
         json!({
             "name": self.name,
             "arn": self.arn(),
             "createdAt": w.clock.epoch(self.created),
             "version": self.version,
-            "endpoint": if active { Some(endpoint) } else { None },
+            "endpoint": if active { endpoint } else { None },
             "roleArn": self.role_arn,
             "resourcesVpcConfig": {
                 "subnetIds": self.subnet_ids,
@@ -286,7 +298,7 @@ impl Cluster {
             "kubernetesNetworkConfig": { "serviceIpv4Cidr": "172.20.0.0/16", "ipFamily": "ipv4" },
             "identity": { "oidc": { "issuer": issuer } },
             "status": self.status(),
-            "certificateAuthority": if active { json!({ "data": "" }) } else { json!({}) },
+            "certificateAuthority": if active { json!({ "data": ca }) } else { json!({}) },
             "platformVersion": "eks.1",
             "accessConfig": { "authenticationMode": self.authentication_mode },
             "tags": self.tags,
@@ -516,6 +528,16 @@ async fn create_cluster(
             addons: BTreeMap::new(),
             pod_identities: BTreeMap::new(),
         };
+        let epoch = w.clock.epoch(now);
+        w.kube
+            .start(
+                &body.name,
+                &cluster.version,
+                &cluster.region,
+                state.clone(),
+                epoch,
+            )
+            .map_err(|e| AwsError::new(500, "ServerException", e))?;
         let out = json!({ "cluster": cluster.to_json(w) });
         w.eks.clusters.insert(body.name, cluster);
         Ok(out)

@@ -11,6 +11,7 @@
 
 mod control;
 mod eks;
+mod kube;
 mod moto;
 mod proxy;
 mod sagemaker;
@@ -34,7 +35,7 @@ use crate::world::World;
 #[command(
     name = "hypd-sim",
     version,
-    about = "Test world for hypd: EKS + SageMaker HyperPod fakes"
+    about = "Test world for hypd: EKS + SageMaker HyperPod fakes and a Kubernetes API server per cluster"
 )]
 struct Args {
     /// Address to listen on (port 0 picks a free one)
@@ -46,6 +47,9 @@ struct Args {
     /// Simulated seconds per real second (60: a 10-minute EKS creation takes 10 s)
     #[arg(long, default_value_t = 60.0)]
     time_scale: f64,
+    /// Secret access key EKS tokens must be signed with (the test world's credentials)
+    #[arg(long, default_value = "testing")]
+    aws_secret_access_key: String,
 }
 
 #[tokio::main]
@@ -64,7 +68,8 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("--time-scale must be a non-negative number");
     }
     let moto = args.moto_url.as_deref().map(moto::Moto::new).transpose()?;
-    let world = World::new(args.time_scale, moto);
+    let mut world = World::new(args.time_scale, moto);
+    world.kube.secret = args.aws_secret_access_key;
     axum::serve(listener, app(Arc::new(Mutex::new(world)))).await?;
     Ok(())
 }

@@ -840,3 +840,45 @@ fn list_tags(w: &mut World, body: &Value) -> Result<Value, AwsError> {
         .map(|c| json!({ "Tags": c.tags }))
         .ok_or_else(|| validation(format!("Resource {arn} does not exist")))
 }
+
+/// A HyperPod instance as the Kubernetes emulator sees it (it becomes a Node).
+pub struct Instance {
+    pub id: String,
+    pub instance_type: String,
+    pub group: String,
+    pub cluster: String,
+    /// `Pending`, `DeepHealthCheckInProgress` or `Running`.
+    pub status: &'static str,
+    /// Simulated second the instance was launched.
+    pub launched: f64,
+}
+
+impl World {
+    /// The instances of HyperPod clusters orchestrated by EKS cluster `eks_name`.
+    pub fn hyperpod_instances(&mut self, eks_name: &str) -> Vec<Instance> {
+        self.settle_sagemaker();
+        let now = self.clock.now();
+        let suffix = format!(":cluster/{eks_name}");
+        self.sagemaker
+            .clusters
+            .values()
+            .filter(|c| {
+                c.orchestrator["Eks"]["ClusterArn"]
+                    .as_str()
+                    .is_some_and(|arn| arn.ends_with(&suffix))
+            })
+            .flat_map(|c| {
+                c.groups.iter().flat_map(move |g| {
+                    g.nodes.iter().map(move |n| Instance {
+                        id: n.id.clone(),
+                        instance_type: g.instance_type.clone(),
+                        group: g.name.clone(),
+                        cluster: c.name.clone(),
+                        status: node_status(n, g, now),
+                        launched: n.launched,
+                    })
+                })
+            })
+            .collect()
+    }
+}

@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::eks::Eks;
+use crate::kube::Kube;
 use crate::moto::Moto;
 use crate::sagemaker::SageMaker;
 
@@ -179,6 +180,7 @@ pub struct World {
     pub eks: Eks,
     pub sagemaker: SageMaker,
     pub moto: Option<Moto>,
+    pub kube: Kube,
 }
 
 pub type Shared = Arc<Mutex<World>>;
@@ -192,6 +194,7 @@ impl World {
             eks: Eks::default(),
             sagemaker: SageMaker::new(),
             moto,
+            kube: Kube::default(),
         }
     }
 

@@ -17,6 +17,12 @@ impl Drop for Proc {
     }
 }
 
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -394,4 +400,162 @@ pub fn refused<E: aws_sdk_sagemaker::error::ProvideErrorMetadata, R>(
         err.code().unwrap_or_default().to_owned(),
         err.message().unwrap_or_default().to_owned(),
     )
+}
+
+/// An EKS bearer token for `cluster`, as hypd and `aws eks get-token` build it: a
+/// presigned STS GetCallerIdentity URL signed with `x-k8s-aws-id`, signed at `at`.
+pub fn eks_token_at(
+    cluster: &str,
+    secret: &str,
+    at: std::time::SystemTime,
+    expires: u64,
+) -> String {
+    use aws_sigv4::http_request::{
+        SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
+    };
+    use base64::Engine;
+    let identity =
+        aws_credential_types::Credentials::new("testing", secret, None, None, "test").into();
+    let mut settings = SigningSettings::default();
+    settings.signature_location = SignatureLocation::QueryParams;
+    settings.expires_in = Some(Duration::from_secs(expires));
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("sts")
+        .time(at)
+        .settings(settings)
+        .build()
+        .unwrap()
+        .into();
+    let url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15";
+    let headers = [
+        ("host", "sts.us-east-1.amazonaws.com"),
+        ("x-k8s-aws-id", cluster),
+    ];
+    let request =
+        SignableRequest::new("GET", url, headers.into_iter(), SignableBody::Bytes(&[])).unwrap();
+    let (instructions, _) = sign(request, &params).unwrap().into_parts();
+    let mut signed = http::Request::builder().uri(url).body(()).unwrap();
+    instructions.apply_to_request_http1x(&mut signed);
+    format!(
+        "k8s-aws-v1.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signed.uri().to_string())
+    )
+}
+
+pub fn eks_token(cluster: &str) -> String {
+    eks_token_at(cluster, "testing", std::time::SystemTime::now(), 900)
+}
+
+/// Creates EKS cluster `name`, waits until ACTIVE and returns its API endpoint and CA PEM.
+pub async fn active_cluster(
+    eks: &aws_sdk_eks::Client,
+    net: &Network,
+    name: &str,
+) -> (String, String) {
+    use base64::Engine;
+    create_eks_cluster(eks, net, name, aws_sdk_eks::types::AuthenticationMode::Api).await;
+    let start = Instant::now();
+    let c = loop {
+        let c = eks
+            .describe_cluster()
+            .name(name)
+            .send()
+            .await
+            .unwrap()
+            .cluster
+            .unwrap();
+        if c.status == Some(aws_sdk_eks::types::ClusterStatus::Active) {
+            break c;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {name} ACTIVE"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ca = c.certificate_authority.unwrap().data.unwrap();
+    let ca = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(ca)
+            .unwrap(),
+    )
+    .unwrap();
+    (c.endpoint.unwrap(), ca)
+}
+
+/// A kube-rs client (rustls) for an emulated cluster, as hypd builds one.
+pub fn kube_client(endpoint: &str, ca_pem: &str, token: &str) -> kube::Client {
+    use base64::Engine;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    let mut config = kube::Config::new(endpoint.parse().unwrap());
+    config.root_cert = Some(vec![der]);
+    config.auth_info.token = Some(token.to_owned().into());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A HyperPod cluster of one instance group ("gpu") orchestrated by EKS cluster `eks_name`.
+pub async fn create_hyperpod(
+    sim_url: &str,
+    net: &Network,
+    name: &str,
+    eks_name: &str,
+    instance_type: &str,
+    count: i32,
+) {
+    use aws_sdk_sagemaker::types::{
+        ClusterInstanceGroupSpecification, ClusterInstanceType, ClusterLifeCycleConfig,
+        ClusterOrchestrator, ClusterOrchestratorEksConfig, VpcConfig,
+    };
+    let config = sdk_config(sim_url).await;
+    let eks_arn = aws_sdk_eks::Client::new(&config)
+        .describe_cluster()
+        .name(eks_name)
+        .send()
+        .await
+        .unwrap()
+        .cluster
+        .unwrap()
+        .arn
+        .unwrap();
+    aws_sdk_sagemaker::Client::new(&config)
+        .create_cluster()
+        .cluster_name(name)
+        .instance_groups(
+            ClusterInstanceGroupSpecification::builder()
+                .instance_group_name("gpu")
+                .instance_type(ClusterInstanceType::from(instance_type))
+                .instance_count(count)
+                .life_cycle_config(
+                    ClusterLifeCycleConfig::builder()
+                        .source_s3_uri("s3://sagemaker-hypd-shared/lifecycle/")
+                        .on_create("on_create.sh")
+                        .build(),
+                )
+                .execution_role(&net.role_arn)
+                .build(),
+        )
+        .vpc_config(
+            VpcConfig::builder()
+                .set_subnets(Some(net.subnets.clone()))
+                .security_group_ids("sg-1")
+                .build(),
+        )
+        .orchestrator(
+            ClusterOrchestrator::builder()
+                .eks(
+                    ClusterOrchestratorEksConfig::builder()
+                        .cluster_arn(eks_arn)
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
 }
