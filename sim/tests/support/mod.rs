@@ -281,6 +281,15 @@ pub async fn inject(sim_url: &str, fault: serde_json::Value) -> u64 {
 
 /// An EKS cluster in API mode, waited for until ACTIVE; its ARN.
 pub async fn active_eks_cluster(eks: &aws_sdk_eks::Client, net: &Network, name: &str) -> String {
+    active_eks(eks, net, name).await.arn.unwrap()
+}
+
+/// Creates EKS cluster `name` in API mode and waits until it is ACTIVE.
+async fn active_eks(
+    eks: &aws_sdk_eks::Client,
+    net: &Network,
+    name: &str,
+) -> aws_sdk_eks::types::Cluster {
     create_eks_cluster(eks, net, name, aws_sdk_eks::types::AuthenticationMode::Api).await;
     let describe = || async {
         eks.describe_cluster()
@@ -295,7 +304,7 @@ pub async fn active_eks_cluster(eks: &aws_sdk_eks::Client, net: &Network, name: 
         describe().await.status == Some(aws_sdk_eks::types::ClusterStatus::Active)
     })
     .await;
-    describe().await.arn.unwrap()
+    describe().await
 }
 
 pub fn eks_orchestrator(eks_arn: &str) -> aws_sdk_sagemaker::types::ClusterOrchestrator {
@@ -455,26 +464,7 @@ pub async fn active_cluster(
     name: &str,
 ) -> (String, String) {
     use base64::Engine;
-    create_eks_cluster(eks, net, name, aws_sdk_eks::types::AuthenticationMode::Api).await;
-    let start = Instant::now();
-    let c = loop {
-        let c = eks
-            .describe_cluster()
-            .name(name)
-            .send()
-            .await
-            .unwrap()
-            .cluster
-            .unwrap();
-        if c.status == Some(aws_sdk_eks::types::ClusterStatus::Active) {
-            break c;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {name} ACTIVE"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let c = active_eks(eks, net, name).await;
     let ca = c.certificate_authority.unwrap().data.unwrap();
     let ca = String::from_utf8(
         base64::engine::general_purpose::STANDARD
@@ -508,10 +498,7 @@ pub async fn create_hyperpod(
     instance_type: &str,
     count: i32,
 ) {
-    use aws_sdk_sagemaker::types::{
-        ClusterInstanceGroupSpecification, ClusterInstanceType, ClusterLifeCycleConfig,
-        ClusterOrchestrator, ClusterOrchestratorEksConfig, VpcConfig,
-    };
+    use aws_sdk_sagemaker::types::ClusterInstanceType;
     let config = sdk_config(sim_url).await;
     let eks_arn = aws_sdk_eks::Client::new(&config)
         .describe_cluster()
@@ -523,38 +510,12 @@ pub async fn create_hyperpod(
         .unwrap()
         .arn
         .unwrap();
-    aws_sdk_sagemaker::Client::new(&config)
-        .create_cluster()
-        .cluster_name(name)
-        .instance_groups(
-            ClusterInstanceGroupSpecification::builder()
-                .instance_group_name("gpu")
-                .instance_type(ClusterInstanceType::from(instance_type))
-                .instance_count(count)
-                .life_cycle_config(
-                    ClusterLifeCycleConfig::builder()
-                        .source_s3_uri("s3://sagemaker-hypd-shared/lifecycle/")
-                        .on_create("on_create.sh")
-                        .build(),
-                )
-                .execution_role(&net.role_arn)
-                .build(),
-        )
-        .vpc_config(
-            VpcConfig::builder()
-                .set_subnets(Some(net.subnets.clone()))
-                .security_group_ids("sg-1")
-                .build(),
-        )
-        .orchestrator(
-            ClusterOrchestrator::builder()
-                .eks(
-                    ClusterOrchestratorEksConfig::builder()
-                        .cluster_arn(eks_arn)
-                        .build(),
-                )
-                .build(),
-        )
+    let mut group = hyperpod_group(net, count, ClusterInstanceType::from(instance_type));
+    // The kube tests only need nodes: no deep health checks to wait for.
+    group.on_start_deep_health_checks = None;
+    group.threads_per_core = None;
+    hyperpod_create(&aws_sdk_sagemaker::Client::new(&config), name, &eks_arn, net)
+        .instance_groups(group)
         .send()
         .await
         .unwrap();
