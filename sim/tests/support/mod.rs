@@ -514,9 +514,14 @@ pub async fn create_hyperpod(
     // The kube tests only need nodes: no deep health checks to wait for.
     group.on_start_deep_health_checks = None;
     group.threads_per_core = None;
-    hyperpod_create(&aws_sdk_sagemaker::Client::new(&config), name, &eks_arn, net)
-        .instance_groups(group)
-        .send()
-        .await
-        .unwrap();
+    hyperpod_create(
+        &aws_sdk_sagemaker::Client::new(&config),
+        name,
+        &eks_arn,
+        net,
+    )
+    .instance_groups(group)
+    .send()
+    .await
+    .unwrap();
 }
