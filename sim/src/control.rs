@@ -40,15 +40,18 @@ async fn set_clock(State(state): State<Shared>, Json(body): Json<ClockBody>) -> 
 
 async fn add_fault(State(state): State<Shared>, Json(fault): Json<Fault>) -> Response {
     let proxied = crate::proxy::PROXIED_SERVICES.contains(&fault.service.as_str());
-    if !proxied && !["eks", "sagemaker"].contains(&fault.service.as_str()) {
+    let served = ["eks", "sagemaker", "servicequotas", "kubernetes"];
+    if !proxied && !served.contains(&fault.service.as_str()) {
         return AwsError::invalid_parameter(
-            "service must be eks or sagemaker, or ec2, iam, s3 or sts (forwarded to moto)",
+            "service must be eks, sagemaker, servicequotas or kubernetes, or ec2, iam, s3 or sts (forwarded to moto)",
         )
         .into_response();
     }
-    if proxied && fault.kind == crate::world::FaultKind::Stuck {
+    if !["eks", "sagemaker"].contains(&fault.service.as_str())
+        && fault.kind == crate::world::FaultKind::Stuck
+    {
         return AwsError::invalid_parameter(
-            "stuck applies to eks and sagemaker; moto's resources have no transitions here",
+            "stuck applies to eks and sagemaker; other services' resources have no transitions here",
         )
         .into_response();
     }

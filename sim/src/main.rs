@@ -14,6 +14,7 @@ mod eks;
 mod kube;
 mod moto;
 mod proxy;
+mod quotas;
 mod sagemaker;
 mod world;
 
@@ -78,13 +79,30 @@ fn app(world: world::Shared) -> Router {
     Router::new()
         .merge(control::routes())
         .merge(eks::routes())
-        .route("/", axum::routing::post(sagemaker::dispatch))
+        .route("/", axum::routing::post(json_protocol))
         .fallback(unknown_operation)
         .layer(axum::middleware::from_fn_with_state(
             world.clone(),
             proxy::front,
         ))
         .with_state(world)
+}
+
+/// The JSON 1.1 services the sim serves on `POST /`, told apart by `X-Amz-Target`.
+async fn json_protocol(
+    state: State<world::Shared>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let quotas = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with(quotas::TARGET_PREFIX));
+    if quotas {
+        quotas::dispatch(state, headers, body).await
+    } else {
+        sagemaker::dispatch(state, headers, body).await
+    }
 }
 
 /// What AWS answers for an operation it does not know, in the caller's protocol: JSON 1.1

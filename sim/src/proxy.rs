@@ -33,7 +33,7 @@ use crate::moto::Moto;
 use crate::world::{AwsError, FaultKind, Shared};
 
 /// Services whose requests the sim answers itself.
-const SIM_SERVICES: [&str; 2] = ["eks", "sagemaker"];
+const SIM_SERVICES: [&str; 3] = ["eks", "sagemaker", "servicequotas"];
 
 /// Services forwarded to moto for which faults can be injected (their error shapes are
 /// known here).
@@ -119,7 +119,9 @@ fn is_sims(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
         None if method == Method::POST && uri.path() == "/" => headers
             .get("x-amz-target")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.starts_with("SageMaker.")),
+            .is_some_and(|t| {
+                t.starts_with("SageMaker.") || t.starts_with(crate::quotas::TARGET_PREFIX)
+            }),
         None => true,
     }
 }

@@ -108,7 +108,8 @@ pub struct Fault {
     #[serde(default)]
     pub id: u64,
     /// `eks` or `sagemaker`, served by the sim, or `ec2`, `iam`, `s3`, `sts`, forwarded
-    /// to moto (see `proxy`).
+    /// to moto (see `proxy`), or `kubernetes` (every emulated API server; the operation
+    /// is `<verb> <Kind>`, e.g. `patch DaemonSet`).
     pub service: String,
     /// The API operation name, e.g. `CreateCluster`; `*` matches every operation.
     pub operation: String,

@@ -318,6 +318,14 @@ async fn handle(
             if ns.is_some() && !res.namespaced {
                 return page_not_found();
             }
+            let operation = format!("{} {}", verb(&method, name.is_some(), &q), res.kind);
+            if let Some(kind) = w.take_fault_kind("kubernetes", &operation) {
+                return injected(kind, &operation).into_response();
+            }
+            let Some(c) = w.kube_cluster(&ctx.cluster) else {
+                return Status::new(503, "ServiceUnavailable", "the cluster is gone")
+                    .into_response();
+            };
             let req = Req {
                 res,
                 ns: ns.unwrap_or_default(),
@@ -1077,7 +1085,78 @@ fn create_object(
     Ok((StatusCode::CREATED, (*stored).clone()))
 }
 
+/// The request's verb as Kubernetes audits it; faults name `<verb> <Kind>`, e.g.
+/// `patch DaemonSet`.
+fn verb(method: &Method, named: bool, q: &Query) -> &'static str {
+    match *method {
+        Method::GET if !named && truthy(q, "watch") => "watch",
+        Method::GET if named => "get",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+/// An injected failure as the API server would answer it.
+fn injected(kind: crate::world::FaultKind, operation: &str) -> Status {
+    use crate::world::FaultKind;
+    match kind {
+        FaultKind::Throttle => Status::new(
+            429,
+            "TooManyRequests",
+            format!("too many requests for {operation} (injected by hypd-sim)"),
+        ),
+        FaultKind::ServerError | FaultKind::Stuck => Status::new(
+            500,
+            "InternalError",
+            format!("an error on the server for {operation} (injected by hypd-sim)"),
+        ),
+        FaultKind::Error {
+            code,
+            status,
+            message,
+        } => {
+            // Status reasons are a closed set in Kubernetes.
+            let reason = [
+                "BadRequest",
+                "Unauthorized",
+                "Forbidden",
+                "NotFound",
+                "AlreadyExists",
+                "Conflict",
+                "Invalid",
+                "Timeout",
+                "TooManyRequests",
+                "InternalError",
+                "ServiceUnavailable",
+            ]
+            .into_iter()
+            .find(|r| *r == code)
+            .unwrap_or("InternalError");
+            Status::new(status, reason, message)
+        }
+    }
+}
+
 fn check_name(res: &Resource, name: &str) -> Result<(), Status> {
+    // RBAC objects are named by path segment only (`system:controller:…` is valid).
+    if res.group == "rbac.authorization.k8s.io" {
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '%']) {
+            return Err(Status::new(
+                422,
+                "Invalid",
+                format!(
+                    "{} \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": may not be '.' or '..' and may not contain '/' or '%'",
+                    res.kind
+                ),
+            ));
+        }
+        return Ok(());
+    }
     let ok = !name.is_empty()
         && name.len() <= 253
         && name

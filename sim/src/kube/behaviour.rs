@@ -1473,9 +1473,20 @@ fn claims(store: &mut Store) {
             .cloned()
             .unwrap_or_default();
         let named = pvc["spec"]["volumeName"].as_str().map(str::to_owned);
+        let ns = meta(&pvc, "namespace");
+        let name = meta(&pvc, "name");
+        // A volume is free, or reserved for this very claim by a claimRef naming it (how
+        // static provisioning pre-binds a volume to the claim it was made for).
+        let free_for_us = |pv: &Value| {
+            let r = &pv["spec"]["claimRef"];
+            r.is_null()
+                || (r["namespace"] == ns.as_str()
+                    && r["name"] == name.as_str()
+                    && (r["uid"].is_null() || r["uid"] == pvc["metadata"]["uid"]))
+        };
         let pv = store
             .list("/persistentvolumes", None)
-            .filter(|pv| pv["status"]["phase"] == "Available" && pv["spec"]["claimRef"].is_null())
+            .filter(|pv| pv["status"]["phase"] == "Available" && free_for_us(pv))
             .filter(|pv| named.as_ref().is_none_or(|n| meta(pv, "name") == *n))
             .filter(|pv| {
                 named.is_some()
@@ -1493,8 +1504,6 @@ fn claims(store: &mut Store) {
         let Some(mut pv) = pv else {
             continue;
         };
-        let ns = meta(&pvc, "namespace");
-        let name = meta(&pvc, "name");
         pv["spec"]["claimRef"] = json!({ "kind": "PersistentVolumeClaim", "namespace": ns, "name": name,
                                          "uid": meta(&pvc, "uid"), "apiVersion": "v1" });
         pv["status"] = json!({ "phase": "Bound" });
