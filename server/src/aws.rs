@@ -57,6 +57,21 @@ impl UpstreamError {
     }
 }
 
+/// A failed SDK call as the contract's error; every AWS client's `SdkError` is the same
+/// type, so one function serves them all.
+pub fn upstream<E, R>(
+    service: &'static str,
+    operation: &'static str,
+    err: SdkError<E, R>,
+) -> app::api::ApiError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+    SdkError<E, R>: RequestId,
+{
+    UpstreamError::from_sdk(service, operation, err).into()
+}
+
 /// Who hypd acts as.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Identity {
@@ -138,6 +153,15 @@ impl Aws {
             .region(aws_sdk_sagemaker::config::Region::new(region.to_owned()))
             .build();
         aws_sdk_sagemaker::Client::from_conf(conf)
+    }
+
+    pub fn service_quotas(&self, region: &str) -> aws_sdk_servicequotas::Client {
+        let conf = aws_sdk_servicequotas::config::Builder::from(&self.config)
+            .region(aws_sdk_servicequotas::config::Region::new(
+                region.to_owned(),
+            ))
+            .build();
+        aws_sdk_servicequotas::Client::from_conf(conf)
     }
 
     /// The caller identity (STS GetCallerIdentity), cached for a minute on success.

@@ -18,7 +18,7 @@ use aws_sdk_sagemaker::types::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::aws::{Aws, UpstreamError};
+use crate::aws::Aws;
 use crate::network::Network;
 use crate::operation::pipeline::Progress;
 
@@ -69,24 +69,6 @@ pub struct Spec<'a> {
     pub deep_health_checks: bool,
 }
 
-fn upstream<E, R>(call: &'static str, e: aws_sdk_sagemaker::error::SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-    aws_sdk_sagemaker::error::SdkError<E, R>: aws_sdk_sagemaker::operation::RequestId,
-{
-    UpstreamError::from_sdk("sagemaker", call, e).into()
-}
-
-fn s3_upstream<E, R>(call: &'static str, e: aws_sdk_s3::error::SdkError<E, R>) -> ApiError
-where
-    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-    aws_sdk_s3::error::SdkError<E, R>: aws_sdk_s3::operation::RequestId,
-{
-    UpstreamError::from_sdk("s3", call, e).into()
-}
-
 /// Two threads per core where HyperPod recommends it (p4, p5, p6 and training plans).
 pub fn threads_per_core(instance_type: &str, capacity: &Capacity) -> Option<i32> {
     let family = instance_type.trim_start_matches("ml.").split('.').next()?;
@@ -111,8 +93,73 @@ pub async fn check(aws: &Aws, region: &str, r: &CreateCluster) -> Result<(), Api
             ),
         )),
         Err(e) if matches!(e.code(), Some("ResourceNotFound" | "ValidationException")) => Ok(()),
-        Err(e) => Err(upstream("DescribeCluster", e)),
+        Err(e) => Err(crate::aws::upstream("sagemaker", "DescribeCluster", e)),
     }
+}
+
+/// Pre-flight: the account's "<type> for cluster usage" quota in the region covers the
+/// instances HyperPod clusters already hold plus the requested ones. AWS would refuse
+/// CreateCluster with ResourceLimitExceeded only after the network, IAM and EKS stages
+/// had run; here it is a field error before anything is made.
+pub async fn check_quota(aws: &Aws, region: &str, r: &CreateCluster) -> Result<(), ApiError> {
+    let instance_type = r.instance_type.as_str();
+    let quota_name = format!("{instance_type} for cluster usage");
+    let mut pages = aws
+        .service_quotas(region)
+        .list_service_quotas()
+        .service_code("sagemaker")
+        .into_paginator()
+        .send();
+    let mut limit = None;
+    while let Some(page) = pages.next().await {
+        let page =
+            page.map_err(|e| crate::aws::upstream("servicequotas", "ListServiceQuotas", e))?;
+        if let Some(q) = page
+            .quotas()
+            .iter()
+            .find(|q| q.quota_name() == Some(quota_name.as_str()))
+        {
+            limit = q.value();
+            break;
+        }
+    }
+    // No such quota listed: nothing to compare with; CreateCluster has the last word.
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    let sm = aws.sagemaker(region);
+    let mut used = 0_i64;
+    let mut clusters = sm.list_clusters().into_paginator().send();
+    while let Some(page) = clusters.next().await {
+        let page = page.map_err(|e| crate::aws::upstream("sagemaker", "ListClusters", e))?;
+        for summary in page.cluster_summaries() {
+            let Some(name) = summary.cluster_name() else {
+                continue;
+            };
+            let c = match sm.describe_cluster().cluster_name(name).send().await {
+                Ok(c) => c,
+                // Deleted between the list and the describe.
+                Err(e) if e.code() == Some("ResourceNotFound") => continue,
+                Err(e) => return Err(crate::aws::upstream("sagemaker", "DescribeCluster", e)),
+            };
+            used += c
+                .instance_groups()
+                .iter()
+                .filter(|g| g.instance_type().map(|t| t.as_str()) == Some(instance_type))
+                .map(|g| i64::from(g.target_count().unwrap_or(0)))
+                .sum::<i64>();
+        }
+    }
+    let wanted = i64::from(r.instance_count.get());
+    if (used + wanted) as f64 > limit {
+        return Err(ApiError::field(
+            "instance_count",
+            format!(
+                "the quota \"{quota_name}\" in {region} is {limit}; HyperPod clusters already use {used}, so {wanted} more would exceed it. Ask for an increase in Service Quotas, choose another instance type, or use a training plan",
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Pre-flight for a training plan: it exists, is active or scheduled, covers the instance
@@ -142,7 +189,7 @@ pub async fn check_training_plan(aws: &Aws, r: &CreateCluster) -> Result<(), Api
                 format!("there is no training plan {plan_name} in {region}"),
             ));
         }
-        Err(e) => return Err(upstream("DescribeTrainingPlan", e)),
+        Err(e) => return Err(crate::aws::upstream("sagemaker", "DescribeTrainingPlan", e)),
     };
     let status = plan.status();
     if !matches!(
@@ -216,7 +263,7 @@ pub async fn ensure(
     {
         Ok(c) => Some(c),
         Err(e) if matches!(e.code(), Some("ResourceNotFound" | "ValidationException")) => None,
-        Err(e) => return Err(upstream("DescribeCluster", e)),
+        Err(e) => return Err(crate::aws::upstream("sagemaker", "DescribeCluster", e)),
     };
     let Some(c) = found else {
         create(aws, spec, eks_arn, execution_role, network).await?;
@@ -295,7 +342,7 @@ async fn ensure_bucket(aws: &Aws, spec: &Spec<'_>, made: &mut Made) -> Result<()
                         ),
                     ));
                 }
-                Err(e) => return Err(s3_upstream("CreateBucket", e)),
+                Err(e) => return Err(crate::aws::upstream("s3", "CreateBucket", e)),
             }
             let tagging = aws_sdk_s3::types::Tagging::builder()
                 .tag_set(
@@ -319,9 +366,9 @@ async fn ensure_bucket(aws: &Aws, spec: &Spec<'_>, made: &mut Made) -> Result<()
                 .tagging(tagging)
                 .send()
                 .await
-                .map_err(|e| s3_upstream("PutBucketTagging", e))?;
+                .map_err(|e| crate::aws::upstream("s3", "PutBucketTagging", e))?;
         }
-        Err(e) => return Err(s3_upstream("HeadBucket", e)),
+        Err(e) => return Err(crate::aws::upstream("s3", "HeadBucket", e)),
     }
     made.s3_bucket = Some(spec.bucket.to_owned());
     // Writing the same script again is harmless: the object is replaced by itself.
@@ -332,7 +379,7 @@ async fn ensure_bucket(aws: &Aws, spec: &Spec<'_>, made: &mut Made) -> Result<()
         .content_type("text/x-shellscript")
         .send()
         .await
-        .map_err(|e| s3_upstream("PutObject", e))?;
+        .map_err(|e| crate::aws::upstream("s3", "PutObject", e))?;
     made.lifecycle_script_uri = Some(format!(
         "s3://{}/{LIFECYCLE_PREFIX}/{ON_CREATE}",
         spec.bucket
@@ -433,7 +480,7 @@ async fn create(
         Ok(_) => Ok(()),
         // Made by an earlier run of this step whose answer was lost.
         Err(e) if e.code() == Some("ResourceInUse") => Ok(()),
-        Err(e) => Err(upstream("CreateCluster", e)),
+        Err(e) => Err(crate::aws::upstream("sagemaker", "CreateCluster", e)),
     }
 }
 
@@ -446,7 +493,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         Err(e) if matches!(e.code(), Some("ResourceNotFound" | "ValidationException")) => {
             return Ok(Progress::Done);
         }
-        Err(e) => return Err(upstream("DescribeCluster", e)),
+        Err(e) => return Err(crate::aws::upstream("sagemaker", "DescribeCluster", e)),
     };
     let arn = c.cluster_arn().unwrap_or_default();
     let tags = sm
@@ -454,7 +501,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         .resource_arn(arn)
         .send()
         .await
-        .map_err(|e| upstream("ListTags", e))?;
+        .map_err(|e| crate::aws::upstream("sagemaker", "ListTags", e))?;
     let ours = tags
         .tags()
         .iter()
@@ -467,7 +514,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
             .cluster_name(cluster)
             .send()
             .await
-            .map_err(|e| upstream("DeleteCluster", e))?;
+            .map_err(|e| crate::aws::upstream("sagemaker", "DeleteCluster", e))?;
     }
     Ok(Progress::wait(
         POLL,
@@ -487,7 +534,7 @@ pub async fn delete_bucket(
     let tags = match s3.get_bucket_tagging().bucket(bucket).send().await {
         Ok(t) => t,
         Err(e) if matches!(e.code(), Some("NoSuchBucket" | "NoSuchTagSet")) => return Ok(None),
-        Err(e) => return Err(s3_upstream("GetBucketTagging", e)),
+        Err(e) => return Err(crate::aws::upstream("s3", "GetBucketTagging", e)),
     };
     if !tags
         .tag_set()
@@ -501,7 +548,7 @@ pub async fn delete_bucket(
         .bucket(bucket)
         .send()
         .await
-        .map_err(|e| s3_upstream("ListObjectsV2", e))?;
+        .map_err(|e| crate::aws::upstream("s3", "ListObjectsV2", e))?;
     let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
     let data = keys
         .iter()
@@ -518,12 +565,12 @@ pub async fn delete_bucket(
             .key(key)
             .send()
             .await
-            .map_err(|e| s3_upstream("DeleteObject", e))?;
+            .map_err(|e| crate::aws::upstream("s3", "DeleteObject", e))?;
     }
     match s3.delete_bucket().bucket(bucket).send().await {
         Ok(_) => Ok(None),
         Err(e) if e.code() == Some("NoSuchBucket") => Ok(None),
-        Err(e) => Err(s3_upstream("DeleteBucket", e)),
+        Err(e) => Err(crate::aws::upstream("s3", "DeleteBucket", e)),
     }
 }
 

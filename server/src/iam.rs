@@ -9,7 +9,6 @@ use aws_sdk_iam::types::Tag;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::aws::UpstreamError;
 use app::api::ApiError;
 
 pub const EKS_CLUSTER_POLICY: &str = "arn:aws:iam::aws:policy/AmazonEKSClusterPolicy";
@@ -18,15 +17,6 @@ pub const HYPERPOD_INSTANCE_POLICY: &str =
 /// The thumbprint of the root CA EKS's OIDC issuers chain to (IAM verifies the chain
 /// itself for these issuers; the field is still required).
 const OIDC_THUMBPRINT: &str = "9e99a48a9960b14926bb7f3b02e22da2b0ab7280";
-
-fn upstream<E, R>(call: &'static str, e: aws_sdk_iam::error::SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-    aws_sdk_iam::error::SdkError<E, R>: aws_sdk_iam::operation::RequestId,
-{
-    UpstreamError::from_sdk("iam", call, e).into()
-}
 
 /// `hypd-<cluster>-<suffix>`, shortened with a hash when it would pass IAM's 64
 /// characters, so every cluster name maps to one valid role name.
@@ -60,7 +50,7 @@ pub async fn ensure_role(
     let arn = match iam.get_role().role_name(name).send().await {
         Ok(out) => out.role().map(|r| r.arn().to_owned()),
         Err(e) if e.code() == Some("NoSuchEntity") => None,
-        Err(e) => return Err(upstream("GetRole", e)),
+        Err(e) => return Err(crate::aws::upstream("iam", "GetRole", e)),
     };
     let arn = match arn {
         Some(a) => a,
@@ -91,11 +81,11 @@ pub async fn ensure_role(
                     .role_name(name)
                     .send()
                     .await
-                    .map_err(|e| upstream("GetRole", e))?
+                    .map_err(|e| crate::aws::upstream("iam", "GetRole", e))?
                     .role()
                     .map(|r| r.arn().to_owned())
                     .ok_or_else(|| ApiError::internal("GetRole answered without a role"))?,
-                Err(e) => return Err(upstream("CreateRole", e)),
+                Err(e) => return Err(crate::aws::upstream("iam", "CreateRole", e)),
             }
         }
     };
@@ -104,7 +94,7 @@ pub async fn ensure_role(
         .role_name(name)
         .send()
         .await
-        .map_err(|e| upstream("ListAttachedRolePolicies", e))?;
+        .map_err(|e| crate::aws::upstream("iam", "ListAttachedRolePolicies", e))?;
     for policy in managed {
         let present = attached
             .attached_policies()
@@ -116,7 +106,7 @@ pub async fn ensure_role(
                 .policy_arn(*policy)
                 .send()
                 .await
-                .map_err(|e| upstream("AttachRolePolicy", e))?;
+                .map_err(|e| crate::aws::upstream("iam", "AttachRolePolicy", e))?;
         }
     }
     if let Some((policy_name, document)) = inline {
@@ -127,9 +117,38 @@ pub async fn ensure_role(
             .policy_document(document.to_string())
             .send()
             .await
-            .map_err(|e| upstream("PutRolePolicy", e))?;
+            .map_err(|e| crate::aws::upstream("iam", "PutRolePolicy", e))?;
     }
     Ok(arn)
+}
+
+/// The roles hypd makes for a cluster, by `role_name` suffix: EKS's cluster role,
+/// HyperPod's execution role, and the Mountpoint for S3 CSI driver's pod identity.
+pub const EKS_ROLE: &str = "eks";
+pub const HYPERPOD_ROLE: &str = "hyperpod";
+pub const S3_CSI_ROLE: &str = "s3csi";
+pub const ROLES: [&str; 3] = [EKS_ROLE, HYPERPOD_ROLE, S3_CSI_ROLE];
+
+/// The service EKS Pod Identity roles trust.
+pub const POD_IDENTITY_SERVICE: &str = "pods.eks.amazonaws.com";
+
+/// What the Mountpoint for S3 CSI driver may do: read and write the shared bucket only.
+pub fn s3_csi_inline_policy(bucket: &str) -> serde_json::Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": format!("arn:aws:s3:::{bucket}"),
+            },
+            {
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"],
+                "Resource": format!("arn:aws:s3:::{bucket}/*"),
+            },
+        ],
+    })
 }
 
 /// What HyperPod's instances may do besides the managed policy: read the lifecycle
@@ -177,7 +196,7 @@ pub async fn ensure_oidc_provider(
         .list_open_id_connect_providers()
         .send()
         .await
-        .map_err(|e| upstream("ListOpenIDConnectProviders", e))?;
+        .map_err(|e| crate::aws::upstream("iam", "ListOpenIDConnectProviders", e))?;
     if let Some(p) = listed
         .open_id_connect_provider_list()
         .iter()
@@ -204,7 +223,11 @@ pub async fn ensure_oidc_provider(
         Err(e) if e.code() == Some("EntityAlreadyExists") => {
             Box::pin(ensure_oidc_provider(iam, cluster, issuer)).await
         }
-        Err(e) => Err(upstream("CreateOpenIDConnectProvider", e)),
+        Err(e) => Err(crate::aws::upstream(
+            "iam",
+            "CreateOpenIDConnectProvider",
+            e,
+        )),
     }
 }
 
@@ -219,7 +242,7 @@ pub async fn delete_role(iam: &Client, cluster: &str, name: &str) -> Result<(), 
     let role = match iam.get_role().role_name(name).send().await {
         Ok(out) => out.role,
         Err(e) if e.code() == Some("NoSuchEntity") => return Ok(()),
-        Err(e) => return Err(upstream("GetRole", e)),
+        Err(e) => return Err(crate::aws::upstream("iam", "GetRole", e)),
     };
     let Some(role) = role else { return Ok(()) };
     // GetRole returns the tags; a role of the same name that hypd did not make stays.
@@ -231,33 +254,33 @@ pub async fn delete_role(iam: &Client, cluster: &str, name: &str) -> Result<(), 
         .role_name(name)
         .send()
         .await
-        .map_err(|e| upstream("ListAttachedRolePolicies", e))?;
+        .map_err(|e| crate::aws::upstream("iam", "ListAttachedRolePolicies", e))?;
     for p in attached.attached_policies() {
         iam.detach_role_policy()
             .role_name(name)
             .policy_arn(p.policy_arn().unwrap_or_default())
             .send()
             .await
-            .map_err(|e| upstream("DetachRolePolicy", e))?;
+            .map_err(|e| crate::aws::upstream("iam", "DetachRolePolicy", e))?;
     }
     let inline = iam
         .list_role_policies()
         .role_name(name)
         .send()
         .await
-        .map_err(|e| upstream("ListRolePolicies", e))?;
+        .map_err(|e| crate::aws::upstream("iam", "ListRolePolicies", e))?;
     for p in inline.policy_names() {
         iam.delete_role_policy()
             .role_name(name)
             .policy_name(p)
             .send()
             .await
-            .map_err(|e| upstream("DeleteRolePolicy", e))?;
+            .map_err(|e| crate::aws::upstream("iam", "DeleteRolePolicy", e))?;
     }
     match iam.delete_role().role_name(name).send().await {
         Ok(_) => Ok(()),
         Err(e) if e.code() == Some("NoSuchEntity") => Ok(()),
-        Err(e) => Err(upstream("DeleteRole", e)),
+        Err(e) => Err(crate::aws::upstream("iam", "DeleteRole", e)),
     }
 }
 
@@ -267,7 +290,7 @@ pub async fn delete_oidc_providers(iam: &Client, cluster: &str) -> Result<(), Ap
         .list_open_id_connect_providers()
         .send()
         .await
-        .map_err(|e| upstream("ListOpenIDConnectProviders", e))?;
+        .map_err(|e| crate::aws::upstream("iam", "ListOpenIDConnectProviders", e))?;
     for arn in listed
         .open_id_connect_provider_list()
         .iter()
@@ -278,13 +301,13 @@ pub async fn delete_oidc_providers(iam: &Client, cluster: &str) -> Result<(), Ap
             .open_id_connect_provider_arn(arn)
             .send()
             .await
-            .map_err(|e| upstream("ListOpenIDConnectProviderTags", e))?;
+            .map_err(|e| crate::aws::upstream("iam", "ListOpenIDConnectProviderTags", e))?;
         if tagged_for(tags.tags(), cluster) {
             iam.delete_open_id_connect_provider()
                 .open_id_connect_provider_arn(arn)
                 .send()
                 .await
-                .map_err(|e| upstream("DeleteOpenIDConnectProvider", e))?;
+                .map_err(|e| crate::aws::upstream("iam", "DeleteOpenIDConnectProvider", e))?;
         }
     }
     Ok(())

@@ -15,6 +15,7 @@ pub mod http;
 pub mod hyperpod;
 pub mod iam;
 pub mod inspect;
+pub mod kubernetes;
 pub mod mcp;
 pub mod network;
 pub mod openapi;

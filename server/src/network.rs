@@ -22,7 +22,7 @@ use aws_sdk_ec2::types::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::aws::{Aws, UpstreamError};
+use crate::aws::Aws;
 use crate::operation::pipeline::Progress;
 
 pub const MANAGED_TAG: &str = "hypd:managed";
@@ -52,15 +52,6 @@ pub struct Network {
     pub private_route_table_id: Option<String>,
     pub s3_endpoint_id: Option<String>,
     pub security_group_id: Option<String>,
-}
-
-fn upstream<E, R>(call: &'static str, e: aws_sdk_ec2::error::SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-    aws_sdk_ec2::error::SdkError<E, R>: aws_sdk_ec2::operation::RequestId,
-{
-    UpstreamError::from_sdk("ec2", call, e).into()
 }
 
 fn tag(k: &str, v: &str) -> Tag {
@@ -131,7 +122,7 @@ async fn vpc_blocks(ec2: &Client) -> Result<Vec<(String, Cidr)>, ApiError> {
         .describe_vpcs()
         .send()
         .await
-        .map_err(|e| upstream("DescribeVpcs", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeVpcs", e))?;
     let mut blocks = Vec::new();
     for v in out.vpcs() {
         let id = v.vpc_id().unwrap_or_default().to_owned();
@@ -170,7 +161,7 @@ pub async fn check(aws: &Aws, region: &str, opts: &NetworkOptions) -> Result<(),
             .filters(filter("vpc-id", vpc.as_str()))
             .send()
             .await
-            .map_err(|e| upstream("DescribeVpcs", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DescribeVpcs", e))?;
         if found.vpcs().is_empty() {
             return Err(ApiError::field(
                 "network.vpc_id",
@@ -300,7 +291,7 @@ async fn ensure_vpc(
             .filters(filter("vpc-id", id.as_str()))
             .send()
             .await
-            .map_err(|e| upstream("DescribeVpcs", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DescribeVpcs", e))?;
         let vpc = found
             .vpcs()
             .first()
@@ -316,7 +307,7 @@ async fn ensure_vpc(
         .set_filters(Some(ours(cluster, "vpc")))
         .send()
         .await
-        .map_err(|e| upstream("DescribeVpcs", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeVpcs", e))?;
     if let Some(vpc) = found.vpcs().first() {
         let id = vpc.vpc_id().unwrap_or_default().to_owned();
         let cidr = parse(vpc.cidr_block())?;
@@ -340,7 +331,7 @@ async fn ensure_vpc(
         .tag_specifications(tags_for(ResourceType::Vpc, cluster, "vpc", &[]))
         .send()
         .await
-        .map_err(|e| upstream("CreateVpc", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "CreateVpc", e))?;
     let id = created
         .vpc()
         .and_then(|v| v.vpc_id())
@@ -359,7 +350,7 @@ async fn ensure_vpc(
         };
         req.send()
             .await
-            .map_err(|e| upstream("ModifyVpcAttribute", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "ModifyVpcAttribute", e))?;
     }
     out.vpc_id = Some(id.clone());
     out.vpc_cidr = Some(cidr.to_string());
@@ -373,7 +364,7 @@ async fn zones(ec2: &Client, zone: &str) -> Result<Vec<String>, ApiError> {
         .describe_availability_zones()
         .send()
         .await
-        .map_err(|e| upstream("DescribeAvailabilityZones", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeAvailabilityZones", e))?;
     let mut names: Vec<String> = out
         .availability_zones()
         .iter()
@@ -407,7 +398,7 @@ async fn subnets_of(
         .filters(filter("vpc-id", vpc_id))
         .send()
         .await
-        .map_err(|e| upstream("DescribeSubnets", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeSubnets", e))?;
     Ok(out.subnets().to_vec())
 }
 
@@ -470,7 +461,7 @@ async fn create_subnet(
         .tag_specifications(tags_for(ResourceType::Subnet, cluster, role, extra))
         .send()
         .await
-        .map_err(|e| upstream("CreateSubnet", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "CreateSubnet", e))?;
     out.subnet()
         .and_then(|s| s.subnet_id())
         .map(str::to_owned)
@@ -523,7 +514,7 @@ async fn ensure_internet_gateway(
         .filters(filter("attachment.vpc-id", vpc_id))
         .send()
         .await
-        .map_err(|e| upstream("DescribeInternetGateways", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeInternetGateways", e))?;
     if let Some(g) = attached.internet_gateways().first() {
         return Ok(g.internet_gateway_id().unwrap_or_default().to_owned());
     }
@@ -533,7 +524,7 @@ async fn ensure_internet_gateway(
         .set_filters(Some(ours(cluster, "igw")))
         .send()
         .await
-        .map_err(|e| upstream("DescribeInternetGateways", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeInternetGateways", e))?;
     let id = match ours_found.internet_gateways().first() {
         Some(g) => g.internet_gateway_id().unwrap_or_default().to_owned(),
         None => ec2
@@ -541,7 +532,7 @@ async fn ensure_internet_gateway(
             .tag_specifications(tags_for(ResourceType::InternetGateway, cluster, "igw", &[]))
             .send()
             .await
-            .map_err(|e| upstream("CreateInternetGateway", e))?
+            .map_err(|e| crate::aws::upstream("ec2", "CreateInternetGateway", e))?
             .internet_gateway()
             .and_then(|g| g.internet_gateway_id())
             .ok_or_else(|| ApiError::internal("CreateInternetGateway answered without an id"))?
@@ -552,7 +543,7 @@ async fn ensure_internet_gateway(
         .vpc_id(vpc_id)
         .send()
         .await
-        .map_err(|e| upstream("AttachInternetGateway", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "AttachInternetGateway", e))?;
     Ok(id)
 }
 
@@ -583,7 +574,7 @@ async fn ensure_nat_gateway(
             .tag_specifications(tags_for(ResourceType::ElasticIp, cluster, "nat-eip", &[]))
             .send()
             .await
-            .map_err(|e| upstream("AllocateAddress", e))?
+            .map_err(|e| crate::aws::upstream("ec2", "AllocateAddress", e))?
             .allocation_id()
             .ok_or_else(|| ApiError::internal("AllocateAddress answered without an id"))?
             .to_owned(),
@@ -597,7 +588,7 @@ async fn ensure_nat_gateway(
         .tag_specifications(tags_for(ResourceType::Natgateway, cluster, "nat", &[]))
         .send()
         .await
-        .map_err(|e| upstream("CreateNatGateway", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "CreateNatGateway", e))?;
     let g = created
         .nat_gateway()
         .ok_or_else(|| ApiError::internal("CreateNatGateway answered without a gateway"))?;
@@ -625,7 +616,7 @@ async fn ensure_route_table(
         .set_filters(Some(ours(cluster, &format!("{role}-rt"))))
         .send()
         .await
-        .map_err(|e| upstream("DescribeRouteTables", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeRouteTables", e))?;
     let (id, table) = match found.route_tables().first() {
         Some(t) => (
             t.route_table_id().unwrap_or_default().to_owned(),
@@ -643,7 +634,7 @@ async fn ensure_route_table(
                 ))
                 .send()
                 .await
-                .map_err(|e| upstream("CreateRouteTable", e))?;
+                .map_err(|e| crate::aws::upstream("ec2", "CreateRouteTable", e))?;
             let id = t
                 .route_table()
                 .and_then(|t| t.route_table_id())
@@ -669,7 +660,7 @@ async fn ensure_route_table(
         if let Err(e) = req.send().await
             && e.code() != Some("RouteAlreadyExists")
         {
-            return Err(upstream("CreateRoute", e));
+            return Err(crate::aws::upstream("ec2", "CreateRoute", e));
         }
     }
     let associated: Vec<String> = table
@@ -690,7 +681,7 @@ async fn ensure_route_table(
             .await
             && e.code() != Some("Resource.AlreadyAssociated")
         {
-            return Err(upstream("AssociateRouteTable", e));
+            return Err(crate::aws::upstream("ec2", "AssociateRouteTable", e));
         }
     }
     Ok(id)
@@ -710,7 +701,7 @@ async fn ensure_s3_endpoint(
         .filters(filter("service-name", &service))
         .send()
         .await
-        .map_err(|e| upstream("DescribeVpcEndpoints", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeVpcEndpoints", e))?;
     let live = found
         .vpc_endpoints()
         .iter()
@@ -733,7 +724,7 @@ async fn ensure_s3_endpoint(
         ))
         .send()
         .await
-        .map_err(|e| upstream("CreateVpcEndpoint", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "CreateVpcEndpoint", e))?;
     created
         .vpc_endpoint()
         .and_then(|e| e.vpc_endpoint_id())
@@ -753,7 +744,7 @@ async fn ensure_security_group(
         .filters(filter("group-name", &name))
         .send()
         .await
-        .map_err(|e| upstream("DescribeSecurityGroups", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeSecurityGroups", e))?;
     let (id, existing) = match found.security_groups().first() {
         Some(g) => (g.group_id().unwrap_or_default().to_owned(), Some(g.clone())),
         None => {
@@ -772,7 +763,7 @@ async fn ensure_security_group(
                 ))
                 .send()
                 .await
-                .map_err(|e| upstream("CreateSecurityGroup", e))?;
+                .map_err(|e| crate::aws::upstream("ec2", "CreateSecurityGroup", e))?;
             (
                 g.group_id()
                     .ok_or_else(|| {
@@ -807,7 +798,11 @@ async fn ensure_security_group(
             .await
         && e.code() != Some("InvalidPermission.Duplicate")
     {
-        return Err(upstream("AuthorizeSecurityGroupIngress", e));
+        return Err(crate::aws::upstream(
+            "ec2",
+            "AuthorizeSecurityGroupIngress",
+            e,
+        ));
     }
     // EFA also needs an explicit egress rule to the group itself (the default
     // allow-all egress rule stays).
@@ -823,7 +818,11 @@ async fn ensure_security_group(
             .await
         && e.code() != Some("InvalidPermission.Duplicate")
     {
-        return Err(upstream("AuthorizeSecurityGroupEgress", e));
+        return Err(crate::aws::upstream(
+            "ec2",
+            "AuthorizeSecurityGroupEgress",
+            e,
+        ));
     }
     Ok(id)
 }
@@ -840,7 +839,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         .set_filters(Some(by_cluster()))
         .send()
         .await
-        .map_err(|e| upstream("DescribeVpcEndpoints", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeVpcEndpoints", e))?;
     let endpoint_ids: Vec<String> = endpoints
         .vpc_endpoints()
         .iter()
@@ -852,7 +851,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
             .set_vpc_endpoint_ids(Some(endpoint_ids))
             .send()
             .await
-            .map_err(|e| upstream("DeleteVpcEndpoints", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DeleteVpcEndpoints", e))?;
     }
 
     let mut deleting = false;
@@ -865,7 +864,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
                     .nat_gateway_id(g.nat_gateway_id().unwrap_or_default())
                     .send()
                     .await
-                    .map_err(|e| upstream("DeleteNatGateway", e))?;
+                    .map_err(|e| crate::aws::upstream("ec2", "DeleteNatGateway", e))?;
                 deleting = true;
             }
         }
@@ -884,7 +883,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
             .allocation_id(a.allocation_id().unwrap_or_default())
             .send()
             .await
-            .map_err(|e| upstream("ReleaseAddress", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "ReleaseAddress", e))?;
     }
 
     let tables = ec2
@@ -892,7 +891,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         .set_filters(Some(by_cluster()))
         .send()
         .await
-        .map_err(|e| upstream("DescribeRouteTables", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeRouteTables", e))?;
     for t in tables.route_tables() {
         for a in t
             .associations()
@@ -903,13 +902,13 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
                 .association_id(a.route_table_association_id().unwrap_or_default())
                 .send()
                 .await
-                .map_err(|e| upstream("DisassociateRouteTable", e))?;
+                .map_err(|e| crate::aws::upstream("ec2", "DisassociateRouteTable", e))?;
         }
         ec2.delete_route_table()
             .route_table_id(t.route_table_id().unwrap_or_default())
             .send()
             .await
-            .map_err(|e| upstream("DeleteRouteTable", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DeleteRouteTable", e))?;
     }
 
     let subnets = ec2
@@ -917,7 +916,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         .set_filters(Some(by_cluster()))
         .send()
         .await
-        .map_err(|e| upstream("DescribeSubnets", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeSubnets", e))?;
     for s in subnets.subnets() {
         // A compute subnet shared with another cluster of the VPC stays for it.
         if has_tag(s.tags(), ROLE_TAG, "compute") && shared_elsewhere(&ec2, s, cluster).await? {
@@ -927,7 +926,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
             .subnet_id(s.subnet_id().unwrap_or_default())
             .send()
             .await
-            .map_err(|e| upstream("DeleteSubnet", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DeleteSubnet", e))?;
     }
 
     let groups = ec2
@@ -935,13 +934,13 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         .set_filters(Some(by_cluster()))
         .send()
         .await
-        .map_err(|e| upstream("DescribeSecurityGroups", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeSecurityGroups", e))?;
     for g in groups.security_groups() {
         ec2.delete_security_group()
             .group_id(g.group_id().unwrap_or_default())
             .send()
             .await
-            .map_err(|e| upstream("DeleteSecurityGroup", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DeleteSecurityGroup", e))?;
     }
 
     let igws = ec2
@@ -949,7 +948,7 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         .set_filters(Some(by_cluster()))
         .send()
         .await
-        .map_err(|e| upstream("DescribeInternetGateways", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeInternetGateways", e))?;
     for g in igws.internet_gateways() {
         let id = g.internet_gateway_id().unwrap_or_default();
         for a in g.attachments() {
@@ -958,13 +957,13 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
                 .vpc_id(a.vpc_id().unwrap_or_default())
                 .send()
                 .await
-                .map_err(|e| upstream("DetachInternetGateway", e))?;
+                .map_err(|e| crate::aws::upstream("ec2", "DetachInternetGateway", e))?;
         }
         ec2.delete_internet_gateway()
             .internet_gateway_id(id)
             .send()
             .await
-            .map_err(|e| upstream("DeleteInternetGateway", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DeleteInternetGateway", e))?;
     }
 
     let vpcs = ec2
@@ -972,13 +971,13 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         .set_filters(Some(ours(cluster, "vpc")))
         .send()
         .await
-        .map_err(|e| upstream("DescribeVpcs", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeVpcs", e))?;
     for v in vpcs.vpcs() {
         ec2.delete_vpc()
             .vpc_id(v.vpc_id().unwrap_or_default())
             .send()
             .await
-            .map_err(|e| upstream("DeleteVpc", e))?;
+            .map_err(|e| crate::aws::upstream("ec2", "DeleteVpc", e))?;
     }
     Ok(Progress::Done)
 }
@@ -992,7 +991,7 @@ async fn nat_gateways_of(
         .describe_nat_gateways()
         .send()
         .await
-        .map_err(|e| upstream("DescribeNatGateways", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeNatGateways", e))?;
     Ok(out
         .nat_gateways()
         .iter()
@@ -1011,7 +1010,7 @@ async fn addresses_of(
         .describe_addresses()
         .send()
         .await
-        .map_err(|e| upstream("DescribeAddresses", e))?;
+        .map_err(|e| crate::aws::upstream("ec2", "DescribeAddresses", e))?;
     Ok(out
         .addresses()
         .iter()

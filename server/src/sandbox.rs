@@ -168,6 +168,7 @@ fn sandbox_env(info: &SandboxInfo) -> Vec<(&'static str, String)> {
         ("AWS_ENDPOINT_URL", info.moto_url.clone()),
         ("AWS_ENDPOINT_URL_EKS", info.sim_url.clone()),
         ("AWS_ENDPOINT_URL_SAGEMAKER", info.sim_url.clone()),
+        ("AWS_ENDPOINT_URL_SERVICE_QUOTAS", info.sim_url.clone()),
         ("AWS_ACCESS_KEY_ID", "testing".to_owned()),
         ("AWS_SECRET_ACCESS_KEY", "testing".to_owned()),
         ("AWS_REGION", region),

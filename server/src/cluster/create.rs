@@ -1,7 +1,8 @@
 //! Creating a cluster from decision-level inputs: network → IAM → EKS control plane →
-//! access → EKS add-ons → shared bucket and HyperPod cluster → active cluster. Each stage
-//! observes before it acts (find by name or tag, then create what is missing), so a
-//! stage run again after a crash or a retry adopts what it made.
+//! access → active cluster → EKS add-ons → HyperPod node components → shared bucket and
+//! HyperPod cluster with Ready nodes → shared storage. Each stage observes before it
+//! acts (find by name or tag, then create what is missing; server-side apply on the
+//! Kubernetes side), so a stage run again after a crash or a retry adopts what it made.
 
 use std::time::Duration;
 
@@ -15,15 +16,16 @@ use aws_sdk_eks::types::{
 use serde::{Deserialize, Serialize};
 
 use super::dependencies::{ADDONS, DEFAULT_KUBERNETES_VERSION};
-use super::import::{Access, grant_access, upstream_eks};
+use super::import::{Access, grant_access};
+use super::{components, storage};
 use crate::network::{self, Network};
 use crate::operation::pipeline::{Context, Pipeline, Progress, StagePlan};
-use crate::{hyperpod, iam};
+use crate::{hyperpod, iam, kubernetes};
 
 const EKS_POLL: Duration = Duration::from_secs(30);
 const ADDON_POLL: Duration = Duration::from_secs(15);
 
-const STAGES: [StagePlan; 7] = [
+const STAGES: [StagePlan; 9] = [
     StagePlan {
         name: "network",
         title: "Network: VPC, subnets, NAT, S3 endpoint, EFA security group",
@@ -31,7 +33,7 @@ const STAGES: [StagePlan; 7] = [
     },
     StagePlan {
         name: "iam",
-        title: "IAM: EKS cluster role and HyperPod execution role",
+        title: "IAM: EKS cluster role, HyperPod execution role, S3 CSI driver role",
         cancellable: true,
     },
     StagePlan {
@@ -45,21 +47,35 @@ const STAGES: [StagePlan; 7] = [
         cancellable: true,
     },
     StagePlan {
+        name: "activate",
+        title: "Record the cluster and make it your active cluster",
+        cancellable: true,
+    },
+    StagePlan {
         name: "addons",
         title: "EKS add-ons: pod identity agent, Mountpoint for S3 CSI driver, cert-manager, metrics-server",
         cancellable: true,
     },
     StagePlan {
+        name: "components",
+        title: "HyperPod node components: health-monitoring agent, NVIDIA and EFA device plugins",
+        cancellable: true,
+    },
+    StagePlan {
         name: "hyperpod",
-        title: "Shared bucket and lifecycle script; HyperPod cluster with automatic node recovery (15-20 minutes on AWS)",
+        title: "Shared bucket and lifecycle script; HyperPod cluster with automatic node recovery, nodes Ready (15-20 minutes on AWS)",
         cancellable: false,
     },
     StagePlan {
-        name: "activate",
-        title: "Record the cluster and make it your active cluster",
-        cancellable: false,
+        name: "storage",
+        title: "Shared storage: the S3 bucket as a Mountpoint PersistentVolume and claim",
+        cancellable: true,
     },
 ];
+
+/// The Mountpoint for S3 CSI driver's service account, which its pod identity names.
+const S3_CSI_SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "s3-csi-driver-sa");
+const NODE_POLL: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Outputs {
@@ -69,6 +85,8 @@ pub struct Outputs {
     pub eks_role_arn: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub execution_role_arn: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_csi_role_arn: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eks_cluster_arn: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,8 +100,13 @@ pub struct Outputs {
     /// Add-on name → installed version.
     #[serde(default)]
     pub addons: std::collections::BTreeMap<String, String>,
+    /// HyperPod node component name → version applied.
+    #[serde(default)]
+    pub components: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub hyperpod: hyperpod::Made,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<storage::Storage>,
 }
 
 impl Pipeline for CreateCluster {
@@ -133,7 +156,7 @@ impl Pipeline for CreateCluster {
                     iam::ensure_role(
                         &iam_client,
                         name,
-                        &iam::role_name(name, "eks"),
+                        &iam::role_name(name, iam::EKS_ROLE),
                         "eks.amazonaws.com",
                         &[iam::EKS_CLUSTER_POLICY],
                         None,
@@ -144,10 +167,21 @@ impl Pipeline for CreateCluster {
                     iam::ensure_role(
                         &iam_client,
                         name,
-                        &iam::role_name(name, "hyperpod"),
+                        &iam::role_name(name, iam::HYPERPOD_ROLE),
                         "sagemaker.amazonaws.com",
                         &[iam::HYPERPOD_INSTANCE_POLICY],
                         Some(("hypd-hyperpod", iam::hyperpod_inline_policy(bucket))),
+                    )
+                    .await?,
+                );
+                out.s3_csi_role_arn = Some(
+                    iam::ensure_role(
+                        &iam_client,
+                        name,
+                        &iam::role_name(name, iam::S3_CSI_ROLE),
+                        iam::POD_IDENTITY_SERVICE,
+                        &[],
+                        Some(("hypd-s3-csi", iam::s3_csi_inline_policy(bucket))),
                     )
                     .await?,
                 );
@@ -169,7 +203,28 @@ impl Pipeline for CreateCluster {
                     Access::Wait(p) => Ok(p),
                 }
             }
-            "addons" => ensure_addons(cx, &region, name, out).await,
+            "activate" => {
+                super::record_and_activate(
+                    &cx.store,
+                    &record(self, &region, "creating", out),
+                    &cx.requested_by,
+                )
+                .await?;
+                Ok(Progress::Done)
+            }
+            "addons" => {
+                let role = out
+                    .s3_csi_role_arn
+                    .clone()
+                    .ok_or_else(|| ApiError::internal("the iam stage stored no S3 CSI role"))?;
+                ensure_pod_identity(cx, &region, name, S3_CSI_SERVICE_ACCOUNT, &role).await?;
+                ensure_addons(cx, &region, name, out).await
+            }
+            "components" => {
+                let client = kubernetes::connect(&cx.aws, &region, name).await?;
+                out.components = components::apply(&client, &region).await?;
+                Ok(Progress::Done)
+            }
             "hyperpod" => {
                 let spec = hyperpod::Spec {
                     region: &region,
@@ -190,15 +245,23 @@ impl Pipeline for CreateCluster {
                     .clone()
                     .ok_or_else(|| ApiError::internal("the iam stage stored no execution role"))?;
                 let network = out.network.clone();
-                hyperpod::ensure(&cx.aws, &spec, &eks_arn, &role, &network, &mut out.hyperpod).await
+                match hyperpod::ensure(&cx.aws, &spec, &eks_arn, &role, &network, &mut out.hyperpod)
+                    .await?
+                {
+                    Progress::Done => nodes_ready(self, cx, &region).await,
+                    waiting => Ok(waiting),
+                }
             }
-            "activate" => {
-                super::record_and_activate(
-                    &cx.store,
-                    &record(self, &region, "active", out),
-                    &cx.requested_by,
-                )
-                .await?;
+            "storage" => {
+                let client = kubernetes::connect(&cx.aws, &region, name).await?;
+                let made = storage::ensure(&client, bucket(self)?, &region).await?;
+                let bound = made.phase == "Bound";
+                let message = format!("claim {}/{} is {}", made.namespace, made.claim, made.phase);
+                out.storage = Some(made);
+                if !bound {
+                    return Ok(Progress::wait(Duration::from_secs(5), message));
+                }
+                super::record(&cx.store, &record(self, &region, "active", out)).await?;
                 Ok(Progress::Done)
             }
             other => Err(ApiError::internal(format!(
@@ -244,7 +307,7 @@ async fn ensure_eks(
     let cluster = match eks.describe_cluster().name(name).send().await {
         Ok(o) => o.cluster,
         Err(e) if e.code() == Some("ResourceNotFoundException") => None,
-        Err(e) => return Err(upstream_eks("DescribeCluster", e)),
+        Err(e) => return Err(crate::aws::upstream("eks", "DescribeCluster", e)),
     };
     let Some(c) = cluster else {
         let role = out
@@ -283,7 +346,7 @@ async fn ensure_eks(
         {
             Ok(_) => {}
             Err(e) if e.code() == Some("ResourceInUseException") => {}
-            Err(e) => return Err(upstream_eks("CreateCluster", e)),
+            Err(e) => return Err(crate::aws::upstream("eks", "CreateCluster", e)),
         }
         return Ok(Progress::wait(
             EKS_POLL,
@@ -324,6 +387,77 @@ async fn ensure_eks(
     }
 }
 
+/// HyperPod reports InService once its instances run; the cluster is usable when they
+/// are Ready Kubernetes nodes and every node component runs on each of them.
+async fn nodes_ready(r: &CreateCluster, cx: &Context, region: &str) -> Result<Progress, ApiError> {
+    let name = r.name.as_str();
+    let client = kubernetes::connect(&cx.aws, region, name).await?;
+    let want = usize::try_from(r.instance_count.get()).unwrap_or(usize::MAX);
+    let (ready, seen) = components::hyperpod_nodes(&client, name).await?;
+    if ready < want {
+        return Ok(Progress::wait(
+            NODE_POLL,
+            format!("{ready} of {want} HyperPod nodes Ready in Kubernetes ({seen} registered)"),
+        ));
+    }
+    let waiting: Vec<String> = components::states(&client)
+        .await?
+        .iter()
+        .filter(|c| !c.is_ready())
+        .map(|c| c.describe())
+        .collect();
+    if waiting.is_empty() {
+        Ok(Progress::Done)
+    } else {
+        Ok(Progress::wait(
+            NODE_POLL,
+            format!("{ready} nodes Ready; waiting for {}", waiting.join(", ")),
+        ))
+    }
+}
+
+/// An EKS Pod Identity association for `service_account`, made once.
+async fn ensure_pod_identity(
+    cx: &Context,
+    region: &str,
+    cluster: &str,
+    (namespace, service_account): (&str, &str),
+    role_arn: &str,
+) -> Result<(), ApiError> {
+    let eks = cx.aws.eks(region);
+    let found = eks
+        .list_pod_identity_associations()
+        .cluster_name(cluster)
+        .namespace(namespace)
+        .service_account(service_account)
+        .send()
+        .await
+        .map_err(|e| crate::aws::upstream("eks", "ListPodIdentityAssociations", e))?;
+    if !found.associations().is_empty() {
+        return Ok(());
+    }
+    match eks
+        .create_pod_identity_association()
+        .cluster_name(cluster)
+        .namespace(namespace)
+        .service_account(service_account)
+        .role_arn(role_arn)
+        .tags("hypd:managed", "true")
+        .tags("hypd:cluster", cluster)
+        .client_request_token(format!("hypd-{cluster}-{namespace}-{service_account}"))
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some("ResourceInUseException") => Ok(()),
+        Err(e) => Err(crate::aws::upstream(
+            "eks",
+            "CreatePodIdentityAssociation",
+            e,
+        )),
+    }
+}
+
 /// Creates the missing add-ons of the one table and waits until all are ACTIVE; a failed
 /// one is an error naming it with EKS's health issues.
 async fn ensure_addons(
@@ -344,7 +478,7 @@ async fn ensure_addons(
         {
             Ok(o) => o.addon,
             Err(e) if e.code() == Some("ResourceNotFoundException") => None,
-            Err(e) => return Err(upstream_eks("DescribeAddon", e)),
+            Err(e) => return Err(crate::aws::upstream("eks", "DescribeAddon", e)),
         };
         let Some(a) = found else {
             match eks
@@ -360,7 +494,7 @@ async fn ensure_addons(
             {
                 Ok(_) => {}
                 Err(e) if e.code() == Some("ResourceInUseException") => {}
-                Err(e) => return Err(upstream_eks("CreateAddon", e)),
+                Err(e) => return Err(crate::aws::upstream("eks", "CreateAddon", e)),
             }
             pending.push(format!("{} CREATING", addon.name));
             continue;
@@ -440,9 +574,12 @@ pub async fn preflight(
             ));
         }
         Err(e) if e.code() == Some("ResourceNotFoundException") => {}
-        Err(e) => return Err(upstream_eks("DescribeCluster", e)),
+        Err(e) => return Err(crate::aws::upstream("eks", "DescribeCluster", e)),
     }
     hyperpod::check(&svc.aws, &region, &r).await?;
+    hyperpod::check_quota(&svc.aws, &region, &r).await?;
+    // The node components' images are published per region.
+    components::manifests(&region).map_err(|e| ApiError::field("region", e))?;
     network::check(&svc.aws, &region, &r.network).await?;
     if r.storage.s3_bucket.is_none() {
         let account = svc.aws.identity().await?.account;

@@ -12,7 +12,7 @@ use aws_sdk_eks::types::{AddonStatus, ClusterStatus};
 use serde::{Deserialize, Serialize};
 
 use super::dependencies::ADDONS;
-use super::import::{MANAGED_TAG, principal_arn, upstream_eks};
+use super::import::{MANAGED_TAG, principal_arn};
 use crate::operation::pipeline::{Context, Pipeline, Progress, StagePlan};
 use crate::{hyperpod, iam, network};
 
@@ -99,7 +99,7 @@ impl Pipeline for DeleteCluster {
             "eks" => delete_eks(cx, &region, name, out).await,
             "iam" => {
                 let client = cx.aws.iam(&region);
-                for suffix in ["eks", "hyperpod"] {
+                for suffix in iam::ROLES {
                     iam::delete_role(&client, name, &iam::role_name(name, suffix)).await?;
                 }
                 iam::delete_oidc_providers(&client, name).await?;
@@ -159,7 +159,7 @@ async fn delete_addons(cx: &Context, region: &str, cluster: &str) -> Result<Prog
         {
             Ok(o) => o.addon,
             Err(e) if e.code() == Some("ResourceNotFoundException") => None,
-            Err(e) => return Err(upstream_eks("DescribeAddon", e)),
+            Err(e) => return Err(crate::aws::upstream("eks", "DescribeAddon", e)),
         };
         let Some(a) = a.filter(|a| ours(a.tags(), cluster)) else {
             continue;
@@ -170,7 +170,7 @@ async fn delete_addons(cx: &Context, region: &str, cluster: &str) -> Result<Prog
                 .addon_name(addon.name)
                 .send()
                 .await
-                .map_err(|e| upstream_eks("DeleteAddon", e))?;
+                .map_err(|e| crate::aws::upstream("eks", "DeleteAddon", e))?;
         }
         deleting.push(addon.name);
     }
@@ -194,7 +194,7 @@ async fn delete_eks(
     let c = match eks.describe_cluster().name(cluster).send().await {
         Ok(o) => o.cluster,
         Err(e) if e.code() == Some("ResourceNotFoundException") => None,
-        Err(e) => return Err(upstream_eks("DescribeCluster", e)),
+        Err(e) => return Err(crate::aws::upstream("eks", "DescribeCluster", e)),
     };
     let Some(c) = c else {
         return Ok(Progress::Done);
@@ -205,7 +205,7 @@ async fn delete_eks(
                 .name(cluster)
                 .send()
                 .await
-                .map_err(|e| upstream_eks("DeleteCluster", e))?;
+                .map_err(|e| crate::aws::upstream("eks", "DeleteCluster", e))?;
         }
         return Ok(Progress::wait(
             POLL,
@@ -232,7 +232,7 @@ async fn delete_eks(
                     .principal_arn(&principal)
                     .send()
                     .await
-                    .map_err(|e| upstream_eks("DeleteAccessEntry", e))?;
+                    .map_err(|e| crate::aws::upstream("eks", "DeleteAccessEntry", e))?;
             } else {
                 let kept = format!(
                     "kept the access entry of {principal} on {cluster}: hypd did not create it"
@@ -243,7 +243,7 @@ async fn delete_eks(
             }
         }
         Err(e) if e.code() == Some("ResourceNotFoundException") => {}
-        Err(e) => return Err(upstream_eks("DescribeAccessEntry", e)),
+        Err(e) => return Err(crate::aws::upstream("eks", "DescribeAccessEntry", e)),
     }
     Ok(Progress::Done)
 }

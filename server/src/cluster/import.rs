@@ -13,7 +13,6 @@ use aws_sdk_eks::types::{
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use serde::{Deserialize, Serialize};
 
-use crate::aws::UpstreamError;
 use crate::operation::pipeline::{Context, Pipeline, Progress, StagePlan};
 
 pub const CLUSTER_ADMIN_POLICY: &str =
@@ -122,27 +121,6 @@ impl Pipeline for ImportCluster {
     }
 }
 
-pub fn upstream_eks<E, R>(call: &'static str, e: aws_sdk_eks::error::SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-    aws_sdk_eks::error::SdkError<E, R>: aws_sdk_eks::operation::RequestId,
-{
-    UpstreamError::from_sdk("eks", call, e).into()
-}
-
-fn sagemaker_error<E, R>(
-    call: &'static str,
-    e: aws_sdk_sagemaker::error::SdkError<E, R>,
-) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-    aws_sdk_sagemaker::error::SdkError<E, R>: aws_sdk_sagemaker::operation::RequestId,
-{
-    UpstreamError::from_sdk("sagemaker", call, e).into()
-}
-
 /// The EKS cluster as it is now, or a field error naming `name` when there is none.
 pub async fn describe_eks(
     cx_aws: &crate::aws::Aws,
@@ -163,7 +141,7 @@ pub async fn describe_eks(
             "name",
             format!("there is no EKS cluster named {name} in {region}"),
         )),
-        Err(e) => Err(upstream_eks("DescribeCluster", e)),
+        Err(e) => Err(crate::aws::upstream("eks", "DescribeCluster", e)),
     }
 }
 
@@ -242,7 +220,7 @@ pub async fn grant_access(cx: &Context, region: &str, name: &str) -> Result<Acce
             )
             .send()
             .await
-            .map_err(|e| upstream_eks("UpdateClusterConfig", e))?;
+            .map_err(|e| crate::aws::upstream("eks", "UpdateClusterConfig", e))?;
         return Ok(Access::Wait(Progress::wait(
             POLL,
             "switching the authentication mode to API_AND_CONFIG_MAP",
@@ -274,10 +252,10 @@ pub async fn grant_access(cx: &Context, region: &str, name: &str) -> Result<Acce
                 Ok(_) => true,
                 // Made by a concurrent run of this step; the describe next time sees it.
                 Err(e) if e.code() == Some("ResourceInUseException") => true,
-                Err(e) => return Err(upstream_eks("CreateAccessEntry", e)),
+                Err(e) => return Err(crate::aws::upstream("eks", "CreateAccessEntry", e)),
             }
         }
-        Err(e) => return Err(upstream_eks("DescribeAccessEntry", e)),
+        Err(e) => return Err(crate::aws::upstream("eks", "DescribeAccessEntry", e)),
     };
     let policies = eks
         .list_associated_access_policies()
@@ -285,7 +263,7 @@ pub async fn grant_access(cx: &Context, region: &str, name: &str) -> Result<Acce
         .principal_arn(&principal)
         .send()
         .await
-        .map_err(|e| upstream_eks("ListAssociatedAccessPolicies", e))?;
+        .map_err(|e| crate::aws::upstream("eks", "ListAssociatedAccessPolicies", e))?;
     let associated = policies
         .associated_access_policies()
         .iter()
@@ -301,7 +279,7 @@ pub async fn grant_access(cx: &Context, region: &str, name: &str) -> Result<Acce
             .access_scope(scope)
             .send()
             .await
-            .map_err(|e| upstream_eks("AssociateAccessPolicy", e))?;
+            .map_err(|e| crate::aws::upstream("eks", "AssociateAccessPolicy", e))?;
     }
     Ok(Access::Granted { principal, managed })
 }
@@ -335,7 +313,7 @@ pub async fn describe_hyperpod(
                 format!("there is no HyperPod cluster named {name} in {region}"),
             ))
         }
-        Err(e) => Err(sagemaker_error("DescribeCluster", e)),
+        Err(e) => Err(crate::aws::upstream("sagemaker", "DescribeCluster", e)),
     }
 }
 
@@ -370,7 +348,7 @@ async fn find_hyperpod(
             .set_next_token(token)
             .send()
             .await
-            .map_err(|e| sagemaker_error("ListClusters", e))?;
+            .map_err(|e| crate::aws::upstream("sagemaker", "ListClusters", e))?;
         names.extend(
             page.cluster_summaries()
                 .iter()

@@ -1,10 +1,12 @@
 //! The clusters hypd manages, as stored. Creation and import (which write these rows)
 //! are operations of their own; reads never call AWS.
 
+pub mod components;
 pub mod create;
 pub mod delete;
 pub mod dependencies;
 pub mod import;
+pub mod storage;
 
 use app::api::clusters::ClusterSummary;
 

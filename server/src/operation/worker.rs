@@ -304,6 +304,9 @@ fn is_transient(e: &ApiError) -> bool {
                     | "InternalServerError"
                     | "InternalServerException"
                     | "ServerException"
+                    // Kubernetes Status reasons.
+                    | "TooManyRequests"
+                    | "Timeout"
             )
         }
     }

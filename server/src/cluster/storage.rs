@@ -1,0 +1,128 @@
+//! The cluster's shared storage: its S3 bucket mounted through the Mountpoint for S3 CSI
+//! driver as a statically provisioned PersistentVolume and a ReadWriteMany claim that
+//! every training job and endpoint mounts at the same path, so what one job writes the
+//! next one reads.
+
+use app::api::ApiError;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::kubernetes;
+
+/// The claim workloads mount, in this namespace, at `MOUNT_PATH`.
+pub const CLAIM: &str = "shared-s3";
+pub const NAMESPACE: &str = "default";
+pub const MOUNT_PATH: &str = "/s3";
+/// Mountpoint's CSI driver name.
+pub const DRIVER: &str = "s3.csi.aws.com";
+
+/// What the storage stage made, stored on the operation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Storage {
+    pub bucket: String,
+    pub persistent_volume: String,
+    pub claim: String,
+    pub namespace: String,
+    /// The claim's phase when last looked at (`Bound` once usable).
+    pub phase: String,
+}
+
+fn volume_name(bucket: &str) -> String {
+    // PersistentVolumes are cluster-wide; naming it after the bucket keeps two buckets
+    // apart and makes a re-run find the same one.
+    format!("s3-{bucket}")
+}
+
+/// The PersistentVolume and claim for `bucket` in `region`.
+pub fn manifests(bucket: &str, region: &str) -> (PersistentVolume, PersistentVolumeClaim) {
+    let pv_name = volume_name(bucket);
+    let labels = json!({ "app.kubernetes.io/managed-by": "hypd", "hypd/storage": "s3" });
+    // Mountpoint ignores capacity; Kubernetes requires one, and the claim must ask for
+    // no more than the volume offers.
+    let capacity = "1200Gi";
+    let pv = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": { "name": pv_name, "labels": labels },
+        "spec": {
+            "capacity": { "storage": capacity },
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            // Empty: bound only to the claim below, never by a storage class.
+            "storageClassName": "",
+            "claimRef": { "namespace": NAMESPACE, "name": CLAIM },
+            "mountOptions": ["allow-delete", "allow-other", format!("region {region}")],
+            "csi": {
+                "driver": DRIVER,
+                "volumeHandle": format!("s3-csi-{bucket}"),
+                "volumeAttributes": { "bucketName": bucket },
+            },
+        },
+    }))
+    .expect("the PersistentVolume matches its type");
+    let pvc = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": { "name": CLAIM, "namespace": NAMESPACE, "labels": labels },
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": pv_name,
+            "resources": { "requests": { "storage": capacity } },
+        },
+    }))
+    .expect("the PersistentVolumeClaim matches its type");
+    (pv, pvc)
+}
+
+/// Applies the volume and claim and reads the claim's phase.
+pub async fn ensure(
+    client: &kube::Client,
+    bucket: &str,
+    region: &str,
+) -> Result<Storage, ApiError> {
+    let (pv, pvc) = manifests(bucket, region);
+    kubernetes::apply(&Api::<PersistentVolume>::all(client.clone()), &pv).await?;
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NAMESPACE);
+    // A bound claim's spec is immutable except for its size; apply only when absent.
+    let claim = match kubernetes::get(&claims, CLAIM).await? {
+        Some(c) => c,
+        None => kubernetes::apply(&claims, &pvc).await?,
+    };
+    Ok(Storage {
+        bucket: bucket.to_owned(),
+        persistent_volume: volume_name(bucket),
+        claim: CLAIM.to_owned(),
+        namespace: NAMESPACE.to_owned(),
+        phase: claim
+            .status
+            .and_then(|s| s.phase)
+            .unwrap_or_else(|| "Pending".to_owned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claim_binds_only_to_its_bucket_volume() {
+        let (pv, pvc) = manifests("hypd-ml-123456789012", "us-east-1");
+        let pv_spec = pv.spec.unwrap();
+        let csi = pv_spec.csi.unwrap();
+        assert_eq!(csi.driver, DRIVER);
+        assert_eq!(
+            csi.volume_attributes.unwrap()["bucketName"],
+            "hypd-ml-123456789012"
+        );
+        assert_eq!(
+            pvc.spec.as_ref().unwrap().volume_name.as_deref(),
+            pv.metadata.name.as_deref()
+        );
+        assert_eq!(pv_spec.claim_ref.unwrap().name.as_deref(), Some(CLAIM));
+        assert_eq!(
+            pvc.spec.unwrap().access_modes.unwrap(),
+            vec!["ReadWriteMany".to_owned()]
+        );
+    }
+}
