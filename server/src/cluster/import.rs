@@ -131,7 +131,7 @@ where
     UpstreamError::from_sdk("eks", call, e).into()
 }
 
-fn sagemaker_error<E, R>(
+pub fn sagemaker_error<E, R>(
     call: &'static str,
     e: aws_sdk_sagemaker::error::SdkError<E, R>,
 ) -> ApiError

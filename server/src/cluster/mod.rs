@@ -4,6 +4,7 @@
 pub mod create;
 pub mod delete;
 pub mod dependencies;
+pub mod describe;
 pub mod import;
 
 use app::api::clusters::ClusterSummary;
