@@ -148,6 +148,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/login") view=session::SignIn/>
                         <Route path=path!("/clusters") view=pages::clusters::ClusterList/>
                         <Route path=path!("/clusters/import") view=pages::import::ImportClusterPage/>
+                        <Route path=path!("/clusters/new") view=pages::create::CreateClusterPage/>
                         <Route path=path!("/clusters/:name") view=pages::clusters::ClusterDetail/>
                         <Route path=path!("/operations") view=pages::operations::OperationList/>
                         <Route path=path!("/tokens") view=pages::tokens::TokensPage/>
