@@ -3,6 +3,7 @@
 //! row); the page adds the cluster's live state (`describe_cluster`: instance groups,
 //! nodes and their health, add-ons, components, storage) and the operations on it.
 
+use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
@@ -47,7 +48,7 @@ pub fn ClusterList() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match clusters.await {
                         Ok(list) if list.clusters.is_empty() => {
-                            view! {
+                            EitherOf3::A(view! {
                                 <div class="panel empty">
                                     <p>"No clusters yet."</p>
                                     <p class="muted">
@@ -55,10 +56,10 @@ pub fn ClusterList() -> impl IntoView {
                                     </p>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
                         Ok(list) => {
-                            view! {
+                            EitherOf3::B(view! {
                                 <div class="table-wrap">
                                     <table class="table clusters">
                                         <caption class="visually-hidden">"Managed clusters"</caption>
@@ -95,9 +96,9 @@ pub fn ClusterList() -> impl IntoView {
                                     </table>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
-                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        Err(e) => EitherOf3::C(view! { <ErrorPanel error=e/> }),
                     }
                 })}
             </Transition>
@@ -160,7 +161,7 @@ pub fn ClusterDetail() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match cluster.await {
                         Ok(c) => {
-                            view! {
+                            Either::Left(view! {
                                 <header class="page-head">
                                     <h1>{c.name.clone()}</h1>
                                     <StateBadge state=c.status.clone()/>
@@ -183,18 +184,18 @@ pub fn ClusterDetail() -> impl IntoView {
                                     </dl>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
-                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
                     }
                 })}
             </Transition>
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
                     match described.await {
-                        Ok(d) => view! { <LiveState d refreshed/> }.into_any(),
+                        Ok(d) => Either::Left(view! { <LiveState d refreshed/> }),
                         Err(e) => {
-                            view! {
+                            Either::Right(view! {
                                 <div class="panel live-state">
                                     <h2>"Live state"</h2>
                                     <ErrorPanel error=e/>
@@ -203,7 +204,7 @@ pub fn ClusterDetail() -> impl IntoView {
                                     </button>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
                     }
                 })}
@@ -214,10 +215,10 @@ pub fn ClusterDetail() -> impl IntoView {
                     {move || Suspend::new(async move {
                         match operations.await {
                             Ok(list) => {
-                                view! { <OperationsTable loaded=list.operations target=format!("cluster/{}", name())/> }
-                                    .into_any()
+                                Either::Left(view! { <OperationsTable loaded=list.operations target=format!("cluster/{}", name())/> }
+                                    )
                             }
-                            Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                            Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
                         }
                     })}
                 </Transition>
@@ -247,24 +248,24 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
                 <dt>"EKS control plane"</dt>
                 <dd>
                     {match d.eks {
-                        Some(e) => view! {
+                        Some(e) => Either::Left(view! {
                             <StateBadge state=or_dash(e.status)/>
                             " Kubernetes " {or_dash(e.kubernetes_version)}
                             {e.platform_version.map(|p| format!(" ({p})"))}
-                        }.into_any(),
-                        None => view! { <span class="muted">"not created yet"</span> }.into_any(),
+                        }),
+                        None => Either::Right(view! { <span class="muted">"not created yet"</span> }),
                     }}
                 </dd>
                 <dt>"HyperPod cluster"</dt>
                 <dd>
                     {match d.hyperpod {
-                        Some(h) => view! {
+                        Some(h) => Either::Left(view! {
                             <StateBadge state=or_dash(h.status)/>
                             " " {or_dash(h.name)}
                             {h.node_recovery.map(|r| format!(" · node recovery {r}"))}
                             {h.failure_message.map(|m| view! { <p class="error">{m}</p> })}
-                        }.into_any(),
-                        None => view! { <span class="muted">"none"</span> }.into_any(),
+                        }),
+                        None => Either::Right(view! { <span class="muted">"none"</span> }),
                     }}
                 </dd>
                 <dt>"Nodes"</dt>
@@ -279,9 +280,9 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
         <div class="panel">
             <h2>"Instance groups"</h2>
             {if d.instance_groups.is_empty() {
-                view! { <p class="muted empty">"No instance groups."</p> }.into_any()
+                Either::Left(view! { <p class="muted empty">"No instance groups."</p> })
             } else {
-                view! {
+                Either::Right(view! {
                     <div class="table-wrap">
                         <table class="table instance-groups">
                             <caption class="visually-hidden">"Instance groups"</caption>
@@ -307,15 +308,15 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
                             </tbody>
                         </table>
                     </div>
-                }.into_any()
+                })
             }}
         </div>
         <div class="panel">
             <h2>"Nodes"</h2>
             {if d.nodes.is_empty() {
-                view! { <p class="muted empty">"No nodes."</p> }.into_any()
+                Either::Left(view! { <p class="muted empty">"No nodes."</p> })
             } else {
-                view! {
+                Either::Right(view! {
                     <div class="table-wrap">
                         <table class="table nodes">
                             <caption class="visually-hidden">"Nodes"</caption>
@@ -346,15 +347,15 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
                             </tbody>
                         </table>
                     </div>
-                }.into_any()
+                })
             }}
         </div>
         <div class="panel">
             <h2>"Add-ons and components"</h2>
             {if d.addons.is_empty() && d.components.is_empty() {
-                view! { <p class="muted empty">"No add-ons or components reported."</p> }.into_any()
+                Either::Left(view! { <p class="muted empty">"No add-ons or components reported."</p> })
             } else {
-                view! {
+                Either::Right(view! {
                     <div class="table-wrap">
                         <table class="table addons">
                             <caption class="visually-hidden">"EKS add-ons and in-cluster components"</caption>
@@ -389,15 +390,15 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
                             </tbody>
                         </table>
                     </div>
-                }.into_any()
+                })
             }}
         </div>
         <div class="panel">
             <h2>"Storage"</h2>
             {if d.storage.is_empty() {
-                view! { <p class="muted empty">"No storage reported by the cluster yet."</p> }.into_any()
+                Either::Left(view! { <p class="muted empty">"No storage reported by the cluster yet."</p> })
             } else {
-                view! {
+                Either::Right(view! {
                     <div class="table-wrap">
                         <table class="table storage">
                             <caption class="visually-hidden">"Storage"</caption>
@@ -427,7 +428,7 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
                             </tbody>
                         </table>
                     </div>
-                }.into_any()
+                })
             }}
         </div>
     }

@@ -3,6 +3,7 @@
 //! decoding and `validate()`; regions, zones and instance types (with their GPU and EFA
 //! facts) come from the inspection commands, so only what the account offers is offered.
 
+use leptos::either::EitherOf3;
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
@@ -77,9 +78,9 @@ pub fn CreateClusterPage() -> impl IntoView {
                         None => Err(crate::api::ApiError::internal("no session context")),
                     };
                     match who {
-                        Ok(w) if w.role >= CreateCluster::SPEC.role => view! { <CreateForm/> }.into_any(),
+                        Ok(w) if w.role >= CreateCluster::SPEC.role => EitherOf3::A(view! { <CreateForm/> }),
                         Ok(w) => {
-                            view! {
+                            EitherOf3::B(view! {
                                 <div class="panel narrow" data-error="forbidden">
                                     <p>
                                         {format!(
@@ -90,9 +91,9 @@ pub fn CreateClusterPage() -> impl IntoView {
                                     </p>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
-                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        Err(e) => EitherOf3::C(view! { <ErrorPanel error=e/> }),
                     }
                 })}
             </Suspense>

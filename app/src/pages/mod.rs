@@ -16,7 +16,7 @@ use leptos::prelude::*;
 #[component]
 pub fn StateBadge(#[prop(into)] state: Signal<String>) -> impl IntoView {
     view! {
-        <span class=move || format!("badge state state-{}", state.with(|s| s.to_lowercase()))>
+        <span class=move || format!("badge state state-{}", state.with(|s| s.to_ascii_lowercase()))>
             {state}
         </span>
     }
