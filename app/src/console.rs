@@ -2,6 +2,7 @@
 //! page. The shell is the same markup on the server and in the browser: hydration fails
 //! on any difference, so nothing here reads a browser-only value while rendering.
 
+use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
@@ -148,6 +149,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/login") view=session::SignIn/>
                         <Route path=path!("/clusters") view=pages::clusters::ClusterList/>
                         <Route path=path!("/clusters/import") view=pages::import::ImportClusterPage/>
+                        <Route path=path!("/clusters/new") view=pages::create::CreateClusterPage/>
                         <Route path=path!("/clusters/:name") view=pages::clusters::ClusterDetail/>
                         <Route path=path!("/operations") view=pages::operations::OperationList/>
                         <Route path=path!("/tokens") view=pages::tokens::TokensPage/>
@@ -195,7 +197,7 @@ fn Overview() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match info.await {
                         Ok(info) => {
-                            view! {
+                            Either::Left(view! {
                                 <dl class="facts">
                                     <dt>"Version"</dt>
                                     <dd>{info.version}</dd>
@@ -210,11 +212,11 @@ fn Overview() -> impl IntoView {
                                     <a class="button" href="/operations">"Operations"</a>
                                 </p>
                             }
-                                .into_any()
+                                )
                         }
                         Err(e) => {
-                            view! { <p class="error">"The server did not answer: " {e.to_string()}</p> }
-                                .into_any()
+                            Either::Right(view! { <p class="error">"The server did not answer: " {e.to_string()}</p> }
+                                )
                         }
                     }
                 })}

@@ -76,17 +76,21 @@ impl Live {
 
     /// Applies one message from the channel; returns whether it was the server's hello.
     pub fn apply(&self, text: &str) -> bool {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(text) else {
+        /// One message, decoded straight from text like every other `Operation` the
+        /// console reads (one decoder in the bundle).
+        #[derive(serde::Deserialize)]
+        struct Message {
+            #[serde(rename = "type")]
+            kind: String,
+            operation: Option<Operation>,
+        }
+        let Ok(message) = serde_json::from_str::<Message>(text) else {
             return false;
         };
-        match message.get("type").and_then(|t| t.as_str()) {
-            Some("hello") => true,
-            Some("operation") => {
-                if let Some(op) = message
-                    .get("operation")
-                    .cloned()
-                    .and_then(|o| serde_json::from_value::<Operation>(o).ok())
-                {
+        match message.kind.as_str() {
+            "hello" => true,
+            "operation" => {
+                if let Some(op) = message.operation {
                     self.operations.update(|m| {
                         let newer = m
                             .get(&op.operation_id)

@@ -4,6 +4,7 @@
 //! session. What a role may do is decided by the server; the console only hides what
 //! would be refused.
 
+use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_query_map};
 
@@ -22,19 +23,18 @@ pub fn UserMenu() -> impl IntoView {
     view! {
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
-                let Some(me) = me else { return ().into_any() };
+                let Some(me) = me else { return EitherOf3::A(()) };
                 match me.await {
                     Ok(who) => {
-                        view! {
+                        EitherOf3::B(view! {
                             <span class="user" data-role=who.role.as_str()>
                                 <span class="user-name">{who.token_name}</span>
                                 <span class="badge role">{who.role.as_str()}</span>
                             </span>
                             <SignOut/>
-                        }
-                            .into_any()
+                        })
                     }
-                    Err(_) => view! { <a class="button" href="/login">"Sign in"</a> }.into_any(),
+                    Err(_) => EitherOf3::C(view! { <a class="button" href="/login">"Sign in"</a> }),
                 }
             })}
         </Suspense>
@@ -155,20 +155,18 @@ pub fn ErrorPanel(error: ApiError) -> impl IntoView {
     let location = use_location();
     let here = location.pathname.get_untracked();
     match error {
-        ApiError::Unauthorized { .. } => view! {
+        ApiError::Unauthorized { .. } => Either::Left(view! {
             <section class="panel narrow" data-error="unauthorized">
                 <h1>"Sign in to continue"</h1>
                 <p>"This page needs a signed-in session."</p>
                 <a class="button primary" href=format!("/login?next={here}")>"Sign in"</a>
             </section>
-        }
-        .into_any(),
-        other => view! {
+        }),
+        other => Either::Right(view! {
             <div class="form-alert" role="alert" data-error=error_kind(&other)>
                 {other.to_string()}
             </div>
-        }
-        .into_any(),
+        }),
     }
 }
 

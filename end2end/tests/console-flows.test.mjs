@@ -123,8 +123,8 @@ test('import a cluster through the form and watch it succeed live', async () => 
     'creating',
   ]);
   assert.equal(eks.status, 'CREATING');
-  // The server's refusal of a field comes back from the server function as HTTP 500.
-  const { page, errors } = await newPage({ allow: /status of 500/ });
+  // The server's refusal of a field comes back from the server function as HTTP 422.
+  const { page, errors } = await newPage({ allow: /status of 422/ });
   await signIn(page, admin);
   await page.waitForSelector('.page-head h1:text("Clusters")');
   await shot(page, 'clusters-empty');
@@ -270,7 +270,7 @@ test('cancel stops an import while it waits', async () => {
 });
 
 test('an admin creates and revokes a token through the tokens form', async () => {
-  const { page, errors } = await newPage({ allow: /status of 500/ });
+  const { page, errors } = await newPage({ allow: /status of 422/ });
   await signIn(page, admin, '/tokens');
   await page.waitForSelector('tr[data-token="admin"]');
   // Checked in the browser by CreateToken's own rules, shown beside the field.
@@ -297,8 +297,8 @@ test('an admin creates and revokes a token through the tokens form', async () =>
 });
 
 test('a viewer is offered no import, and the server refuses it anyway', async () => {
-  // Server functions answer any error with HTTP 500; the body says what it was.
-  const { page, errors } = await newPage({ allow: /status of 500/ });
+  // Server functions answer an error with the status REST gives it.
+  const { page, errors } = await newPage();
   await signIn(page, viewer);
   assert.equal(await page.textContent('.user .role'), 'viewer');
   await page.waitForSelector('.page-head h1:text("Clusters")');
@@ -315,7 +315,7 @@ test('a viewer is offered no import, and the server refuses it anyway', async ()
     });
     return { status: res.status, body: await res.text() };
   });
-  assert.notEqual(refused.status, 200);
+  assert.equal(refused.status, 403, refused.body);
   assert.equal(JSON.parse(refused.body).kind, 'forbidden', refused.body);
   assert.deepEqual(errors, []);
 });

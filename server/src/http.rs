@@ -165,6 +165,7 @@ pub fn router(state: AppState) -> Router {
             move || shell(leptos.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(server_fn_status))
         .layer(axum::middleware::from_fn(telemetry::track_http))
         .layer(CompressionLayer::new())
         .with_state(state)
@@ -305,6 +306,30 @@ async fn authenticate_mcp(State(state): State<AppState>, mut req: Request, next:
         }
         Err(e) => error_response(&e),
     }
+}
+
+/// Server functions answer every error with 500. An `ApiError` gets the status REST gives
+/// it instead, so a refusal reads the same on the wire whichever face it came through.
+async fn server_fn_status(req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    if !response
+        .headers()
+        .contains_key(leptos::server_fn::error::SERVER_FN_ERROR_HEADER)
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // Error bodies are one small JSON object; anything larger is not one of ours.
+    let bytes = match axum::body::to_bytes(body, 1 << 20).await {
+        Ok(b) => b,
+        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    };
+    if let Ok(e) = serde_json::from_slice::<ApiError>(&bytes)
+        && let Ok(status) = StatusCode::from_u16(e.http_status())
+    {
+        parts.status = status;
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// The console's server functions reach `dispatch` through this, authenticated by the

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use app::api::clusters::{
-    ClusterList, ClusterSummary, CreateCluster, DeleteCluster, GetCluster, ImportCluster,
-    ListClusters,
+    ClusterDescription, ClusterList, ClusterSummary, CreateCluster, DeleteCluster, DescribeCluster,
+    GetCluster, ImportCluster, ListClusters,
 };
 use app::api::inspect::{
     AvailabilityZoneList, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
@@ -237,6 +237,18 @@ impl Handler<GetCluster> for Service {
                 resource: "cluster".into(),
                 name: r.name.to_string(),
             })
+    }
+}
+
+impl Handler<DescribeCluster> for Service {
+    async fn handle(&self, _: &Actor, r: DescribeCluster) -> Result<ClusterDescription, ApiError> {
+        let stored = cluster::get(&self.store, r.name.as_str())
+            .await?
+            .ok_or_else(|| ApiError::NotFound {
+                resource: "cluster".into(),
+                name: r.name.to_string(),
+            })?;
+        cluster::describe::describe(&self.aws, stored).await
     }
 }
 

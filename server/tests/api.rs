@@ -304,6 +304,47 @@ fn tokens_roles_and_revocation() {
     );
 }
 
+/// The console's server function answers an error with the status REST gives it, and
+/// the same body.
+#[test]
+fn the_console_call_path_answers_with_rest_statuses() {
+    let api = Api::start();
+    let (_, created) = api.post(
+        "/api/v1/tokens",
+        json!({"name": "looker", "role": "viewer"}),
+    );
+    let viewer = created["token"].as_str().unwrap().to_owned();
+    let run = |token: &str, command: &str, input: Value| {
+        let r = api
+            .http
+            .post(format!("{}/fn/run_command", api.hypd.url))
+            .bearer_auth(token)
+            .json(&json!({"command": command, "input": input}))
+            .send()
+            .unwrap();
+        (
+            r.status().as_u16(),
+            r.json::<Value>().unwrap_or(Value::Null),
+        )
+    };
+    let (status, ok) = run(&api.token, "list_clusters", json!({}));
+    assert_eq!((status, &ok), (200, &json!({"clusters": []})));
+    let (status, bad) = run(&api.token, "get_cluster", json!({"name": "bad_name"}));
+    assert_eq!(status, 422, "{bad}");
+    assert_eq!(bad["errors"][0]["field"], "name");
+    let (status, missing) = run(&api.token, "get_cluster", json!({"name": "nope"}));
+    assert_eq!((status, missing["kind"].as_str()), (404, Some("not_found")));
+    let (status, refused) = run(
+        &viewer,
+        "create_cluster",
+        json!({"name": "ml-1", "availability_zone": "us-east-1a",
+               "instance_type": "ml.g5.8xlarge", "instance_count": 1}),
+    );
+    assert_eq!((status, refused["kind"].as_str()), (403, Some("forbidden")));
+    let (status, _) = run("hypd_wrong", "list_clusters", json!({}));
+    assert_eq!(status, 401);
+}
+
 #[test]
 fn second_start_keeps_the_first_token() {
     let moto = Moto::start();

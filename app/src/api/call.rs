@@ -60,5 +60,8 @@ pub async fn run_command(
 pub async fn call<C: Command>(request: &C) -> Result<C::Output, ApiError> {
     let input = serde_json::to_value(request).map_err(ApiError::internal)?;
     let output = run_command(C::SPEC.name.to_owned(), input).await?;
-    serde_json::from_value(output).map_err(ApiError::internal)
+    // Decoded from text rather than from the `Value`: resources hydrate their data from
+    // text, so every output type then has one decoder in the wasm bundle instead of two.
+    let text = serde_json::to_string(&output).map_err(ApiError::internal)?;
+    serde_json::from_str(&text).map_err(ApiError::internal)
 }

@@ -73,6 +73,189 @@ impl Command for GetCluster {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct DescribeCluster {
+    /// A managed cluster's name (imported EKS clusters may contain underscores).
+    pub name: EksClusterName,
+}
+
+/// One managed cluster as AWS and Kubernetes report it now: unlike `get_cluster`, which
+/// answers from hypd's store, this asks EKS and SageMaker on every call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClusterDescription {
+    /// hypd's record of the cluster.
+    pub cluster: ClusterSummary,
+    /// The EKS control plane; `None` while it does not exist (early in a creation).
+    pub eks: Option<EksInfo>,
+    /// The HyperPod cluster; `None` for an EKS cluster without one.
+    pub hyperpod: Option<HyperPodInfo>,
+    pub instance_groups: Vec<InstanceGroupInfo>,
+    pub nodes: Vec<NodeInfo>,
+    /// The nodes counted by health.
+    pub node_counts: NodeCounts,
+    /// EKS add-ons with their versions and states.
+    pub addons: Vec<AddonInfo>,
+    /// What runs inside the cluster (operators, device plugins, schedulers), read from
+    /// Kubernetes by the module that installs them; empty until it does.
+    pub components: Vec<ComponentStatus>,
+    /// Shared storage as mounted in the cluster (buckets, PVCs), read from Kubernetes by
+    /// the module that provisions it; empty until it does.
+    pub storage: Vec<StorageStatus>,
+    /// When AWS was asked (RFC 3339, UTC).
+    pub fetched_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EksInfo {
+    pub arn: Option<String>,
+    /// `CREATING`, `ACTIVE`, `UPDATING`, `DELETING`, `FAILED`.
+    pub status: Option<String>,
+    pub kubernetes_version: Option<String>,
+    pub platform_version: Option<String>,
+    pub endpoint: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HyperPodInfo {
+    pub name: Option<String>,
+    pub arn: Option<String>,
+    /// `Creating`, `InService`, `Updating`, `SystemUpdating`, `Failed`, `Deleting`, …
+    pub status: Option<String>,
+    /// `Automatic` replaces or reboots faulty nodes without a request.
+    pub node_recovery: Option<String>,
+    pub failure_message: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InstanceGroupInfo {
+    pub name: String,
+    /// The HyperPod instance type, e.g. `ml.p5.48xlarge`.
+    pub instance_type: Option<String>,
+    /// Instances running now.
+    pub current_count: u32,
+    /// Instances asked for.
+    pub target_count: u32,
+    /// `InService`, `Creating`, `Updating`, `Degraded`, `SystemUpdating`, `Failed`, …
+    pub status: Option<String>,
+    /// Set when the group's capacity comes from a training plan.
+    pub training_plan_arn: Option<String>,
+}
+
+/// How a node is doing, from HyperPod's instance status: `Running` is healthy; `Pending`,
+/// `DeepHealthCheckInProgress` and `SystemUpdating` are on their way; anything else
+/// (`Failure`, `ShuttingDown`, `NotFound`, a status AWS adds later) needs attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeHealth {
+    Healthy,
+    Pending,
+    Unhealthy,
+}
+
+impl NodeHealth {
+    pub fn from_instance_status(status: &str) -> Self {
+        match status {
+            "Running" => NodeHealth::Healthy,
+            "Pending" | "DeepHealthCheckInProgress" | "SystemUpdating" => NodeHealth::Pending,
+            _ => NodeHealth::Unhealthy,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeHealth::Healthy => "healthy",
+            NodeHealth::Pending => "pending",
+            NodeHealth::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeInfo {
+    /// The EC2 instance id, e.g. `i-0123456789abcdef0`.
+    pub node_id: String,
+    pub instance_group: String,
+    pub instance_type: String,
+    /// HyperPod's instance status, e.g. `Running`, `Pending`, `Failure`.
+    pub status: String,
+    pub health: NodeHealth,
+    /// HyperPod's note on the status, when it gives one.
+    pub message: Option<String>,
+    /// RFC 3339, UTC.
+    pub launch_time: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeCounts {
+    pub total: u32,
+    pub healthy: u32,
+    pub pending: u32,
+    pub unhealthy: u32,
+}
+
+impl NodeCounts {
+    pub fn of(nodes: &[NodeInfo]) -> Self {
+        let mut c = NodeCounts::default();
+        for n in nodes {
+            c.total += 1;
+            match n.health {
+                NodeHealth::Healthy => c.healthy += 1,
+                NodeHealth::Pending => c.pending += 1,
+                NodeHealth::Unhealthy => c.unhealthy += 1,
+            }
+        }
+        c
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AddonInfo {
+    pub name: String,
+    pub version: Option<String>,
+    /// `CREATING`, `ACTIVE`, `DEGRADED`, `CREATE_FAILED`, `UPDATING`, …
+    pub status: Option<String>,
+    /// EKS's health issues, when it reports any.
+    pub issues: Vec<String>,
+}
+
+/// A component hypd installs inside the cluster (e.g. the HyperPod training operator).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ComponentStatus {
+    pub name: String,
+    pub version: Option<String>,
+    /// e.g. `ready`, `progressing`, `failed`.
+    pub state: String,
+}
+
+/// Shared storage as the cluster sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StorageStatus {
+    /// e.g. `s3` (Mountpoint for S3), `fsx-lustre`.
+    pub kind: String,
+    pub bucket: Option<String>,
+    /// The PersistentVolumeClaim that mounts it.
+    pub pvc: Option<String>,
+    pub namespace: Option<String>,
+    /// The claim's phase: `Pending`, `Bound`, `Lost`.
+    pub phase: Option<String>,
+}
+
+impl Command for DescribeCluster {
+    type Output = ClusterDescription;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "describe_cluster",
+        summary: "Show a managed cluster's live state: instance groups, nodes and their health, add-ons",
+        description: "Asks AWS now (not hypd's store) about one managed cluster: the EKS control plane's status and version, the HyperPod cluster's status, each instance group's instance type with current and target counts, every node (instance id, group, type, status, health, launch time) with counts by health, and the EKS add-ons with versions and states. Read-only; fails with not_found for a cluster hypd does not manage. Use get_cluster for hypd's stored record only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/describe",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ImportCluster {
     /// The existing EKS cluster's name; hypd manages it under the same name.
     pub name: EksClusterName,
@@ -316,5 +499,36 @@ mod tests {
         assert_eq!(fields(&r), ["availability_zone"]);
         assert!(request(serde_json::json!({"capacity": {"type": "reserved"}})).is_err());
         assert!(request(serde_json::json!({"storage": {"s3_bucket": "Bad_Bucket"}})).is_err());
+    }
+
+    #[test]
+    fn nodes_are_counted_by_health() {
+        let node = |status: &str| NodeInfo {
+            node_id: "i-0".into(),
+            instance_group: "g".into(),
+            instance_type: "ml.g5.8xlarge".into(),
+            status: status.into(),
+            health: NodeHealth::from_instance_status(status),
+            message: None,
+            launch_time: None,
+        };
+        let nodes: Vec<NodeInfo> = [
+            "Running",
+            "Running",
+            "DeepHealthCheckInProgress",
+            "Failure",
+            "SomethingNew",
+        ]
+        .map(node)
+        .to_vec();
+        assert_eq!(
+            NodeCounts::of(&nodes),
+            NodeCounts {
+                total: 5,
+                healthy: 2,
+                pending: 1,
+                unhealthy: 2
+            }
+        );
     }
 }

@@ -26,6 +26,7 @@ macro_rules! for_each_command {
             $crate::api::inspect::ListInstanceTypes,
             $crate::api::clusters::ListClusters,
             $crate::api::clusters::GetCluster,
+            $crate::api::clusters::DescribeCluster,
             $crate::api::clusters::CreateCluster,
             $crate::api::clusters::ImportCluster,
             $crate::api::clusters::DeleteCluster,

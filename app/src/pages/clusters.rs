@@ -1,15 +1,19 @@
-//! The clusters hypd manages: the list and one cluster's page. They show what the store
-//! knows (`list_clusters`, `get_cluster`) and the operations that act on a cluster.
+//! The clusters hypd manages: the list and one cluster's page. The list and the page's
+//! overview show what the store knows (`list_clusters`, `get_cluster`: no AWS call per
+//! row); the page adds the cluster's live state (`describe_cluster`: instance groups,
+//! nodes and their health, add-ons, components, storage) and the operations on it.
 
+use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
 use super::{StateBadge, loading};
 use crate::api::call::call;
-use crate::api::clusters::{GetCluster, ListClusters};
+use crate::api::clusters::{ClusterDescription, DescribeCluster, GetCluster, ListClusters};
 use crate::api::operations::ListOperations;
-use crate::api::values::ClusterName;
+use crate::api::values::{ClusterName, EksClusterName};
 use crate::live::use_live;
+use crate::pages::create::CreateButton;
 use crate::pages::import::ImportButton;
 use crate::pages::operations::OperationsTable;
 use crate::session::ErrorPanel;
@@ -38,12 +42,13 @@ pub fn ClusterList() -> impl IntoView {
                 <h1>"Clusters"</h1>
                 <span class="spacer"></span>
                 <ImportButton/>
+                <CreateButton/>
             </header>
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
                     match clusters.await {
                         Ok(list) if list.clusters.is_empty() => {
-                            view! {
+                            EitherOf3::A(view! {
                                 <div class="panel empty">
                                     <p>"No clusters yet."</p>
                                     <p class="muted">
@@ -51,10 +56,10 @@ pub fn ClusterList() -> impl IntoView {
                                     </p>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
                         Ok(list) => {
-                            view! {
+                            EitherOf3::B(view! {
                                 <div class="table-wrap">
                                     <table class="table clusters">
                                         <caption class="visually-hidden">"Managed clusters"</caption>
@@ -91,9 +96,9 @@ pub fn ClusterList() -> impl IntoView {
                                     </table>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
-                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        Err(e) => EitherOf3::C(view! { <ErrorPanel error=e/> }),
                     }
                 })}
             </Transition>
@@ -112,6 +117,27 @@ pub fn ClusterDetail() -> impl IntoView {
             let name =
                 ClusterName::parse(&name).map_err(|m| crate::api::ApiError::field("name", m))?;
             call(&GetCluster { name }).await
+        },
+    );
+    // The live state is asked of AWS again whenever an operation on this cluster moves
+    // (a creation brings its nodes up stage by stage), on each reconnect, and on demand.
+    let target = move || format!("cluster/{}", name());
+    let moved = Memo::new(move |_| {
+        let target = target();
+        live.operations.with(|m| {
+            m.values()
+                .filter(|o| o.target == target)
+                .map(|o| o.updated_at.clone())
+                .max()
+        })
+    });
+    let refreshed = RwSignal::new(0u32);
+    let described = Resource::new(
+        move || (name(), live.epoch.get(), moved.get(), refreshed.get()),
+        |(name, ..)| async move {
+            let name =
+                EksClusterName::parse(&name).map_err(|m| crate::api::ApiError::field("name", m))?;
+            call(&DescribeCluster { name }).await
         },
     );
     let operations = Resource::new(
@@ -135,7 +161,7 @@ pub fn ClusterDetail() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match cluster.await {
                         Ok(c) => {
-                            view! {
+                            Either::Left(view! {
                                 <header class="page-head">
                                     <h1>{c.name.clone()}</h1>
                                     <StateBadge state=c.status.clone()/>
@@ -158,9 +184,28 @@ pub fn ClusterDetail() -> impl IntoView {
                                     </dl>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
-                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
+                    }
+                })}
+            </Transition>
+            <Transition fallback=loading>
+                {move || Suspend::new(async move {
+                    match described.await {
+                        Ok(d) => Either::Left(view! { <LiveState d refreshed/> }),
+                        Err(e) => {
+                            Either::Right(view! {
+                                <div class="panel live-state">
+                                    <h2>"Live state"</h2>
+                                    <ErrorPanel error=e/>
+                                    <button type="button" on:click=move |_| refreshed.update(|n| *n += 1)>
+                                        "Try again"
+                                    </button>
+                                </div>
+                            }
+                                )
+                        }
                     }
                 })}
             </Transition>
@@ -170,14 +215,221 @@ pub fn ClusterDetail() -> impl IntoView {
                     {move || Suspend::new(async move {
                         match operations.await {
                             Ok(list) => {
-                                view! { <OperationsTable loaded=list.operations target=format!("cluster/{}", name())/> }
-                                    .into_any()
+                                Either::Left(view! { <OperationsTable loaded=list.operations target=format!("cluster/{}", name())/> }
+                                    )
                             }
-                            Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                            Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
                         }
                     })}
                 </Transition>
             </div>
         </section>
+    }
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "—".into())
+}
+
+/// What AWS says about the cluster now: control planes, instance groups, nodes, add-ons,
+/// and what runs inside it.
+#[component]
+fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
+    let counts = d.node_counts.clone();
+    view! {
+        <div class="panel live-state" data-fetched=d.fetched_at.clone()>
+            <header class="panel-head">
+                <h2>"Live state"</h2>
+                <span class="muted">"Asked of AWS at " {short(&d.fetched_at)}</span>
+                <span class="spacer"></span>
+                <button type="button" on:click=move |_| refreshed.update(|n| *n += 1)>"Refresh"</button>
+            </header>
+            <dl class="facts live-facts">
+                <dt>"EKS control plane"</dt>
+                <dd>
+                    {match d.eks {
+                        Some(e) => Either::Left(view! {
+                            <StateBadge state=or_dash(e.status)/>
+                            " Kubernetes " {or_dash(e.kubernetes_version)}
+                            {e.platform_version.map(|p| format!(" ({p})"))}
+                        }),
+                        None => Either::Right(view! { <span class="muted">"not created yet"</span> }),
+                    }}
+                </dd>
+                <dt>"HyperPod cluster"</dt>
+                <dd>
+                    {match d.hyperpod {
+                        Some(h) => Either::Left(view! {
+                            <StateBadge state=or_dash(h.status)/>
+                            " " {or_dash(h.name)}
+                            {h.node_recovery.map(|r| format!(" · node recovery {r}"))}
+                            {h.failure_message.map(|m| view! { <p class="error">{m}</p> })}
+                        }),
+                        None => Either::Right(view! { <span class="muted">"none"</span> }),
+                    }}
+                </dd>
+                <dt>"Nodes"</dt>
+                <dd class="node-counts" data-total=counts.total data-healthy=counts.healthy>
+                    {format!("{} total", counts.total)}
+                    " · " <span class="health health-healthy">{format!("{} healthy", counts.healthy)}</span>
+                    " · " <span class="health health-pending">{format!("{} pending", counts.pending)}</span>
+                    " · " <span class="health health-unhealthy">{format!("{} unhealthy", counts.unhealthy)}</span>
+                </dd>
+            </dl>
+        </div>
+        <div class="panel">
+            <h2>"Instance groups"</h2>
+            {if d.instance_groups.is_empty() {
+                Either::Left(view! { <p class="muted empty">"No instance groups."</p> })
+            } else {
+                Either::Right(view! {
+                    <div class="table-wrap">
+                        <table class="table instance-groups">
+                            <caption class="visually-hidden">"Instance groups"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Group"</th>
+                                    <th scope="col">"Instance type"</th>
+                                    <th scope="col">"Instances"</th>
+                                    <th scope="col">"Status"</th>
+                                    <th scope="col">"Training plan"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {d.instance_groups.into_iter().map(|g| view! {
+                                    <tr data-group=g.name.clone()>
+                                        <th scope="row">{g.name.clone()}</th>
+                                        <td class="mono">{or_dash(g.instance_type)}</td>
+                                        <td class="count">{format!("{} / {}", g.current_count, g.target_count)}</td>
+                                        <td><StateBadge state=or_dash(g.status)/></td>
+                                        <td class="arn">{or_dash(g.training_plan_arn)}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                })
+            }}
+        </div>
+        <div class="panel">
+            <h2>"Nodes"</h2>
+            {if d.nodes.is_empty() {
+                Either::Left(view! { <p class="muted empty">"No nodes."</p> })
+            } else {
+                Either::Right(view! {
+                    <div class="table-wrap">
+                        <table class="table nodes">
+                            <caption class="visually-hidden">"Nodes"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Node"</th>
+                                    <th scope="col">"Health"</th>
+                                    <th scope="col">"Status"</th>
+                                    <th scope="col">"Instance type"</th>
+                                    <th scope="col">"Group"</th>
+                                    <th scope="col">"Launched"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {d.nodes.into_iter().map(|n| view! {
+                                    <tr data-node=n.node_id.clone() data-health=n.health.as_str()>
+                                        <th scope="row" class="mono">{n.node_id.clone()}</th>
+                                        <td><span class=format!("badge health health-{}", n.health.as_str())>{n.health.as_str()}</span></td>
+                                        <td>
+                                            {n.status.clone()}
+                                            {n.message.map(|m| view! { <span class="muted">" — " {m}</span> })}
+                                        </td>
+                                        <td class="mono">{n.instance_type.clone()}</td>
+                                        <td>{n.instance_group.clone()}</td>
+                                        <td class="time">{n.launch_time.as_deref().map(short).unwrap_or_else(|| "—".into())}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                })
+            }}
+        </div>
+        <div class="panel">
+            <h2>"Add-ons and components"</h2>
+            {if d.addons.is_empty() && d.components.is_empty() {
+                Either::Left(view! { <p class="muted empty">"No add-ons or components reported."</p> })
+            } else {
+                Either::Right(view! {
+                    <div class="table-wrap">
+                        <table class="table addons">
+                            <caption class="visually-hidden">"EKS add-ons and in-cluster components"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Name"</th>
+                                    <th scope="col">"Kind"</th>
+                                    <th scope="col">"Version"</th>
+                                    <th scope="col">"State"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {d.addons.into_iter().map(|a| view! {
+                                    <tr data-addon=a.name.clone()>
+                                        <th scope="row">{a.name.clone()}</th>
+                                        <td>"EKS add-on"</td>
+                                        <td class="mono">{or_dash(a.version)}</td>
+                                        <td>
+                                            <StateBadge state=or_dash(a.status)/>
+                                            {(!a.issues.is_empty()).then(|| view! { <p class="error">{a.issues.join("; ")}</p> })}
+                                        </td>
+                                    </tr>
+                                }).collect_view()}
+                                {d.components.into_iter().map(|c| view! {
+                                    <tr data-component=c.name.clone()>
+                                        <th scope="row">{c.name.clone()}</th>
+                                        <td>"Component"</td>
+                                        <td class="mono">{or_dash(c.version)}</td>
+                                        <td><StateBadge state=c.state.clone()/></td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                })
+            }}
+        </div>
+        <div class="panel">
+            <h2>"Storage"</h2>
+            {if d.storage.is_empty() {
+                Either::Left(view! { <p class="muted empty">"No storage reported by the cluster yet."</p> })
+            } else {
+                Either::Right(view! {
+                    <div class="table-wrap">
+                        <table class="table storage">
+                            <caption class="visually-hidden">"Storage"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Kind"</th>
+                                    <th scope="col">"Bucket"</th>
+                                    <th scope="col">"Claim"</th>
+                                    <th scope="col">"Phase"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {d.storage.into_iter().map(|s| view! {
+                                    <tr>
+                                        <th scope="row">{s.kind.clone()}</th>
+                                        <td class="mono">{or_dash(s.bucket)}</td>
+                                        <td class="mono">
+                                            {match (s.namespace, s.pvc) {
+                                                (Some(ns), Some(p)) => format!("{ns}/{p}"),
+                                                (None, Some(p)) => p,
+                                                _ => "—".into(),
+                                            }}
+                                        </td>
+                                        <td><StateBadge state=or_dash(s.phase)/></td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                })
+            }}
+        </div>
     }
 }

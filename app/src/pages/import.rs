@@ -2,6 +2,7 @@
 //! pattern the create-cluster form follows. Its fields are `ImportCluster`'s; the region
 //! choices come from `list_regions`; every check is the request type's own.
 
+use leptos::either::EitherOf3;
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
@@ -35,9 +36,9 @@ pub fn ImportClusterPage() -> impl IntoView {
                         None => Err(crate::api::ApiError::internal("no session context")),
                     };
                     match who {
-                        Ok(w) if w.role >= Role::Operator => view! { <ImportForm/> }.into_any(),
+                        Ok(w) if w.role >= Role::Operator => EitherOf3::A(view! { <ImportForm/> }),
                         Ok(w) => {
-                            view! {
+                            EitherOf3::B(view! {
                                 <div class="panel narrow" data-error="forbidden">
                                     <p>
                                         {format!(
@@ -48,9 +49,9 @@ pub fn ImportClusterPage() -> impl IntoView {
                                     </p>
                                 </div>
                             }
-                                .into_any()
+                                )
                         }
-                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        Err(e) => EitherOf3::C(view! { <ErrorPanel error=e/> }),
                     }
                 })}
             </Suspense>

@@ -2,6 +2,7 @@
 //! what the server had when the page loaded and then follow the live channel, so a
 //! change shows up without reloading.
 
+use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
@@ -30,8 +31,8 @@ pub fn OperationList() -> impl IntoView {
                 <Transition fallback=loading>
                     {move || Suspend::new(async move {
                         match operations.await {
-                            Ok(list) => view! { <OperationsTable loaded=list.operations/> }.into_any(),
-                            Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                            Ok(list) => Either::Left(view! { <OperationsTable loaded=list.operations/> }),
+                            Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
                         }
                     })}
                 </Transition>

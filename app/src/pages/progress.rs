@@ -3,6 +3,7 @@
 //! cancel where the server says they are allowed. It renders the state the server had
 //! and then follows the live channel, so it moves on its own while the work runs.
 
+use leptos::either::Either;
 use leptos::prelude::*;
 
 use super::operations::{operation_resource, use_operation_id};
@@ -28,8 +29,8 @@ pub fn OperationPage() -> impl IntoView {
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
                     match operation.await {
-                        Ok(op) => view! { <ProgressPanel loaded=op/> }.into_any(),
-                        Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                        Ok(op) => Either::Left(view! { <ProgressPanel loaded=op/> }),
+                        Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
                     }
                 })}
             </Transition>
@@ -127,8 +128,8 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
                     <dt>"Target"</dt>
                     <dd class="mono">
                         {move || match cluster_link() {
-                            Some((name, true)) => view! { <a href=format!("/clusters/{name}")>{format!("cluster/{name}")}</a> }.into_any(),
-                            _ => op.with(|o| o.target.clone()).into_any(),
+                            Some((name, true)) => Either::Left(view! { <a href=format!("/clusters/{name}")>{format!("cluster/{name}")}</a> }),
+                            _ => Either::Right(op.with(|o| o.target.clone())),
                         }}
                     </dd>
                     <dt>"Requested by"</dt>
@@ -150,20 +151,20 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
                     };
                     Some(match at {
                         // The details are shown with the stage; say where to look.
-                        Some(title) => view! {
+                        Some(title) => Either::Left(view! {
                             <div class="panel failure" role="alert">
                                 <h2>"Failed at: " {title}</h2>
                                 <p class="muted">{format!("The failing call and the provider's message are shown with the stage below.{retry_note}")}</p>
                             </div>
                         }
-                        .into_any(),
-                        None => view! {
+                        ),
+                        None => Either::Right(view! {
                             <div class="panel failure" role="alert">
                                 <h2>"Failed"</h2>
                                 <ErrorDetail error/>
                             </div>
                         }
-                        .into_any(),
+                        ),
                     })
                 })
             }}
@@ -256,7 +257,7 @@ fn ErrorDetail(error: ApiError) -> impl IntoView {
             code,
             message,
             request_id,
-        } => view! {
+        } => Either::Left(view! {
             <dl class="facts error-detail">
                 <dt>"Failing call"</dt>
                 <dd class="mono failing-call">{format!("{service}.{call}")}</dd>
@@ -267,9 +268,8 @@ fn ErrorDetail(error: ApiError) -> impl IntoView {
                 <dt>"Request id"</dt>
                 <dd class="mono">{request_id.unwrap_or_else(|| "—".into())}</dd>
             </dl>
-        }
-        .into_any(),
-        other => view! { <p class="error provider-message">{other.to_string()}</p> }.into_any(),
+        }),
+        other => Either::Right(view! { <p class="error provider-message">{other.to_string()}</p> }),
     }
 }
 

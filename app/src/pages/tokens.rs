@@ -2,6 +2,7 @@
 //! here, and never again), and revocation. The form is built on `crate::form` like the
 //! import form; what a role may do is the server's decision.
 
+use leptos::either::Either;
 use leptos::prelude::*;
 
 use super::{StateBadge, loading};
@@ -47,7 +48,7 @@ pub fn TokensPage() -> impl IntoView {
                     {move || Suspend::new(async move {
                         match tokens.await {
                             Ok(list) => {
-                                view! {
+                                Either::Left(view! {
                                     <div class="table-wrap">
                                         <table class="table tokens">
                                             <caption class="visually-hidden">"API tokens"</caption>
@@ -100,9 +101,9 @@ pub fn TokensPage() -> impl IntoView {
                                         </table>
                                     </div>
                                 }
-                                    .into_any()
+                                    )
                             }
-                            Err(e) => view! { <ErrorPanel error=e/> }.into_any(),
+                            Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
                         }
                     })}
                 </Transition>

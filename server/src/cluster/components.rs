@@ -188,6 +188,16 @@ impl ComponentState {
         self.version.is_some() && self.desired > 0 && self.ready >= self.desired
     }
 
+    /// One word for a console badge.
+    pub fn state(&self) -> &'static str {
+        match (&self.version, self.desired) {
+            (None, _) => "missing",
+            (Some(_), 0) => "no-nodes",
+            _ if self.ready >= self.desired => "ready",
+            _ => "progressing",
+        }
+    }
+
     pub fn describe(&self) -> String {
         match &self.version {
             None => format!("{} is not installed", self.name),

@@ -5,6 +5,7 @@ pub mod components;
 pub mod create;
 pub mod delete;
 pub mod dependencies;
+pub mod describe;
 pub mod import;
 pub mod storage;
 

@@ -101,6 +101,32 @@ pub async fn ensure(
     })
 }
 
+/// The shared claim as the cluster has it now; `None` when it has none (an imported
+/// cluster, or one whose storage stage has not run).
+pub async fn current(client: &kube::Client) -> Result<Option<Storage>, ApiError> {
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NAMESPACE);
+    let Some(claim) = kubernetes::get(&claims, CLAIM).await? else {
+        return Ok(None);
+    };
+    let volume = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
+    let bucket = match &volume {
+        Some(v) => kubernetes::get(&Api::<PersistentVolume>::all(client.clone()), v)
+            .await?
+            .and_then(|pv| pv.spec?.csi?.volume_attributes?.get("bucketName").cloned()),
+        None => None,
+    };
+    Ok(Some(Storage {
+        bucket: bucket.unwrap_or_default(),
+        persistent_volume: volume.unwrap_or_default(),
+        claim: CLAIM.to_owned(),
+        namespace: NAMESPACE.to_owned(),
+        phase: claim
+            .status
+            .and_then(|s| s.phase)
+            .unwrap_or_else(|| "Pending".to_owned()),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

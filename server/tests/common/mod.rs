@@ -28,8 +28,12 @@ pub fn wait_for_port(port: u16, limit: Duration) -> bool {
     false
 }
 
+/// The `hypd` under test: `HYPD_BIN` when set (as for the browser tests), so a run can pin
+/// a build while the shared target dir is rebuilt from another checkout.
 pub fn hypd_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_hypd"))
+    std::env::var_os("HYPD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hypd")))
 }
 
 /// A command for `hypd` with a clean, AWS-free environment.

@@ -1,0 +1,214 @@
+// Creating a cluster through the console in headless Chromium against a sandbox hypd:
+// the form's choices come from inspection, a bad field is refused beside it (by the
+// request type's own rules in the browser, and by the server's pre-flight), the progress
+// panel reaches "succeeded" live, and the cluster's page shows its instance group and
+// nodes. A viewer is offered no create button and the server refuses the call anyway.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { artifacts, launchBrowser, rest, startHypd } from './support.mjs';
+
+let server;
+let browser;
+let admin;
+let viewer;
+
+before(async () => {
+  server = await startHypd({ sandbox: true });
+  browser = await launchBrowser();
+  admin = server.adminToken();
+  // 600 simulated seconds per real second: EKS and HyperPod are ready in seconds.
+  const clock = await fetch(new URL('/_sim/clock', server.world.simUrl), {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ time_scale: 600 }),
+  });
+  assert.equal(clock.status, 200);
+  const [status, created] = await rest(server, admin, 'POST', '/api/v1/tokens', {
+    name: 'e2e-create-viewer',
+    role: 'viewer',
+  });
+  assert.equal(status, 200, JSON.stringify(created));
+  viewer = created.token;
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+async function newPage() {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  // Refusals the tests provoke on purpose are logged by Chromium as failed loads.
+  const provoked = /Failed to load resource: the server responded with a status of (403|422)/;
+  page.on('console', (m) => m.type() === 'error' && !provoked.test(m.text()) && errors.push(m.text()));
+  return { page, errors };
+}
+
+async function hydrated(page) {
+  await page.waitForSelector('.console[data-hydrated="true"]', { timeout: 30_000 });
+}
+
+async function signIn(page, token, next = '/clusters') {
+  await page.goto(new URL(`/login?next=${next}`, server.url).href);
+  await hydrated(page);
+  await page.fill('#token', token);
+  await Promise.all([page.waitForURL(new URL(next, server.url).href), page.click('button[type="submit"]')]);
+  await hydrated(page);
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
+}
+
+async function fitsWidth(page, width) {
+  const size = page.viewportSize();
+  await page.setViewportSize({ width, height: size.height });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  await page.setViewportSize(size);
+  assert.ok(overflow <= 0, `the page is ${overflow}px wider than a ${width}px window`);
+}
+
+// Opens the form and fills a valid request for `name` (nothing submitted yet).
+async function fillForm(page, name) {
+  await page.goto(new URL('/clusters/new', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector('#region option[value="us-east-1"]', { state: 'attached' });
+  await page.waitForSelector('#availability_zone option[value="us-east-1a"]', { state: 'attached' });
+  await page.fill('#name', name);
+  await page.selectOption('#availability_zone', 'us-east-1a');
+  // Instance types follow the zone: only what it offers, with GPU and EFA facts.
+  await page.waitForSelector('#instance_type option[value="ml.g5.8xlarge"]', { state: 'attached' });
+  await page.selectOption('#instance_type', 'ml.g5.8xlarge');
+  await page.fill('#instance_count', '2');
+}
+
+test('an admin creates a cluster through the form and watches it succeed live', async () => {
+  const { page, errors } = await newPage();
+  await signIn(page, admin);
+  await page.click('a:text("Create cluster")');
+  await page.waitForURL(/\/clusters\/new$/);
+  await hydrated(page);
+  await fillForm(page, 'e2e-ml');
+  const label = await page.textContent('#instance_type option[value="ml.g5.8xlarge"]');
+  assert.match(label, /NVIDIA A10G/);
+  assert.match(label, /EFA/);
+  assert.match(await page.textContent('.type-facts'), /vCPU/);
+  // g5.8xlarge has one EFA card: EFA-only is not offered for it.
+  assert.equal(await page.locator('#efa_only').count(), 0);
+  await shot(page, 'create-form');
+
+  // Checked in the browser by CreateCluster's own rules, shown beside the field.
+  await page.fill('#instance_count', '0');
+  await page.click('button[type="submit"]');
+  await page.waitForSelector('.field[data-field="instance_count"].invalid #instance_count-error p');
+  assert.match(await page.textContent('#instance_count-error'), /at least 1/);
+  assert.equal(await page.getAttribute('#instance_count', 'aria-invalid'), 'true');
+  assert.equal(await page.locator('.field.invalid').count(), 1);
+  await shot(page, 'create-form-error');
+
+  // The server's pre-flight refuses a VPC block that overlaps one of the region's (moto's
+  // default VPC): beside the field, inside the disclosure, which opens to show it.
+  await page.fill('#instance_count', '2');
+  await page.click('details.advanced summary');
+  await page.fill('#network-vpc_cidr', '172.31.0.0/16');
+  await page.click('details.advanced summary');
+  assert.equal(await page.$eval('details.advanced', (d) => d.open), false);
+  await page.click('button[type="submit"]');
+  await page.waitForSelector('.field[data-field="network.vpc_cidr"].invalid #network-vpc_cidr-error p');
+  assert.match(await page.textContent('#network-vpc_cidr-error'), /overlaps/);
+  assert.equal(await page.$eval('details.advanced', (d) => d.open), true);
+  assert.equal(await page.locator('.form-alert').count(), 0);
+  await shot(page, 'create-form-server-error');
+
+  // Keyboard only from here: clear the block and submit with Enter.
+  await page.focus('#network-vpc_cidr');
+  await page.keyboard.press('Control+A');
+  await page.keyboard.press('Backspace');
+  await page.focus('#name');
+  await page.keyboard.press('Enter');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.evaluate(() => {
+    window.__sameDocument = true;
+  });
+  await page.waitForSelector('.link-connected');
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 180_000 });
+  assert.equal(await page.evaluate(() => window.__sameDocument), true, 'the page reloaded');
+  const stages = await page.locator('.stage').evaluateAll((els) => els.map((e) => e.getAttribute('data-state')));
+  assert.ok(stages.length >= 5 && stages.every((s) => s === 'succeeded'), `stages: ${stages}`);
+  await shot(page, 'create-operation-succeeded');
+
+  await page.click('a:text("Open the cluster")');
+  await page.waitForURL(/\/clusters\/e2e-ml$/);
+  await page.waitForSelector('.instance-groups tr[data-group="accelerated-1"]');
+  const group = await page.textContent('.instance-groups tr[data-group="accelerated-1"]');
+  assert.match(group, /ml\.g5\.8xlarge/);
+  assert.match(group, /\/ 2/);
+  // The nodes finish starting a little after the cluster is InService.
+  for (let i = 0; i < 60; i++) {
+    if ((await page.locator('.nodes tr[data-health="healthy"]').count()) === 2) break;
+    await page.waitForTimeout(500);
+    await page.click('button:text("Refresh")');
+  }
+  assert.equal(await page.locator('.nodes tr[data-health="healthy"]').count(), 2);
+  assert.match(await page.textContent('.nodes tbody tr'), /accelerated-1/);
+  assert.equal(await page.getAttribute('.node-counts', 'data-healthy'), '2');
+  assert.ok((await page.locator('.addons tr[data-addon]').count()) >= 4);
+  await page.waitForSelector('.cluster-facts');
+  await shot(page, 'cluster-detail-live');
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await shot(page, 'cluster-detail-live-dark');
+  await page.emulateMedia({ colorScheme: 'light' });
+  await fitsWidth(page, 1024);
+
+  // Its name is taken now: the server says so beside the name field.
+  await fillForm(page, 'e2e-ml');
+  await page.click('button[type="submit"]');
+  await page.waitForSelector('#name-error p:text("already manages a cluster named e2e-ml")');
+  assert.equal(await page.getAttribute('#name', 'aria-invalid'), 'true');
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await shot(page, 'create-form-dark');
+  await page.emulateMedia({ colorScheme: 'light' });
+  await fitsWidth(page, 1024);
+
+  await page.goto(new URL('/clusters', server.url).href);
+  await page.waitForSelector('tr[data-cluster="e2e-ml"] .state-active');
+  await shot(page, 'clusters-created');
+  assert.deepEqual(errors, []);
+});
+
+test('a viewer is offered no create button, and the server refuses it anyway', async () => {
+  const { page, errors } = await newPage();
+  await signIn(page, viewer);
+  await page.waitForSelector('.page-head h1:text("Clusters")');
+  assert.equal(await page.locator('a:text("Create cluster")').count(), 0);
+  await page.goto(new URL('/clusters/new', server.url).href);
+  await page.waitForSelector('[data-error="forbidden"]');
+  assert.equal(await page.locator('form').count(), 0);
+  await shot(page, 'create-viewer');
+
+  const request = {
+    name: 'e2e-viewer-ml',
+    availability_zone: 'us-east-1a',
+    instance_type: 'ml.g5.8xlarge',
+    instance_count: 1,
+  };
+  const [status, body] = await rest(server, viewer, 'POST', '/api/v1/clusters', request);
+  assert.equal(status, 403, JSON.stringify(body));
+  assert.equal(body.error.kind, 'forbidden');
+  // The console's own call path answers the same.
+  const refused = await page.evaluate(async (input) => {
+    const res = await fetch('/fn/run_command', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ command: 'create_cluster', input }),
+    });
+    return { status: res.status, body: await res.text() };
+  }, request);
+  assert.equal(refused.status, 403, refused.body);
+  assert.equal(JSON.parse(refused.body).kind, 'forbidden');
+  assert.deepEqual(errors, []);
+});
