@@ -63,17 +63,7 @@ fn main() {
         );
         assert_eq!(status, 200, "{started}");
         let id = started["operation_id"].as_str().unwrap();
-        let op = loop {
-            let (_, wait) = hypd.call(
-                &token,
-                Method::GET,
-                &format!("/api/v1/operations/{id}/wait?timeout_seconds=60"),
-                None,
-            );
-            if wait["timed_out"] == false {
-                break wait["operation"].clone();
-            }
-        };
+        let op = hypd.finish(&token, id);
         let total = start.elapsed().as_secs_f64();
         assert_eq!(op["state"], "succeeded", "{op:#}");
         let after = hypd.get("/metrics").text().unwrap();

@@ -13,22 +13,6 @@ use serde_json::{Value, json};
 /// 600 simulated seconds per real second: EKS takes ~1 s, HyperPod ~2 s.
 const FAST: f64 = 600.0;
 
-fn finish(hypd: &Hypd, token: &str, id: &str) -> Value {
-    for _ in 0..20 {
-        let (status, body) = hypd.call(
-            token,
-            Method::GET,
-            &format!("/api/v1/operations/{id}/wait?timeout_seconds=60"),
-            None,
-        );
-        assert_eq!(status, 200, "{body}");
-        if body["timed_out"] == false {
-            return body["operation"].clone();
-        }
-    }
-    panic!("operation {id} did not finish");
-}
-
 fn create(hypd: &Hypd, token: &str, body: Value) -> (u16, Value) {
     hypd.call(token, Method::POST, "/api/v1/clusters", Some(body))
 }
@@ -331,7 +315,7 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     let (status, started) = create(&hypd, &token, small("ml-a"));
     assert_eq!(status, 200, "{started}");
     let id = started["operation_id"].as_str().unwrap().to_owned();
-    let op = finish(&hypd, &token, &id);
+    let op = hypd.finish(&token, &id);
     assert_eq!(op["state"], "succeeded", "{op:#}");
     let names: Vec<&str> = op["stages"]
         .as_array()
@@ -392,7 +376,7 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
 
     // A second cluster gets its own, non-overlapping VPC.
     let (_, second) = create(&hypd, &token, small("ml-b"));
-    let op_b = finish(&hypd, &token, second["operation_id"].as_str().unwrap());
+    let op_b = hypd.finish(&token, second["operation_id"].as_str().unwrap());
     assert_eq!(op_b["state"], "succeeded", "{op_b:#}");
     assert_ne!(
         op_b["outputs"]["network"]["vpc_cidr"],
@@ -567,9 +551,9 @@ fn a_failure_in_each_provider_stage_stops_there_and_retry_finishes_it() {
         let (_, started) = create(&hypd, &token, small(&name));
         let id = started["operation_id"]
             .as_str()
-            .expect(&started.to_string())
+            .unwrap_or_else(|| panic!("{started}"))
             .to_owned();
-        let op = finish(&hypd, &token, &id);
+        let op = hypd.finish(&token, &id);
         assert_eq!(op["state"], "failed", "{stage}: {op:#}");
         let failed = op["stages"]
             .as_array()
@@ -595,7 +579,7 @@ fn a_failure_in_each_provider_stage_stops_there_and_retry_finishes_it() {
             Some(json!({})),
         );
         assert_eq!(status, 200);
-        let op = finish(&hypd, &token, &id);
+        let op = hypd.finish(&token, &id);
         assert_eq!(op["state"], "succeeded", "{stage} after retry: {op:#}");
         assert_complete(&count(&world, &name));
         // EKS access entries and pod identities are made once, whichever stage failed.

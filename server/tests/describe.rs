@@ -12,22 +12,6 @@ use serde_json::{Value, json};
 /// 600 simulated seconds per real second: EKS takes ~1 s, HyperPod ~2 s.
 const FAST: f64 = 600.0;
 
-fn finish(hypd: &Hypd, token: &str, id: &str) -> Value {
-    for _ in 0..20 {
-        let (status, body) = hypd.call(
-            token,
-            Method::GET,
-            &format!("/api/v1/operations/{id}/wait?timeout_seconds=60"),
-            None,
-        );
-        assert_eq!(status, 200, "{body}");
-        if body["timed_out"] == false {
-            return body["operation"].clone();
-        }
-    }
-    panic!("operation {id} did not finish");
-}
-
 fn describe(hypd: &Hypd, token: &str, name: &str) -> (u16, Value) {
     hypd.call(
         token,
@@ -54,7 +38,7 @@ fn a_created_cluster_shows_its_group_nodes_and_addons() {
         })),
     );
     assert_eq!(status, 200, "{started}");
-    let op = finish(&hypd, &token, started["operation_id"].as_str().unwrap());
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
 
     // The nodes may still be starting when the cluster is InService: wait until both run.
@@ -148,7 +132,7 @@ fn an_imported_eks_cluster_without_hyperpod_describes_fine() {
         Some(json!({"name": "plain-eks"})),
     );
     assert_eq!(status, 200, "{started}");
-    let op = finish(&hypd, &token, started["operation_id"].as_str().unwrap());
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
     let (status, d) = describe(&hypd, &token, "plain-eks");
     assert_eq!(status, 200, "{d}");

@@ -107,23 +107,6 @@ fn get_op(hypd: &Hypd, token: &str, id: &str) -> Value {
     body
 }
 
-/// Waits (with wait_operation) until the operation is final; returns it.
-fn finish(hypd: &Hypd, token: &str, id: &str) -> Value {
-    for _ in 0..10 {
-        let (status, body) = hypd.call(
-            token,
-            Method::GET,
-            &format!("/api/v1/operations/{id}/wait?timeout_seconds=60"),
-            None,
-        );
-        assert_eq!(status, 200, "{body}");
-        if body["timed_out"] == false {
-            return body["operation"].clone();
-        }
-    }
-    panic!("operation {id} did not finish: {}", get_op(hypd, token, id));
-}
-
 fn stage<'a>(op: &'a Value, name: &str) -> &'a Value {
     op["stages"]
         .as_array()
@@ -213,7 +196,7 @@ fn import_is_planned_first_runs_once_and_repeats_are_the_same_operation() {
         1
     );
 
-    let op = finish(&hypd, &token, ids[0]);
+    let op = hypd.finish(&token, ids[0]);
     assert_eq!(op["state"], "succeeded", "{op}");
     assert_eq!(op["command"], "import_cluster");
     assert_eq!(op["target"], "cluster/ml-1");
@@ -287,7 +270,7 @@ fn an_idempotency_key_returns_its_operation_and_refuses_another_request() {
         json!({"name": "ml-key", "idempotency_key": "agent-run-0001"}),
     );
     let id = first["operation_id"].as_str().unwrap().to_owned();
-    assert_eq!(finish(&hypd, &token, &id)["state"], "succeeded");
+    assert_eq!(hypd.finish(&token, &id)["state"], "succeeded");
     // After it finished, the same key still names the same operation.
     let (status, again) = import(
         &hypd,
@@ -355,7 +338,7 @@ fn a_busy_target_refuses_other_requests_and_cancel_frees_it() {
         Some(json!({})),
     );
     assert_eq!(status, 200, "{cancelled}");
-    let op = finish(&hypd, &token, &id);
+    let op = hypd.finish(&token, &id);
     assert_eq!(op["state"], "cancelled", "{op}");
     assert!(
         stage_states(&op).iter().all(|(_, s)| s == "cancelled"),
@@ -399,7 +382,7 @@ fn a_provider_failure_is_kept_and_retry_finishes_without_duplicates() {
     let token = hypd.admin_token();
     let (_, first) = import(&hypd, &token, json!({"name": "ml-retry"}));
     let id = first["operation_id"].as_str().unwrap().to_owned();
-    let op = finish(&hypd, &token, &id);
+    let op = hypd.finish(&token, &id);
     assert_eq!(op["state"], "failed", "{op}");
     assert_eq!(op["retryable"], true);
     let failed = stage(&op, "access");
@@ -425,7 +408,7 @@ fn a_provider_failure_is_kept_and_retry_finishes_without_duplicates() {
     );
     assert_eq!(status, 200, "{retried}");
     assert_eq!(retried["operation_id"], id.as_str());
-    let op = finish(&hypd, &token, &id);
+    let op = hypd.finish(&token, &id);
     assert_eq!(op["state"], "succeeded", "{op}");
     assert!(op["error"].is_null());
     assert_eq!(stage(&op, "access")["attempts"], 2);
@@ -472,7 +455,7 @@ fn crash_in_stage(world: &World, cluster: &str, stage_name: &str, hold: Value) {
     assert!(status < 300);
 
     let hypd = world.hypd(Some(data_dir), &[]);
-    let op = finish(&hypd, &token, &id);
+    let op = hypd.finish(&token, &id);
     assert_eq!(
         op["state"], "succeeded",
         "after a crash in {stage_name}: {op}"
@@ -554,7 +537,7 @@ fn two_replicas_on_one_postgres_run_every_stage_once() {
         })
         .collect();
     for id in &ids {
-        let op = finish(&b, &token, id);
+        let op = b.finish(&token, id);
         assert_eq!(op["state"], "succeeded", "{op}");
         let runs = runs_per_stage(&transitions(&pg.url, id));
         for s in ["eks", "access", "hyperpod", "register"] {

@@ -85,20 +85,12 @@ pub async fn ensure(
     kubernetes::apply(&Api::<PersistentVolume>::all(client.clone()), &pv).await?;
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NAMESPACE);
     // A bound claim's spec is immutable except for its size; apply only when absent.
-    let claim = match kubernetes::get(&claims, CLAIM).await? {
-        Some(c) => c,
-        None => kubernetes::apply(&claims, &pvc).await?,
-    };
-    Ok(Storage {
-        bucket: bucket.to_owned(),
-        persistent_volume: volume_name(bucket),
-        claim: CLAIM.to_owned(),
-        namespace: NAMESPACE.to_owned(),
-        phase: claim
-            .status
-            .and_then(|s| s.phase)
-            .unwrap_or_else(|| "Pending".to_owned()),
-    })
+    if kubernetes::get(&claims, CLAIM).await?.is_none() {
+        kubernetes::apply(&claims, &pvc).await?;
+    }
+    current(client)
+        .await?
+        .ok_or_else(|| ApiError::internal("the shared claim vanished right after it was applied"))
 }
 
 /// The shared claim as the cluster has it now; `None` when it has none (an imported

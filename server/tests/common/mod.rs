@@ -163,6 +163,24 @@ impl Hypd {
         (status, json)
     }
 
+    /// Waits (with wait_operation) until operation `id` is final; returns it.
+    #[allow(dead_code)]
+    pub fn finish(&self, token: &str, id: &str) -> serde_json::Value {
+        for _ in 0..20 {
+            let (status, body) = self.call(
+                token,
+                reqwest::Method::GET,
+                &format!("/api/v1/operations/{id}/wait?timeout_seconds=60"),
+                None,
+            );
+            assert_eq!(status, 200, "{body}");
+            if body["timed_out"] == false {
+                return body["operation"].clone();
+            }
+        }
+        panic!("operation {id} did not finish in 20 minutes");
+    }
+
     pub fn get(&self, path: &str) -> reqwest::blocking::Response {
         reqwest::blocking::Client::new()
             .get(format!("{}{path}", self.url))
