@@ -44,6 +44,14 @@ fn main() {
     let world = World::start_checked(TIME_SCALE);
     let hypd = world.hypd(None, &[("HYPD_LOG", "warn")]);
     let token = hypd.admin_token();
+    // Every cluster keeps its two instances: lift the cluster-usage quota above them all.
+    let quota = u32::try_from(creates * 2).unwrap_or(u32::MAX);
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({ "ml.g5.8xlarge": quota })),
+    );
+    assert!(status < 300);
     let mut per_stage: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     let mut totals = Vec::new();
     let mut in_calls = Vec::new();
