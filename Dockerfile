@@ -21,7 +21,7 @@ RUN rustup target add wasm32-unknown-unknown \
 WORKDIR /src
 COPY . .
 ENV CARGO_TARGET_DIR=/src/target
-RUN cargo leptos build --release \
+RUN cargo leptos build --release --split \
     && mkdir -p /out \
     && cp target/release/hypd /out/hypd \
     && cp -r target/site /out/site

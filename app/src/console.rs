@@ -6,7 +6,7 @@ use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
-use leptos_router::path;
+use leptos_router::{Lazy, path};
 use serde::{Deserialize, Serialize};
 
 use crate::api::call::call;
@@ -93,11 +93,6 @@ pub type Me = Resource<Result<WhoamiOutput, ApiError>>;
 pub fn App() -> impl IntoView {
     provide_meta_context();
     let theme = RwSignal::new(Theme::System);
-    // Effects run only in the browser, so this marks the page as hydrated: the signal
-    // end-to-end tests wait for before they interact.
-    let hydrated = RwSignal::new(false);
-    Effect::new(move || hydrated.set(true));
-
     let me: Me = Resource::new(|| (), |_| call(&Whoami {}));
     provide_context(me);
     let live = Live::new();
@@ -117,7 +112,6 @@ pub fn App() -> impl IntoView {
         <div
             class="console"
             data-theme=move || theme.get().attr()
-            data-hydrated=move || if hydrated.get() { "true" } else { "false" }
         >
             <Router>
                 <a class="skip-link" href="#main">"Skip to content"</a>
@@ -146,16 +140,16 @@ pub fn App() -> impl IntoView {
                 <main class="content" id="main">
                     <Routes fallback=|| view! { <NotFound/> }>
                         <Route path=path!("/") view=Overview/>
-                        <Route path=path!("/login") view=session::SignIn/>
-                        <Route path=path!("/clusters") view=pages::clusters::ClusterList/>
-                        <Route path=path!("/clusters/import") view=pages::import::ImportClusterPage/>
-                        <Route path=path!("/clusters/new") view=pages::create::CreateClusterPage/>
-                        <Route path=path!("/clusters/:name") view=pages::clusters::ClusterDetail/>
-                        <Route path=path!("/operations") view=pages::operations::OperationList/>
-                        <Route path=path!("/tokens") view=pages::tokens::TokensPage/>
+                        <Route path=path!("/login") view={Lazy::<pages::SignInRoute>::new()}/>
+                        <Route path=path!("/clusters") view={Lazy::<pages::ClusterListRoute>::new()}/>
+                        <Route path=path!("/clusters/import") view={Lazy::<pages::ImportClusterRoute>::new()}/>
+                        <Route path=path!("/clusters/new") view={Lazy::<pages::CreateClusterRoute>::new()}/>
+                        <Route path=path!("/clusters/:name") view={Lazy::<pages::ClusterDetailRoute>::new()}/>
+                        <Route path=path!("/operations") view={Lazy::<pages::OperationListRoute>::new()}/>
+                        <Route path=path!("/tokens") view={Lazy::<pages::TokensRoute>::new()}/>
                         <Route
                             path=path!("/operations/:id")
-                            view=pages::operations::OperationPage
+                            view={Lazy::<pages::OperationRoute>::new()}
                         />
                     </Routes>
                 </main>

@@ -49,7 +49,7 @@ async function newPage() {
 }
 
 async function hydrated(page) {
-  await page.waitForSelector('.console[data-hydrated="true"]', { timeout: 30_000 });
+  await page.waitForSelector('html[data-hydrated="true"]', { timeout: 30_000 });
 }
 
 async function signIn(page, token, next = '/clusters') {
@@ -88,7 +88,12 @@ async function fillForm(page, name) {
 
 test('an admin creates a cluster through the form and watches it succeed live', async () => {
   const { page, errors } = await newPage();
+  // The console is split per page (`cargo leptos build --split`): what this page fetched.
+  const fetched = [];
+  page.on('request', (r) => fetched.push(new URL(r.url()).pathname));
   await signIn(page, admin);
+  assert.ok(fetched.some((p) => /^\/pkg\/split___cluster_list_route_view_\w+\.wasm$/.test(p)));
+  assert.ok(!fetched.some((p) => p.includes('create_cluster_route')), 'the list loaded the create form\'s code');
   await page.click('a:text("Create cluster")');
   await page.waitForURL(/\/clusters\/new$/);
   await hydrated(page);
@@ -101,10 +106,18 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   assert.equal(await page.locator('#efa_only').count(), 0);
   await shot(page, 'create-form');
 
+  assert.ok(fetched.some((p) => p.includes('create_cluster_route')));
+  // The browser-side check is a chunk of its own, fetched on the first submit.
+  assert.ok(!fetched.some((p) => p.includes('check_create')), 'the check loaded before a submit');
+
   // Checked in the browser by CreateCluster's own rules, shown beside the field.
   await page.fill('#instance_count', '0');
+  const before = fetched.length;
   await page.click('button[type="submit"]');
   await page.waitForSelector('.field[data-field="instance_count"].invalid #instance_count-error p');
+  const submitted = fetched.slice(before);
+  assert.ok(submitted.some((p) => /^\/pkg\/split_check_create_\w+\.wasm$/.test(p)), submitted.join(' '));
+  assert.ok(!submitted.some((p) => p.startsWith('/fn/')), 'a browser-checked mistake reached the server');
   assert.match(await page.textContent('#instance_count-error'), /at least 1/);
   assert.equal(await page.getAttribute('#instance_count', 'aria-invalid'), 'true');
   assert.equal(await page.locator('.field.invalid').count(), 1);

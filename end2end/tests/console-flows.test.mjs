@@ -42,7 +42,7 @@ async function newPage({ allow } = {}) {
 }
 
 async function hydrated(page) {
-  await page.waitForSelector('.console[data-hydrated="true"]', { timeout: 30_000 });
+  await page.waitForSelector('html[data-hydrated="true"]', { timeout: 30_000 });
 }
 
 async function signIn(page, token, next = '/clusters') {

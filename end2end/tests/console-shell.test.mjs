@@ -30,7 +30,7 @@ test('server-rendered page hydrates and the theme toggle works', async () => {
   const html = await response.text();
   assert.match(html, /<a class="brand" href="\/">hypd<\/a>/);
 
-  await page.waitForSelector('.console[data-hydrated="true"]', { timeout: 30_000 });
+  await page.waitForSelector('html[data-hydrated="true"]', { timeout: 30_000 });
   const toggle = page.locator('button.theme-toggle');
   assert.equal(await toggle.textContent(), 'Theme: system');
   await toggle.click();

@@ -227,6 +227,42 @@ pub fn ClusterDetail() -> impl IntoView {
     }
 }
 
+/// A panel with a titled table of `columns` (the rows are the children), or a line
+/// saying there is nothing to show.
+#[component]
+fn TablePanel(
+    title: &'static str,
+    class: &'static str,
+    caption: &'static str,
+    columns: &'static [&'static str],
+    empty: &'static str,
+    is_empty: bool,
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <div class="panel">
+            <h2>{title}</h2>
+            {if is_empty {
+                Either::Left(view! { <p class="muted empty">{empty}</p> })
+            } else {
+                Either::Right(view! {
+                    <div class="table-wrap">
+                        <table class=format!("table {class}")>
+                            <caption class="visually-hidden">{caption}</caption>
+                            <thead>
+                                <tr>
+                                    {columns.iter().map(|c| view! { <th scope="col">{*c}</th> }).collect_view()}
+                                </tr>
+                            </thead>
+                            <tbody>{children()}</tbody>
+                        </table>
+                    </div>
+                })
+            }}
+        </div>
+    }
+}
+
 fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "—".into())
 }
@@ -277,159 +313,96 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
                 </dd>
             </dl>
         </div>
-        <div class="panel">
-            <h2>"Instance groups"</h2>
-            {if d.instance_groups.is_empty() {
-                Either::Left(view! { <p class="muted empty">"No instance groups."</p> })
-            } else {
-                Either::Right(view! {
-                    <div class="table-wrap">
-                        <table class="table instance-groups">
-                            <caption class="visually-hidden">"Instance groups"</caption>
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Group"</th>
-                                    <th scope="col">"Instance type"</th>
-                                    <th scope="col">"Instances"</th>
-                                    <th scope="col">"Status"</th>
-                                    <th scope="col">"Training plan"</th>
-                                </tr>
-                            </thead>
-                            <tbody>
-                                {d.instance_groups.into_iter().map(|g| view! {
-                                    <tr data-group=g.name.clone()>
-                                        <th scope="row">{g.name.clone()}</th>
-                                        <td class="mono">{or_dash(g.instance_type)}</td>
-                                        <td class="count">{format!("{} / {}", g.current_count, g.target_count)}</td>
-                                        <td><StateBadge state=or_dash(g.status)/></td>
-                                        <td class="arn">{or_dash(g.training_plan_arn)}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                })
-            }}
-        </div>
-        <div class="panel">
-            <h2>"Nodes"</h2>
-            {if d.nodes.is_empty() {
-                Either::Left(view! { <p class="muted empty">"No nodes."</p> })
-            } else {
-                Either::Right(view! {
-                    <div class="table-wrap">
-                        <table class="table nodes">
-                            <caption class="visually-hidden">"Nodes"</caption>
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Node"</th>
-                                    <th scope="col">"Health"</th>
-                                    <th scope="col">"Status"</th>
-                                    <th scope="col">"Instance type"</th>
-                                    <th scope="col">"Group"</th>
-                                    <th scope="col">"Launched"</th>
-                                </tr>
-                            </thead>
-                            <tbody>
-                                {d.nodes.into_iter().map(|n| view! {
-                                    <tr data-node=n.node_id.clone() data-health=n.health.as_str()>
-                                        <th scope="row" class="mono">{n.node_id.clone()}</th>
-                                        <td><span class=format!("badge health health-{}", n.health.as_str())>{n.health.as_str()}</span></td>
-                                        <td>
-                                            {n.status.clone()}
-                                            {n.message.map(|m| view! { <span class="muted">" — " {m}</span> })}
-                                        </td>
-                                        <td class="mono">{n.instance_type.clone()}</td>
-                                        <td>{n.instance_group.clone()}</td>
-                                        <td class="time">{n.launch_time.as_deref().map(short).unwrap_or_else(|| "—".into())}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                })
-            }}
-        </div>
-        <div class="panel">
-            <h2>"Add-ons and components"</h2>
-            {if d.addons.is_empty() && d.components.is_empty() {
-                Either::Left(view! { <p class="muted empty">"No add-ons or components reported."</p> })
-            } else {
-                Either::Right(view! {
-                    <div class="table-wrap">
-                        <table class="table addons">
-                            <caption class="visually-hidden">"EKS add-ons and in-cluster components"</caption>
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Name"</th>
-                                    <th scope="col">"Kind"</th>
-                                    <th scope="col">"Version"</th>
-                                    <th scope="col">"State"</th>
-                                </tr>
-                            </thead>
-                            <tbody>
-                                {d.addons.into_iter().map(|a| view! {
-                                    <tr data-addon=a.name.clone()>
-                                        <th scope="row">{a.name.clone()}</th>
-                                        <td>"EKS add-on"</td>
-                                        <td class="mono">{or_dash(a.version)}</td>
-                                        <td>
-                                            <StateBadge state=or_dash(a.status)/>
-                                            {(!a.issues.is_empty()).then(|| view! { <p class="error">{a.issues.join("; ")}</p> })}
-                                        </td>
-                                    </tr>
-                                }).collect_view()}
-                                {d.components.into_iter().map(|c| view! {
-                                    <tr data-component=c.name.clone()>
-                                        <th scope="row">{c.name.clone()}</th>
-                                        <td>"Component"</td>
-                                        <td class="mono">{or_dash(c.version)}</td>
-                                        <td><StateBadge state=c.state.clone()/></td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                })
-            }}
-        </div>
-        <div class="panel">
-            <h2>"Storage"</h2>
-            {if d.storage.is_empty() {
-                Either::Left(view! { <p class="muted empty">"No storage reported by the cluster yet."</p> })
-            } else {
-                Either::Right(view! {
-                    <div class="table-wrap">
-                        <table class="table storage">
-                            <caption class="visually-hidden">"Storage"</caption>
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Kind"</th>
-                                    <th scope="col">"Bucket"</th>
-                                    <th scope="col">"Claim"</th>
-                                    <th scope="col">"Phase"</th>
-                                </tr>
-                            </thead>
-                            <tbody>
-                                {d.storage.into_iter().map(|s| view! {
-                                    <tr>
-                                        <th scope="row">{s.kind.clone()}</th>
-                                        <td class="mono">{or_dash(s.bucket)}</td>
-                                        <td class="mono">
-                                            {match (s.namespace, s.pvc) {
-                                                (Some(ns), Some(p)) => format!("{ns}/{p}"),
-                                                (None, Some(p)) => p,
-                                                _ => "—".into(),
-                                            }}
-                                        </td>
-                                        <td><StateBadge state=or_dash(s.phase)/></td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                })
-            }}
-        </div>
+        <TablePanel
+            title="Instance groups"
+            class="instance-groups"
+            caption="Instance groups"
+            columns={&["Group", "Instance type", "Instances", "Status", "Training plan"]}
+            empty="No instance groups."
+            is_empty={d.instance_groups.is_empty()}
+        >
+            {d.instance_groups.into_iter().map(|g| view! {
+                <tr data-group=g.name.clone()>
+                    <th scope="row">{g.name.clone()}</th>
+                    <td class="mono">{or_dash(g.instance_type)}</td>
+                    <td class="count">{format!("{} / {}", g.current_count, g.target_count)}</td>
+                    <td><StateBadge state=or_dash(g.status)/></td>
+                    <td class="arn">{or_dash(g.training_plan_arn)}</td>
+                </tr>
+            }).collect_view()}
+        </TablePanel>
+        <TablePanel
+            title="Nodes"
+            class="nodes"
+            caption="Nodes"
+            columns={&["Node", "Health", "Status", "Instance type", "Group", "Launched"]}
+            empty="No nodes."
+            is_empty={d.nodes.is_empty()}
+        >
+            {d.nodes.into_iter().map(|n| view! {
+                <tr data-node=n.node_id.clone() data-health=n.health.as_str()>
+                    <th scope="row" class="mono">{n.node_id.clone()}</th>
+                    <td><span class=format!("badge health health-{}", n.health.as_str())>{n.health.as_str()}</span></td>
+                    <td>
+                        {n.status.clone()}
+                        {n.message.map(|m| view! { <span class="muted">" — " {m}</span> })}
+                    </td>
+                    <td class="mono">{n.instance_type.clone()}</td>
+                    <td>{n.instance_group.clone()}</td>
+                    <td class="time">{n.launch_time.as_deref().map(short).unwrap_or_else(|| "—".into())}</td>
+                </tr>
+            }).collect_view()}
+        </TablePanel>
+        <TablePanel
+            title="Add-ons and components"
+            class="addons"
+            caption="EKS add-ons and in-cluster components"
+            columns={&["Name", "Kind", "Version", "State"]}
+            empty="No add-ons or components reported."
+            is_empty={d.addons.is_empty() && d.components.is_empty()}
+        >
+            {d.addons.into_iter().map(|a| view! {
+                <tr data-addon=a.name.clone()>
+                    <th scope="row">{a.name.clone()}</th>
+                    <td>"EKS add-on"</td>
+                    <td class="mono">{or_dash(a.version)}</td>
+                    <td>
+                        <StateBadge state=or_dash(a.status)/>
+                        {(!a.issues.is_empty()).then(|| view! { <p class="error">{a.issues.join("; ")}</p> })}
+                    </td>
+                </tr>
+            }).collect_view()}
+            {d.components.into_iter().map(|c| view! {
+                <tr data-component=c.name.clone()>
+                    <th scope="row">{c.name.clone()}</th>
+                    <td>"Component"</td>
+                    <td class="mono">{or_dash(c.version)}</td>
+                    <td><StateBadge state=c.state.clone()/></td>
+                </tr>
+            }).collect_view()}
+        </TablePanel>
+        <TablePanel
+            title="Storage"
+            class="storage"
+            caption="Storage"
+            columns={&["Kind", "Bucket", "Claim", "Phase"]}
+            empty="No storage reported by the cluster yet."
+            is_empty={d.storage.is_empty()}
+        >
+            {d.storage.into_iter().map(|s| view! {
+                <tr>
+                    <th scope="row">{s.kind.clone()}</th>
+                    <td class="mono">{or_dash(s.bucket)}</td>
+                    <td class="mono">
+                        {match (s.namespace, s.pvc) {
+                            (Some(ns), Some(p)) => format!("{ns}/{p}"),
+                            (None, Some(p)) => p,
+                            _ => "—".into(),
+                        }}
+                    </td>
+                    <td><StateBadge state=or_dash(s.phase)/></td>
+                </tr>
+            }).collect_view()}
+        </TablePanel>
     }
 }

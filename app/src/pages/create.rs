@@ -8,13 +8,13 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
 use super::loading;
-use crate::api::Command;
 use crate::api::call::call;
 use crate::api::clusters::CreateCluster;
 use crate::api::inspect::{
     InstanceTypeInfo, ListAvailabilityZones, ListInstanceTypes, ListRegions,
 };
 use crate::api::values::{AzName, Region};
+use crate::api::{ApiError, Command};
 use crate::form::{
     CheckField, ChoiceField, FormAlert, FormState, Input, SelectField, TextField, check, request,
 };
@@ -144,6 +144,14 @@ fn type_label(t: &InstanceTypeInfo) -> String {
     format!("{} — {}", t.hyperpod_instance_type, type_facts(t))
 }
 
+/// `CreateCluster`'s decoding and `validate()`, run in the browser before the request is
+/// sent. With `--split` this is its own wasm chunk, fetched on the first submit: showing
+/// and hydrating the form does not need it.
+#[leptos::lazy]
+fn check_create(input: serde_json::Value) -> Result<CreateCluster, ApiError> {
+    check::<CreateCluster>(input)
+}
+
 #[component]
 fn CreateForm() -> impl IntoView {
     let form = FormState::new(FIELDS);
@@ -236,15 +244,16 @@ fn CreateForm() -> impl IntoView {
                 Input::Text(plan.get_untracked()),
             ));
         }
-        // The same decoding and rules as the server: most mistakes never leave the page.
-        let request = match check::<CreateCluster>(request(&inputs)) {
-            Ok(r) => r,
-            Err(e) => return form.show(e),
-        };
+        let input = request(&inputs);
         form.busy.set(true);
         let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
-            match call(&request).await {
+            // The same decoding and rules as the server: most mistakes never leave the page.
+            let outcome = match check_create(input).await {
+                Ok(request) => call(&request).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
                 Ok(started) => navigate(
                     &format!("/operations/{}", started.operation_id),
                     Default::default(),

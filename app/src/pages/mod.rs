@@ -10,6 +10,38 @@ mod progress;
 pub mod tokens;
 
 use leptos::prelude::*;
+use leptos_router::{LazyRoute, lazy_route};
+
+/// Declares a page as a lazily loaded route: built with `cargo leptos build --split`, its
+/// code (and the types only it decodes) ships as a separate wasm chunk that the browser
+/// fetches when the route is first shown, so no page pays for every other page's code.
+/// Without `--split` the page is compiled in as usual. The page still creates its own
+/// resources while it renders, so the server's data reaches it through hydration.
+macro_rules! lazy_page {
+    ($route:ident => $page:path) => {
+        pub struct $route;
+
+        #[lazy_route]
+        impl LazyRoute for $route {
+            fn data() -> Self {
+                $route
+            }
+
+            fn view(_this: Self) -> AnyView {
+                view! { <$page/> }.into_any()
+            }
+        }
+    };
+}
+
+lazy_page!(ClusterListRoute => clusters::ClusterList);
+lazy_page!(ClusterDetailRoute => clusters::ClusterDetail);
+lazy_page!(CreateClusterRoute => create::CreateClusterPage);
+lazy_page!(ImportClusterRoute => import::ImportClusterPage);
+lazy_page!(OperationListRoute => operations::OperationList);
+lazy_page!(OperationRoute => progress::OperationPage);
+lazy_page!(TokensRoute => tokens::TokensPage);
+lazy_page!(SignInRoute => crate::session::SignIn);
 
 /// A coloured status word: `state-<word>` (lowercased, so AWS's `ACTIVE` and
 /// `InService` find their colour too) picks the colour, the text says it.
