@@ -189,6 +189,10 @@ test('an admin creates a cluster through the form and watches it succeed live', 
 
   await page.goto(new URL('/clusters', server.url).href);
   await page.waitForSelector('tr[data-cluster="e2e-ml"] .state-active');
+  // Node health as last observed, shown in the list without an AWS call per row.
+  const counts = page.locator('tr[data-cluster="e2e-ml"] .node-counts');
+  assert.equal(await counts.getAttribute('data-total'), '2');
+  assert.equal(await counts.getAttribute('data-healthy'), '2');
   await shot(page, 'clusters-created');
   assert.deepEqual(errors, []);
 });

@@ -248,7 +248,12 @@ impl Handler<DescribeCluster> for Service {
                 resource: "cluster".into(),
                 name: r.name.to_string(),
             })?;
-        cluster::describe::describe(&self.aws, stored).await
+        let mut described = cluster::describe::describe(&self.aws, stored).await?;
+        // What the list shows until the next look.
+        let observed =
+            cluster::observe_nodes(&self.store, r.name.as_str(), &described.node_counts).await?;
+        described.cluster.nodes = Some(observed);
+        Ok(described)
     }
 }
 

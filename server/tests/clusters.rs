@@ -368,6 +368,9 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     let (_, cluster) = hypd.call(&token, Method::GET, "/api/v1/clusters/ml-a", None);
     assert_eq!(cluster["status"], "active", "{cluster}");
     assert!(cluster["hyperpod_cluster_arn"].is_string());
+    // The finished creation recorded its nodes, so the list shows them without AWS.
+    assert_eq!(cluster["nodes"]["counts"]["total"], 2, "{cluster}");
+    assert!(cluster["nodes"]["observed_at"].is_string(), "{cluster}");
 
     // Its name is now taken: refused before anything is made.
     let (status, again) = create(&hypd, &token, small("ml-a"));

@@ -77,6 +77,14 @@ fn a_created_cluster_shows_its_group_nodes_and_addons() {
         d["node_counts"],
         json!({"total": 2, "healthy": 2, "pending": 0, "unhealthy": 0})
     );
+    // What was just seen is what the list shows until the next look.
+    assert_eq!(d["cluster"]["nodes"]["counts"], d["node_counts"], "{d:#}");
+    let (_, list) = hypd.call(&token, Method::GET, "/api/v1/clusters", None);
+    assert_eq!(list["clusters"][0]["name"], "ml-d", "{list}");
+    assert_eq!(
+        list["clusters"][0]["nodes"], d["cluster"]["nodes"],
+        "{list}"
+    );
     let addons = d["addons"].as_array().unwrap();
     assert!(addons.len() >= 4, "{d:#}");
     for a in addons {
@@ -134,9 +142,13 @@ fn an_imported_eks_cluster_without_hyperpod_describes_fine() {
     assert_eq!(status, 200, "{started}");
     let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
+    // Not observed yet: an import asks nothing of the nodes.
+    let (_, stored) = hypd.call(&token, Method::GET, "/api/v1/clusters/plain-eks", None);
+    assert_eq!(stored["nodes"], Value::Null, "{stored}");
     let (status, d) = describe(&hypd, &token, "plain-eks");
     assert_eq!(status, 200, "{d}");
     assert_eq!(d["cluster"]["status"], "imported", "{d:#}");
+    assert_eq!(d["cluster"]["nodes"]["counts"]["total"], 0, "{d:#}");
     assert_eq!(d["eks"]["status"], "ACTIVE", "{d:#}");
     assert_eq!(d["hyperpod"], Value::Null, "{d:#}");
     assert_eq!(d["instance_groups"], json!([]));

@@ -24,6 +24,17 @@ pub struct ClusterSummary {
     pub hyperpod_cluster_arn: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// HyperPod node health as hypd last saw it (when a creation finished, and on every
+    /// `describe_cluster`); absent until first seen. Listing never asks AWS.
+    #[serde(default)]
+    pub nodes: Option<ObservedNodes>,
+}
+
+/// Node counts by health, as of `observed_at` (RFC 3339, UTC).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ObservedNodes {
+    pub counts: NodeCounts,
+    pub observed_at: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,6 +1,6 @@
 //! The clusters hypd manages: the list and one cluster's page. The list and the page's
 //! overview show what the store knows (`list_clusters`, `get_cluster`: no AWS call per
-//! row); the page adds the cluster's live state (`describe_cluster`: instance groups,
+//! row; node health as last observed); the page adds the cluster's live state (`describe_cluster`: instance groups,
 //! nodes and their health, add-ons, components, storage) and the operations on it.
 
 use leptos::either::{Either, EitherOf3};
@@ -9,7 +9,9 @@ use leptos_router::hooks::use_params_map;
 
 use super::{StateBadge, loading};
 use crate::api::call::call;
-use crate::api::clusters::{ClusterDescription, DescribeCluster, GetCluster, ListClusters};
+use crate::api::clusters::{
+    ClusterDescription, DescribeCluster, GetCluster, ListClusters, ObservedNodes,
+};
 use crate::api::operations::ListOperations;
 use crate::api::values::{ClusterName, EksClusterName};
 use crate::live::use_live;
@@ -70,6 +72,7 @@ pub fn ClusterList() -> impl IntoView {
                                                 <th scope="col">"Region"</th>
                                                 <th scope="col">"Kubernetes"</th>
                                                 <th scope="col">"HyperPod"</th>
+                                                <th scope="col">"Nodes"</th>
                                                 <th scope="col">"Updated"</th>
                                             </tr>
                                         </thead>
@@ -87,6 +90,7 @@ pub fn ClusterList() -> impl IntoView {
                                                             <td>{c.region}</td>
                                                             <td>{c.kubernetes_version.unwrap_or_else(|| "—".into())}</td>
                                                             <td>{if c.hyperpod_cluster_arn.is_some() { "attached" } else { "—" }}</td>
+                                                            <td><NodeHealthSummary nodes=c.nodes/></td>
                                                             <td class="time">{short(&c.updated_at)}</td>
                                                         </tr>
                                                     }
@@ -103,6 +107,37 @@ pub fn ClusterList() -> impl IntoView {
                 })}
             </Transition>
         </section>
+    }
+}
+
+/// A list row's node health, as last observed (the list asks AWS nothing per row).
+#[component]
+fn NodeHealthSummary(nodes: Option<ObservedNodes>) -> impl IntoView {
+    match nodes {
+        None => Either::Left(view! {
+            <span class="muted" title="Not observed yet: the cluster's page asks AWS">"—"</span>
+        }),
+        Some(n) => {
+            let c = n.counts;
+            let trouble = [(c.pending, "pending"), (c.unhealthy, "unhealthy")]
+                .into_iter()
+                .filter(|(k, _)| *k > 0)
+                .map(|(k, what)| view! {
+                    " · " <span class=format!("health health-{what}")>{format!("{k} {what}")}</span>
+                })
+                .collect_view();
+            Either::Right(view! {
+                <span
+                    class="node-counts"
+                    data-total=c.total
+                    data-healthy=c.healthy
+                    title=format!("As of {}", short(&n.observed_at))
+                >
+                    <span class="health health-healthy">{format!("{} / {} healthy", c.healthy, c.total)}</span>
+                    {trouble}
+                </span>
+            })
+        }
     }
 }
 

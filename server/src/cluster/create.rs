@@ -261,7 +261,10 @@ impl Pipeline for CreateCluster {
                 if !bound {
                     return Ok(Progress::wait(Duration::from_secs(5), message));
                 }
+                // The list shows node health without asking AWS: seed it here.
+                let nodes = super::describe::node_counts(&cx.aws, &region, name).await?;
                 super::record(&cx.store, &record(self, &region, "active", out)).await?;
+                super::observe_nodes(&cx.store, name, &nodes).await?;
                 Ok(Progress::Done)
             }
             other => Err(ApiError::internal(format!(

@@ -171,6 +171,12 @@ async fn addons(aws: &Aws, region: &str, cluster: &str) -> Result<Vec<AddonInfo>
     Ok(found.into_iter().map(|(_, a)| a).collect())
 }
 
+/// The HyperPod cluster's nodes counted by health now (none when it does not exist).
+pub async fn node_counts(aws: &Aws, region: &str, cluster: &str) -> Result<NodeCounts, ApiError> {
+    let (_, _, nodes) = hyperpod(aws, region, Some(cluster)).await?;
+    Ok(NodeCounts::of(&nodes))
+}
+
 type HyperPodState = (Option<HyperPodInfo>, Vec<InstanceGroupInfo>, Vec<NodeInfo>);
 
 async fn hyperpod(

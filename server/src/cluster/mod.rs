@@ -9,7 +9,7 @@ pub mod describe;
 pub mod import;
 pub mod storage;
 
-use app::api::clusters::ClusterSummary;
+use app::api::clusters::{ClusterSummary, NodeCounts, ObservedNodes};
 
 use crate::store::{Store, StoreError, on_pool};
 
@@ -22,9 +22,15 @@ type Row = (
     Option<String>,
     String,
     String,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
 );
 
-const COLUMNS: &str = "name, region, status, kubernetes_version, eks_cluster_arn, hyperpod_cluster_arn, created_at, updated_at";
+const COLUMNS: &str = "name, region, status, kubernetes_version, eks_cluster_arn, hyperpod_cluster_arn, created_at, updated_at, \
+                       nodes_total, nodes_healthy, nodes_pending, nodes_unhealthy, nodes_observed_at";
 
 fn summary(r: Row) -> ClusterSummary {
     ClusterSummary {
@@ -36,6 +42,18 @@ fn summary(r: Row) -> ClusterSummary {
         hyperpod_cluster_arn: r.5,
         created_at: r.6,
         updated_at: r.7,
+        nodes: r.12.map(|observed_at| {
+            let n = |v: Option<i64>| u32::try_from(v.unwrap_or(0)).unwrap_or(0);
+            ObservedNodes {
+                counts: NodeCounts {
+                    total: n(r.8),
+                    healthy: n(r.9),
+                    pending: n(r.10),
+                    unhealthy: n(r.11),
+                },
+                observed_at,
+            }
+        }),
     }
 }
 
@@ -119,6 +137,33 @@ async fn write(
     .await
     });
     Ok(written?)
+}
+
+/// Records the cluster's node health as just observed. Not a change of the cluster, so
+/// `updated_at` stays; a cluster forgotten meanwhile is left forgotten.
+pub async fn observe_nodes(
+    store: &Store,
+    name: &str,
+    counts: &NodeCounts,
+) -> Result<ObservedNodes, StoreError> {
+    let observed = ObservedNodes {
+        counts: counts.clone(),
+        observed_at: crate::clock::now(),
+    };
+    on_pool!(store, |pool| sqlx::query(
+        "UPDATE clusters SET nodes_total = $2, nodes_healthy = $3, nodes_pending = $4, \
+         nodes_unhealthy = $5, nodes_observed_at = $6 WHERE name = $1"
+    )
+    .bind(name)
+    .bind(i64::from(counts.total))
+    .bind(i64::from(counts.healthy))
+    .bind(i64::from(counts.pending))
+    .bind(i64::from(counts.unhealthy))
+    .bind(&observed.observed_at)
+    .execute(pool)
+    .await
+    .map(|_| ()))?;
+    Ok(observed)
 }
 
 /// The cluster later commands act on for `actor` when they name none.
