@@ -11,10 +11,13 @@ ARG CARGO_LEPTOS_VERSION=0.3.10
 # Must equal the wasm-bindgen version in Cargo.lock.
 ARG WASM_BINDGEN_VERSION=0.2.130
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# binaryen provides wasm-opt, so cargo-leptos downloads nothing.
+# binaryen from npm provides wasm-opt, so cargo-leptos downloads nothing. (Debian's
+# binaryen 108 breaks the split bundle: it points the externref table's export at the
+# function table.)
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends binaryen=108-1 \
-    && rm -rf /var/lib/apt/lists/*
+    && apt-get install -y --no-install-recommends nodejs=18.20.4+dfsg-1~deb12u3 npm=9.2.0~ds1-1 \
+    && rm -rf /var/lib/apt/lists/* \
+    && npm install --global --no-audit --no-fund binaryen@132.0.0
 RUN rustup target add wasm32-unknown-unknown \
     && cargo install --locked cargo-leptos --version "${CARGO_LEPTOS_VERSION}" \
     && cargo install wasm-bindgen-cli --version "${WASM_BINDGEN_VERSION}"

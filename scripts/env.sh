@@ -1,4 +1,8 @@
 # Sourced by the scripts: one place for the paths they share.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hypd-target}
 export HYPD_VENV=${HYPD_VENV:-$HOME/.cache/hypd/venv}
-export PATH="$HOME/.cargo/bin:$HYPD_VENV/bin:$PATH"
+# wasm-opt for release bundles: binaryen from npm (scripts/setup installs it). Debian's
+# binaryen 108 rewrites the wasm-bindgen externref table's export to the function
+# table, which breaks a split bundle at load.
+export HYPD_BINARYEN=${HYPD_BINARYEN:-$HOME/.cache/hypd/binaryen}
+export PATH="$HOME/.cargo/bin:$HYPD_VENV/bin:$HYPD_BINARYEN/node_modules/.bin:$PATH"

@@ -139,7 +139,7 @@ pub fn App() -> impl IntoView {
                 <SandboxBanner/>
                 <main class="content" id="main">
                     <Routes fallback=|| view! { <NotFound/> }>
-                        <Route path=path!("/") view=Overview/>
+                        <Route path=path!("/") view={Lazy::<pages::OverviewRoute>::new()}/>
                         <Route path=path!("/login") view={Lazy::<pages::SignInRoute>::new()}/>
                         <Route path=path!("/clusters") view={Lazy::<pages::ClusterListRoute>::new()}/>
                         <Route path=path!("/clusters/import") view={Lazy::<pages::ImportClusterRoute>::new()}/>
@@ -182,7 +182,7 @@ fn SandboxBanner() -> impl IntoView {
 }
 
 #[component]
-fn Overview() -> impl IntoView {
+pub(crate) fn Overview() -> impl IntoView {
     let info = Resource::new(|| (), |_| get_console_info());
     view! {
         <section class="panel">

@@ -42,6 +42,7 @@ lazy_page!(OperationListRoute => operations::OperationList);
 lazy_page!(OperationRoute => progress::OperationPage);
 lazy_page!(TokensRoute => tokens::TokensPage);
 lazy_page!(SignInRoute => crate::session::SignIn);
+lazy_page!(OverviewRoute => crate::console::Overview);
 
 /// A coloured status word: `state-<word>` (lowercased, so AWS's `ACTIVE` and
 /// `InService` find their colour too) picks the colour, the text says it.
