@@ -1,13 +1,14 @@
 //! The clusters hypd manages: the list and one cluster's page. The list and the page's
 //! overview show what the store knows (`list_clusters`, `get_cluster`: no AWS call per
-//! row; node health as last observed); the page adds the cluster's live state (`describe_cluster`: instance groups,
-//! nodes and their health, add-ons, components, storage) and the operations on it.
+//! row; node health as last observed); the page adds the cluster's live state
+//! (`describe_cluster`: instance groups, nodes and their health, add-ons, components,
+//! storage) and the operations on it.
 
 use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use super::{StateBadge, loading};
+use super::{StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
     ClusterDescription, DescribeCluster, GetCluster, ListClusters, ObservedNodes,
@@ -62,43 +63,31 @@ pub fn ClusterList() -> impl IntoView {
                         }
                         Ok(list) => {
                             EitherOf3::B(view! {
-                                <div class="table-wrap">
-                                    <table class="table clusters">
-                                        <caption class="visually-hidden">"Managed clusters"</caption>
-                                        <thead>
-                                            <tr>
-                                                <th scope="col">"Name"</th>
-                                                <th scope="col">"Status"</th>
-                                                <th scope="col">"Region"</th>
-                                                <th scope="col">"Kubernetes"</th>
-                                                <th scope="col">"HyperPod"</th>
-                                                <th scope="col">"Nodes"</th>
-                                                <th scope="col">"Updated"</th>
-                                            </tr>
-                                        </thead>
-                                        <tbody>
-                                            {list
-                                                .clusters
-                                                .into_iter()
-                                                .map(|c| {
-                                                    view! {
-                                                        <tr data-cluster=c.name.clone()>
-                                                            <th scope="row">
-                                                                <a href=format!("/clusters/{}", c.name)>{c.name.clone()}</a>
-                                                            </th>
-                                                            <td><StateBadge state=c.status/></td>
-                                                            <td>{c.region}</td>
-                                                            <td>{c.kubernetes_version.unwrap_or_else(|| "—".into())}</td>
-                                                            <td>{if c.hyperpod_cluster_arn.is_some() { "attached" } else { "—" }}</td>
-                                                            <td><NodeHealthSummary nodes=c.nodes/></td>
-                                                            <td class="time">{short(&c.updated_at)}</td>
-                                                        </tr>
-                                                    }
-                                                })
-                                                .collect_view()}
-                                        </tbody>
-                                    </table>
-                                </div>
+                                <Table
+                                    class="clusters"
+                                    caption="Managed clusters"
+                                    columns={&["Name", "Status", "Region", "Kubernetes", "HyperPod", "Nodes", "Updated"]}
+                                >
+                                    {list
+                                        .clusters
+                                        .into_iter()
+                                        .map(|c| {
+                                            view! {
+                                                <tr data-cluster=c.name.clone()>
+                                                    <th scope="row">
+                                                        <a href=format!("/clusters/{}", c.name)>{c.name.clone()}</a>
+                                                    </th>
+                                                    <td><StateBadge state=c.status/></td>
+                                                    <td>{c.region}</td>
+                                                    <td>{c.kubernetes_version.unwrap_or_else(|| "—".into())}</td>
+                                                    <td>{if c.hyperpod_cluster_arn.is_some() { "attached" } else { "—" }}</td>
+                                                    <td><NodeHealthSummary nodes=c.nodes/></td>
+                                                    <td class="time">{short(&c.updated_at)}</td>
+                                                </tr>
+                                            }
+                                        })
+                                        .collect_view()}
+                                </Table>
                             }
                                 )
                         }
@@ -281,17 +270,7 @@ fn TablePanel(
                 Either::Left(view! { <p class="muted empty">{empty}</p> })
             } else {
                 Either::Right(view! {
-                    <div class="table-wrap">
-                        <table class=format!("table {class}")>
-                            <caption class="visually-hidden">{caption}</caption>
-                            <thead>
-                                <tr>
-                                    {columns.iter().map(|c| view! { <th scope="col">{*c}</th> }).collect_view()}
-                                </tr>
-                            </thead>
-                            <tbody>{children()}</tbody>
-                        </table>
-                    </div>
+                    <Table class caption columns>{children()}</Table>
                 })
             }}
         </div>
@@ -384,7 +363,7 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
                     </td>
                     <td class="mono">{n.instance_type.clone()}</td>
                     <td>{n.instance_group.clone()}</td>
-                    <td class="time">{n.launch_time.as_deref().map(short).unwrap_or_else(|| "—".into())}</td>
+                    <td class="time">{or_dash(n.launch_time.as_deref().map(short))}</td>
                 </tr>
             }).collect_view()}
         </TablePanel>

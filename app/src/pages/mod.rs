@@ -55,6 +55,28 @@ pub fn StateBadge(#[prop(into)] state: Signal<String>) -> impl IntoView {
     }
 }
 
+/// A data table that scrolls sideways in its own frame on narrow windows: a caption for
+/// screen readers, a header row of `columns`, and the rows given as children.
+#[component]
+pub fn Table(
+    class: &'static str,
+    caption: &'static str,
+    columns: &'static [&'static str],
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <div class="table-wrap">
+            <table class=format!("table {class}")>
+                <caption class="visually-hidden">{caption}</caption>
+                <thead>
+                    <tr>{columns.iter().map(|c| view! { <th scope="col">{*c}</th> }).collect_view()}</tr>
+                </thead>
+                <tbody>{children()}</tbody>
+            </table>
+        </div>
+    }
+}
+
 pub fn loading() -> impl IntoView {
     view! { <p class="muted" aria-busy="true">"Loading…"</p> }
 }

@@ -6,7 +6,7 @@ use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use super::{StateBadge, loading};
+use super::{StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::operations::{GetOperation, ListOperations, Operation};
 use crate::live::use_live;
@@ -80,43 +80,32 @@ pub fn OperationsTable(
             when=move || rows.with(|r| !r.is_empty())
             fallback=|| view! { <p class="muted empty">"No operations yet."</p> }
         >
-            <div class="table-wrap">
-                <table class="table operations">
-                    <caption class="visually-hidden">"Operations, newest first"</caption>
-                    <thead>
-                        <tr>
-                            <th scope="col">"Operation"</th>
-                            <th scope="col">"Command"</th>
-                            <th scope="col">"Target"</th>
-                            <th scope="col">"State"</th>
-                            <th scope="col">"Requested by"</th>
-                            <th scope="col">"Started"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <For
-                            each=move || rows.get()
-                            key=|o| (o.operation_id.clone(), o.updated_at.clone())
-                            children=|o| {
-                                view! {
-                                    <tr data-operation=o.operation_id.clone() data-state=o.state.as_str()>
-                                        <th scope="row">
-                                            <a class="mono" href=format!("/operations/{}", o.operation_id)>
-                                                {o.operation_id.clone()}
-                                            </a>
-                                        </th>
-                                        <td>{o.command.clone()}</td>
-                                        <td class="mono">{o.target.clone()}</td>
-                                        <td><StateBadge state=o.state.as_str().to_owned()/></td>
-                                        <td>{o.requested_by.clone()}</td>
-                                        <td class="time">{short(&o.created_at)}</td>
-                                    </tr>
-                                }
-                            }
-                        />
-                    </tbody>
-                </table>
-            </div>
+            <Table
+                class="operations"
+                caption="Operations, newest first"
+                columns={&["Operation", "Command", "Target", "State", "Requested by", "Started"]}
+            >
+                <For
+                    each=move || rows.get()
+                    key=|o| (o.operation_id.clone(), o.updated_at.clone())
+                    children=|o| {
+                        view! {
+                            <tr data-operation=o.operation_id.clone() data-state=o.state.as_str()>
+                                <th scope="row">
+                                    <a class="mono" href=format!("/operations/{}", o.operation_id)>
+                                        {o.operation_id.clone()}
+                                    </a>
+                                </th>
+                                <td>{o.command.clone()}</td>
+                                <td class="mono">{o.target.clone()}</td>
+                                <td><StateBadge state=o.state.as_str().to_owned()/></td>
+                                <td>{o.requested_by.clone()}</td>
+                                <td class="time">{short(&o.created_at)}</td>
+                            </tr>
+                        }
+                    }
+                />
+            </Table>
         </Show>
     }
 }
