@@ -409,14 +409,9 @@ async fn nodes_ready(r: &CreateCluster, cx: &Context, region: &str) -> Result<Pr
         .filter(|c| !c.is_ready())
         .map(|c| c.describe())
         .collect();
-    if waiting.is_empty() {
-        Ok(Progress::Done)
-    } else {
-        Ok(Progress::wait(
-            NODE_POLL,
-            format!("{ready} nodes Ready; waiting for {}", waiting.join(", ")),
-        ))
-    }
+    Ok(Progress::unless_pending(NODE_POLL, &waiting, |w| {
+        format!("{ready} nodes Ready; waiting for {w}")
+    }))
 }
 
 /// An EKS Pod Identity association for `service_account`, made once.
@@ -536,14 +531,9 @@ async fn ensure_addons(
             None => pending.push(format!("{} in an unknown state", addon.name)),
         }
     }
-    if pending.is_empty() {
-        Ok(Progress::Done)
-    } else {
-        Ok(Progress::wait(
-            ADDON_POLL,
-            format!("waiting for add-ons: {}", pending.join(", ")),
-        ))
-    }
+    Ok(Progress::unless_pending(ADDON_POLL, &pending, |p| {
+        format!("waiting for add-ons: {p}")
+    }))
 }
 
 /// Pre-flight for a new cluster: the name is free in hypd, EKS and HyperPod, the AZ and

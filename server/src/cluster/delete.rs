@@ -174,14 +174,9 @@ async fn delete_addons(cx: &Context, region: &str, cluster: &str) -> Result<Prog
         }
         deleting.push(addon.name);
     }
-    if deleting.is_empty() {
-        Ok(Progress::Done)
-    } else {
-        Ok(Progress::wait(
-            POLL,
-            format!("deleting add-ons: {}", deleting.join(", ")),
-        ))
-    }
+    Ok(Progress::unless_pending(POLL, &deleting, |d| {
+        format!("deleting add-ons: {d}")
+    }))
 }
 
 async fn delete_eks(

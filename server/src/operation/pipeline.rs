@@ -44,6 +44,20 @@ impl Progress {
             message: message.into(),
         }
     }
+
+    /// Done when nothing is `pending`; otherwise look again after `after`, saying what is
+    /// still pending (`say` gets the list, comma-separated).
+    pub fn unless_pending<S: std::borrow::Borrow<str>>(
+        after: Duration,
+        pending: &[S],
+        say: impl FnOnce(String) -> String,
+    ) -> Self {
+        if pending.is_empty() {
+            Progress::Done
+        } else {
+            Progress::wait(after, say(pending.join(", ")))
+        }
+    }
 }
 
 /// What a step may use.
