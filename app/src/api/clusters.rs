@@ -8,9 +8,11 @@ use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::{ApiError, FieldError};
 use super::inspect::efa_only_allowed;
 use super::operations::OperationRef;
+use super::plan::FieldChange;
 use super::values::{
     AzName, BucketName, Cidr, ClusterName, EksClusterName, IdempotencyKey, InstanceCount,
-    KubernetesVersion, MlInstanceType, Region, TrainingPlanArn, VpcId,
+    InstanceGroupName, KubernetesVersion, MlInstanceType, Region, ThreadsPerCore,
+    TrainingPlanArn, VolumeSizeGb, VpcId,
 };
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -334,6 +336,144 @@ pub struct StorageOptions {
     pub s3_bucket: Option<BucketName>,
 }
 
+impl Capacity {
+    /// The capacity type's name, as errors and plans show it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Capacity::OnDemand => "on_demand",
+            Capacity::Spot => "spot",
+            Capacity::TrainingPlan { .. } => "training_plan",
+        }
+    }
+}
+
+fn default_volume_size() -> VolumeSizeGb {
+    VolumeSizeGb::new(DEFAULT_VOLUME_SIZE_GB).expect("the default volume size is in range")
+}
+
+/// The EBS volume each instance gets at `/opt/sagemaker` unless a group names one.
+pub const DEFAULT_VOLUME_SIZE_GB: u32 = 500;
+
+/// One HyperPod instance group at decision level. Its instance type, capacity type and
+/// EFA-only mode are fixed for the group's life ([`InstanceGroupSpec::diff`] refuses to
+/// change them); the rest may change later.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceGroupSpec {
+    /// Unique within the cluster, e.g. `gpu-spot`.
+    pub name: InstanceGroupName,
+    /// The HyperPod instance type, e.g. `ml.p5.48xlarge`.
+    pub instance_type: MlInstanceType,
+    /// How many instances.
+    pub instance_count: InstanceCount,
+    #[serde(default)]
+    pub capacity: Capacity,
+    /// EFA-only network interfaces (every EFA card for collective traffic); only for
+    /// multi-EFA types such as p4d, p5, p5e, p5en, p6 and g6e.24xlarge/48xlarge.
+    #[serde(default)]
+    pub efa_only: bool,
+    /// Run the stress and connectivity checks on every new instance before it joins.
+    #[serde(default)]
+    pub deep_health_checks: bool,
+    /// EBS volume per instance in GB, mounted at /opt/sagemaker (default 500).
+    #[serde(default = "default_volume_size")]
+    pub volume_size_gb: VolumeSizeGb,
+    /// 1 turns hyperthreading off; hypd uses 2 for p4, p5, p6 and training plans and the
+    /// type's default otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads_per_core: Option<ThreadsPerCore>,
+}
+
+impl InstanceGroupSpec {
+    /// The group's own rules; `at` is its path in the request (`instance_groups[1]`).
+    pub fn problems(&self, at: &str, errors: &mut Vec<FieldError>) {
+        if self.efa_only && !efa_only_allowed(self.instance_type.as_str(), None) {
+            errors.push(FieldError::new(
+                format!("{at}.efa_only"),
+                format!(
+                    "{} has fewer than two EFA cards; EFA-only mode needs a multi-EFA type (p4d, p4de, p5, p5e, p5en, p6-b200, p6-b300, g6e.24xlarge, g6e.48xlarge)",
+                    self.instance_type
+                ),
+            ));
+        }
+    }
+
+    /// What changes from `self` (the group as it is) to `new`: the fields that may change
+    /// for a group's life, old → new. Instance type, capacity type and EFA-only mode may
+    /// not: changing one is `Immutable`, naming the field under `at`.
+    pub fn diff(&self, new: &InstanceGroupSpec, at: &str) -> Result<Vec<FieldChange>, ApiError> {
+        let immutable = |field: &str, old: String, new: String| ApiError::Immutable {
+            field: format!("{at}.{field}"),
+            message: format!(
+                "it is {old} for the life of instance group {}; asked for {new}. Add a new group with the setting you want and delete this one",
+                self.name
+            ),
+        };
+        if self.instance_type != new.instance_type {
+            return Err(immutable(
+                "instance_type",
+                self.instance_type.to_string(),
+                new.instance_type.to_string(),
+            ));
+        }
+        if self.capacity != new.capacity {
+            let show = |c: &Capacity| match c {
+                Capacity::TrainingPlan { training_plan_arn } => {
+                    format!("training_plan {training_plan_arn}")
+                }
+                other => other.kind().to_owned(),
+            };
+            return Err(immutable(
+                "capacity",
+                show(&self.capacity),
+                show(&new.capacity),
+            ));
+        }
+        if self.efa_only != new.efa_only {
+            return Err(immutable(
+                "efa_only",
+                self.efa_only.to_string(),
+                new.efa_only.to_string(),
+            ));
+        }
+        let mut changes = Vec::new();
+        let mut field = |name: &str, old: serde_json::Value, new: serde_json::Value| {
+            if old != new {
+                changes.push(FieldChange {
+                    field: format!("{at}.{name}"),
+                    old: Some(old),
+                    new: Some(new),
+                });
+            }
+        };
+        use serde_json::json;
+        field(
+            "instance_count",
+            json!(self.instance_count.get()),
+            json!(new.instance_count.get()),
+        );
+        field(
+            "deep_health_checks",
+            json!(self.deep_health_checks),
+            json!(new.deep_health_checks),
+        );
+        field(
+            "volume_size_gb",
+            json!(self.volume_size_gb.get()),
+            json!(new.volume_size_gb.get()),
+        );
+        field(
+            "threads_per_core",
+            json!(self.threads_per_core.map(|t| t.get())),
+            json!(new.threads_per_core.map(|t| t.get())),
+        );
+        Ok(changes)
+    }
+}
+
+/// HyperPod's limit on instance groups in one CreateCluster request.
+pub const MAX_INSTANCE_GROUPS: usize = 100;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCluster {
@@ -344,19 +484,9 @@ pub struct CreateCluster {
     pub region: Option<Region>,
     /// Where the accelerated instances run (a training plan fixes it).
     pub availability_zone: AzName,
-    /// The HyperPod instance type of the first instance group, e.g. `ml.p5.48xlarge`.
-    pub instance_type: MlInstanceType,
-    /// How many instances (at least 1).
-    pub instance_count: InstanceCount,
-    #[serde(default)]
-    pub capacity: Capacity,
-    /// EFA-only network interfaces (all EFA cards for the collective traffic); only for
-    /// multi-EFA types such as p4d, p5, p5e, p5en, p6 and g6e.24xlarge/48xlarge.
-    #[serde(default)]
-    pub efa_only: bool,
-    /// Run the stress and connectivity checks on every new instance before it joins.
-    #[serde(default)]
-    pub deep_health_checks: bool,
+    /// The HyperPod instance groups, one or more, each with its own type, count and
+    /// capacity (e.g. an on-demand group and a spot group).
+    pub instance_groups: Vec<InstanceGroupSpec>,
     /// The EKS version; hypd's tested default when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<KubernetesVersion>,
@@ -369,12 +499,85 @@ pub struct CreateCluster {
     pub idempotency_key: Option<IdempotencyKey>,
 }
 
+/// The single-group request stored before instance groups were a list. Operations
+/// written then still resume: [`CreateCluster::from_stored`] reads this shape into one
+/// group with the name those clusters' groups were given.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SingleGroupCreateCluster {
+    name: ClusterName,
+    #[serde(default)]
+    region: Option<Region>,
+    availability_zone: AzName,
+    instance_type: MlInstanceType,
+    instance_count: InstanceCount,
+    #[serde(default)]
+    capacity: Capacity,
+    #[serde(default)]
+    efa_only: bool,
+    #[serde(default)]
+    deep_health_checks: bool,
+    #[serde(default)]
+    kubernetes_version: Option<KubernetesVersion>,
+    #[serde(default)]
+    storage: StorageOptions,
+    #[serde(default)]
+    network: NetworkOptions,
+    #[serde(default)]
+    idempotency_key: Option<IdempotencyKey>,
+}
+
+/// The group name single-group clusters were created with.
+pub const SINGLE_GROUP_NAME: &str = "accelerated-1";
+
+impl CreateCluster {
+    /// Reads a stored request, of today's shape or of the single-group one.
+    pub fn from_stored(json: &str) -> Result<Self, serde_json::Error> {
+        match serde_json::from_str::<CreateCluster>(json) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                let Ok(old) = serde_json::from_str::<SingleGroupCreateCluster>(json) else {
+                    return Err(e);
+                };
+                Ok(CreateCluster {
+                    name: old.name,
+                    region: old.region,
+                    availability_zone: old.availability_zone,
+                    instance_groups: vec![InstanceGroupSpec {
+                        name: InstanceGroupName::parse(SINGLE_GROUP_NAME)
+                            .expect("the single-group name is valid"),
+                        instance_type: old.instance_type,
+                        instance_count: old.instance_count,
+                        capacity: old.capacity,
+                        efa_only: old.efa_only,
+                        deep_health_checks: old.deep_health_checks,
+                        volume_size_gb: default_volume_size(),
+                        threads_per_core: None,
+                    }],
+                    kubernetes_version: old.kubernetes_version,
+                    storage: old.storage,
+                    network: old.network,
+                    idempotency_key: old.idempotency_key,
+                })
+            }
+        }
+    }
+
+    /// Instances asked for across every group.
+    pub fn total_instances(&self) -> u64 {
+        self.instance_groups
+            .iter()
+            .map(|g| u64::from(g.instance_count.get()))
+            .sum()
+    }
+}
+
 impl Command for CreateCluster {
     type Output = OperationRef;
     const SPEC: CommandSpec = CommandSpec {
         name: "create_cluster",
         summary: "Create a GPU cluster: network, IAM, EKS, HyperPod with automatic node recovery, storage",
-        description: "Creates everything a HyperPod-on-EKS training cluster needs from decision-level inputs (name, Availability Zone, instance type and count, capacity type, EFA-only, deep health checks): a VPC with public, private and /20 compute subnets, NAT, S3 endpoint and an EFA security group; IAM roles; the EKS control plane with hypd's access entry and OIDC provider; EKS add-ons; the HyperPod cluster with NodeRecovery=Automatic and continuous provisioning; the shared S3 bucket. Problems found before anything is created (name taken, type not offered in the AZ, overlapping CIDR, EFA-only on an ineligible type) are field errors. Returns an operation (15-30 minutes on AWS): follow it with wait_operation.",
+        description: "Creates everything a HyperPod-on-EKS training cluster needs from decision-level inputs (name, Availability Zone, and one or more instance groups, each with instance type, count, capacity type: on-demand, spot or a training plan, EFA-only, deep health checks): a VPC with public, private and /20 compute subnets, NAT, S3 endpoint and an EFA security group; IAM roles; the EKS control plane with hypd's access entry and OIDC provider; EKS add-ons; the HyperPod node components; the HyperPod cluster with NodeRecovery=Automatic and continuous provisioning, its nodes Ready; the shared S3 bucket mounted as a PersistentVolumeClaim. Problems found before anything is created (name taken, type not supported by HyperPod or not offered in the AZ, quota too small, overlapping CIDR, EFA-only on an ineligible type) are field errors. Returns an operation (15-30 minutes on AWS): follow it with wait_operation.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -385,20 +588,37 @@ impl Command for CreateCluster {
 
     fn validate(&self) -> Result<(), ApiError> {
         let mut errors = Vec::new();
-        if self.instance_count.get() == 0 {
+        if self.instance_groups.is_empty() {
             errors.push(FieldError::new(
-                "instance_count",
-                "a new cluster needs at least 1 instance",
+                "instance_groups",
+                "a cluster needs at least one instance group",
             ));
-        }
-        if self.efa_only && !efa_only_allowed(self.instance_type.as_str(), None) {
+        } else if self.instance_groups.len() > MAX_INSTANCE_GROUPS {
             errors.push(FieldError::new(
-                "efa_only",
+                "instance_groups",
                 format!(
-                    "{} has fewer than two EFA cards; EFA-only mode needs a multi-EFA type (p4d, p4de, p5, p5e, p5en, p6-b200, p6-b300, g6e.24xlarge, g6e.48xlarge)",
-                    self.instance_type
+                    "HyperPod takes at most {MAX_INSTANCE_GROUPS} instance groups per cluster (got {})",
+                    self.instance_groups.len()
                 ),
             ));
+        } else if self.total_instances() == 0 {
+            errors.push(FieldError::new(
+                "instance_groups[0].instance_count",
+                "a new cluster needs at least 1 instance in one of its groups",
+            ));
+        }
+        for (i, g) in self.instance_groups.iter().enumerate() {
+            let at = format!("instance_groups[{i}]");
+            if let Some(first) = self.instance_groups[..i]
+                .iter()
+                .position(|o| o.name == g.name)
+            {
+                errors.push(FieldError::new(
+                    format!("{at}.name"),
+                    format!("instance_groups[{first}] is already named {}", g.name),
+                ));
+            }
+            g.problems(&at, &mut errors);
         }
         if self.network.vpc_cidr.is_some() && self.network.vpc_id.is_some() {
             errors.push(FieldError::new(
@@ -464,12 +684,20 @@ mod tests {
     fn request(extra: serde_json::Value) -> Result<CreateCluster, String> {
         let mut v = serde_json::json!({
             "name": "ml-1", "availability_zone": "us-east-1a",
-            "instance_type": "ml.p5.48xlarge", "instance_count": 2,
+            "instance_groups": [{"name": "gpu", "instance_type": "ml.p5.48xlarge", "instance_count": 2}],
         });
         if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
             base.extend(extra.clone());
         }
         serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    fn group(extra: serde_json::Value) -> serde_json::Value {
+        let mut g = serde_json::json!({"name": "gpu", "instance_type": "ml.p5.48xlarge", "instance_count": 2});
+        if let (Some(base), Some(extra)) = (g.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        g
     }
 
     fn fields(r: &CreateCluster) -> Vec<String> {
@@ -483,23 +711,39 @@ mod tests {
     #[test]
     fn decision_level_defaults() {
         let r = request(serde_json::json!({})).unwrap();
-        assert_eq!(r.capacity, Capacity::OnDemand);
-        assert!(!r.efa_only && !r.deep_health_checks);
+        let g = &r.instance_groups[0];
+        assert_eq!(g.capacity, Capacity::OnDemand);
+        assert!(!g.efa_only && !g.deep_health_checks);
+        assert_eq!(g.volume_size_gb.get(), DEFAULT_VOLUME_SIZE_GB);
         assert!(fields(&r).is_empty());
-        let r = request(serde_json::json!({"capacity": {"type": "training_plan",
-            "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week"}}))
+        let r = request(serde_json::json!({"instance_groups": [group(serde_json::json!({"capacity": {"type": "training_plan",
+            "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week"}}))]}))
         .unwrap();
-        assert!(matches!(r.capacity, Capacity::TrainingPlan { .. }));
+        assert!(matches!(
+            r.instance_groups[0].capacity,
+            Capacity::TrainingPlan { .. }
+        ));
     }
 
     #[test]
     fn cross_field_rules_name_their_field() {
-        let r = request(serde_json::json!({"instance_count": 0})).unwrap();
-        assert_eq!(fields(&r), ["instance_count"]);
-        let r = request(serde_json::json!({"instance_type": "ml.g5.8xlarge", "efa_only": true}))
-            .unwrap();
-        assert_eq!(fields(&r), ["efa_only"]);
-        let r = request(serde_json::json!({"instance_type": "ml.p5en.48xlarge", "efa_only": true}))
+        let r = request(
+            serde_json::json!({"instance_groups": [group(serde_json::json!({"instance_count": 0}))]}),
+        )
+        .unwrap();
+        assert_eq!(fields(&r), ["instance_groups[0].instance_count"]);
+        let r = request(serde_json::json!({"instance_groups": []})).unwrap();
+        assert_eq!(fields(&r), ["instance_groups"]);
+        let r = request(serde_json::json!({"instance_groups": [
+            group(serde_json::json!({})),
+            group(serde_json::json!({"instance_type": "ml.g5.8xlarge", "efa_only": true})),
+        ]}))
+        .unwrap();
+        assert_eq!(
+            fields(&r),
+            ["instance_groups[1].name", "instance_groups[1].efa_only"]
+        );
+        let r = request(serde_json::json!({"instance_groups": [group(serde_json::json!({"instance_type": "ml.p5en.48xlarge", "efa_only": true}))]}))
             .unwrap();
         assert!(fields(&r).is_empty());
         let r = request(serde_json::json!({"network": {"vpc_cidr": "10.1.0.0/16", "vpc_id": "vpc-0123456789abcdef0"}})).unwrap();
@@ -508,8 +752,68 @@ mod tests {
         assert_eq!(fields(&r), ["network.vpc_cidr"]);
         let r = request(serde_json::json!({"region": "us-west-2"})).unwrap();
         assert_eq!(fields(&r), ["availability_zone"]);
-        assert!(request(serde_json::json!({"capacity": {"type": "reserved"}})).is_err());
+        assert!(
+            request(serde_json::json!({"instance_groups": [group(serde_json::json!({"capacity": {"type": "reserved"}}))]}))
+                .is_err()
+        );
         assert!(request(serde_json::json!({"storage": {"s3_bucket": "Bad_Bucket"}})).is_err());
+    }
+
+    #[test]
+    fn a_groups_type_capacity_and_efa_mode_are_fixed_for_its_life() {
+        let g: InstanceGroupSpec = serde_json::from_value(group(serde_json::json!({}))).unwrap();
+        let with = |extra| -> InstanceGroupSpec { serde_json::from_value(group(extra)).unwrap() };
+        let changes = g
+            .diff(
+                &with(serde_json::json!({"instance_count": 0, "deep_health_checks": true})),
+                "instance_groups[1]",
+            )
+            .unwrap();
+        let names: Vec<&str> = changes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "instance_groups[1].instance_count",
+                "instance_groups[1].deep_health_checks"
+            ]
+        );
+        assert_eq!(changes[0].new, Some(serde_json::json!(0)));
+        assert!(g.diff(&g, "x").unwrap().is_empty());
+        for (extra, field) in [
+            (
+                serde_json::json!({"instance_type": "ml.p5en.48xlarge"}),
+                "instance_groups[1].instance_type",
+            ),
+            (
+                serde_json::json!({"capacity": {"type": "spot"}}),
+                "instance_groups[1].capacity",
+            ),
+            (
+                serde_json::json!({"efa_only": true}),
+                "instance_groups[1].efa_only",
+            ),
+        ] {
+            match g.diff(&with(extra), "instance_groups[1]") {
+                Err(ApiError::Immutable { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn single_group_requests_stored_earlier_still_read() {
+        let stored = r#"{"name":"ml-1","region":"us-east-1","availability_zone":"us-east-1a","instance_type":"ml.g5.8xlarge","instance_count":2,"capacity":{"type":"spot"},"efa_only":false,"deep_health_checks":true,"storage":{"s3_bucket":"hypd-ml-1-123456789012"},"network":{}}"#;
+        let r = CreateCluster::from_stored(stored).unwrap();
+        assert_eq!(r.instance_groups.len(), 1);
+        let g = &r.instance_groups[0];
+        assert_eq!(g.name.as_str(), SINGLE_GROUP_NAME);
+        assert_eq!(g.instance_type.as_str(), "ml.g5.8xlarge");
+        assert_eq!(g.capacity, Capacity::Spot);
+        assert!(g.deep_health_checks);
+        let today = serde_json::to_string(&r).unwrap();
+        assert_eq!(CreateCluster::from_stored(&today).unwrap(), r);
+        // The API itself takes only today's shape.
+        assert!(serde_json::from_str::<CreateCluster>(stored).is_err());
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub enum ApiError {
         code: Option<String>,
         message: String,
         request_id: Option<String>,
+        /// The same call may succeed later (throttling, a provider fault, a lost
+        /// connection): operations wait and try again. False for an answer such as a
+        /// refusal or a resource in a failed state, which repeats if asked again.
+        #[serde(default)]
+        transient: bool,
     },
     /// No valid token or session.
     #[error("{message}")]

@@ -8,6 +8,7 @@ pub mod command;
 pub mod error;
 pub mod inspect;
 pub mod operations;
+pub mod plan;
 pub mod tokens;
 pub mod values;
 

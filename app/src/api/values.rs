@@ -565,6 +565,10 @@ bounded_int!(
     VolumeSizeGb, 1, 16384, "a volume size in GB"
 );
 bounded_int!(
+    /// Hardware threads per CPU core: 1 turns hyperthreading off, 2 keeps it.
+    ThreadsPerCore, 1, 2, "threads per core"
+);
+bounded_int!(
     /// Seconds a long-poll may wait.
     WaitSeconds, 0, 300, "a wait in seconds"
 );

@@ -257,6 +257,7 @@ fn ErrorDetail(error: ApiError) -> impl IntoView {
             code,
             message,
             request_id,
+            ..
         } => Either::Left(view! {
             <dl class="facts error-detail">
                 <dt>"Failing call"</dt>

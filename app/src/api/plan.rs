@@ -1,0 +1,137 @@
+//! What a mutation does to the world, one change per AWS or Kubernetes object. A stage's
+//! step computes these from what it observed (a pure diff) and then applies exactly them,
+//! so a plan shown before a run and the calls made by the run come from the same code.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Shown in place of a value that exists only once an earlier change has been applied
+/// (a VPC id before the VPC is made, an OIDC issuer before EKS answers).
+pub const KNOWN_AFTER_APPLY: &str = "(known after apply)";
+
+/// What a change does to its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Create,
+    Update,
+    Delete,
+    /// The object exists already and hypd takes it as its own (a re-run, an import).
+    Adopt,
+    /// The object is as hypd wants it.
+    None,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Update => "update",
+            Action::Delete => "delete",
+            Action::Adopt => "adopt",
+            Action::None => "none",
+        }
+    }
+
+    /// True when applying it makes a mutating call.
+    pub fn mutates(self) -> bool {
+        matches!(self, Action::Create | Action::Update | Action::Delete)
+    }
+}
+
+/// One field an update changes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FieldChange {
+    /// Path of the field in the object, e.g. `routes[0.0.0.0/0]` or `spec.replicas`.
+    pub field: String,
+    /// Absent when the field is being set for the first time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<serde_json::Value>,
+    /// Absent when the field is being removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<serde_json::Value>,
+}
+
+/// One change to one object.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Change {
+    pub action: Action,
+    /// `service:Type` for AWS (`ec2:Vpc`, `iam:Role`, `eks:Addon`, `sagemaker:Cluster`),
+    /// `k8s:group/version/Kind` for Kubernetes (`k8s:apps/v1/DaemonSet`).
+    pub kind: String,
+    /// The object's name or id ([`KNOWN_AFTER_APPLY`] when it is made by this change).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// For updates: the fields that change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldChange>,
+}
+
+impl Change {
+    pub fn new(action: Action, kind: impl Into<String>, name: impl Into<String>) -> Self {
+        Change {
+            action,
+            kind: kind.into(),
+            name: name.into(),
+            namespace: None,
+            fields: Vec::new(),
+        }
+    }
+
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Adds a field that changes from `old` to `new`.
+    pub fn field(
+        mut self,
+        field: impl Into<String>,
+        old: Option<serde_json::Value>,
+        new: Option<serde_json::Value>,
+    ) -> Self {
+        self.fields.push(FieldChange {
+            field: field.into(),
+            old,
+            new,
+        });
+        self
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} ", self.action.as_str(), self.kind)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, "{ns}/")?;
+        }
+        write!(f, "{}", self.name)?;
+        for c in &self.fields {
+            let show = |v: &Option<serde_json::Value>| {
+                v.as_ref().map_or_else(|| "(none)".to_owned(), |v| v.to_string())
+            };
+            write!(f, "; {}: {} -> {}", c.field, show(&c.old), show(&c.new))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_reads_as_one_line() {
+        let c = Change::new(Action::Update, "eks:Addon", "cert-manager").field(
+            "version",
+            Some("v1.17".into()),
+            Some("v1.18".into()),
+        );
+        assert_eq!(
+            c.to_string(),
+            "update eks:Addon cert-manager; version: \"v1.17\" -> \"v1.18\""
+        );
+        assert!(c.action.mutates() && !Action::Adopt.mutates());
+    }
+}
