@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::moto::distinct_zones;
-use crate::world::{ACCOUNT, AwsError, Phase, Shared, World, region_of};
+use crate::world::{ACCOUNT, AwsError, Phase, Shared, World, fnv1a, fnv1a_extend, region_of};
 
 /// Simulated seconds each transition takes (AWS's typical figures).
 pub const CLUSTER_CREATE_SECS: f64 = 600.0;
@@ -152,14 +152,12 @@ fn phase_status(
 }
 
 fn hex_id(seed: &str, len: usize) -> String {
-    // Deterministic per name, like an id AWS would hand out once.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    // Deterministic per name, like an id AWS would hand out once; each further 16 digits
+    // hash the seed again with what came before, so longer ids do not repeat themselves.
+    let mut h = fnv1a("");
     let mut out = String::new();
     while out.len() < len {
-        for b in seed.bytes().chain(out.clone().bytes()) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        h = fnv1a_extend(fnv1a_extend(h, seed.as_bytes()), out.as_bytes());
         out.push_str(&format!("{h:016X}"));
     }
     out.truncate(len);

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::lookups::Lookups;
 use super::{str_field, validation};
-use crate::world::{ACCOUNT, AwsError, Phase, World};
+use crate::world::{ACCOUNT, AwsError, Phase, World, fnv1a};
 
 pub const CREATE_SECS: f64 = 1200.0;
 pub const UPDATE_SECS: f64 = 600.0;
@@ -78,12 +78,7 @@ impl Server {
 
 /// A stable 12-character id per ARN, like the one AWS puts in the server's URL.
 fn short_id(seed: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in seed.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")[..12].to_owned()
+    format!("{:016x}", fnv1a(seed))[..12].to_owned()
 }
 
 impl World {
