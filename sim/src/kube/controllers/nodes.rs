@@ -10,46 +10,22 @@ use serde_json::{Value, json};
 use super::upsert;
 use crate::kube::store::{Key, meta};
 use crate::kube::time::rfc3339;
+use crate::sagemaker::instance_types::InstanceType;
 use crate::world::{World, fnv1a};
 
-/// Resources one node offers: GPUs, EFA interfaces, vCPUs, memory (GiB).
-fn capacity(instance_type: &str) -> (u32, u32, u32, u32) {
-    let t = instance_type.trim_start_matches("ml.");
-    match t {
-        "p5.48xlarge" | "p5e.48xlarge" => (8, 32, 192, 2048),
-        "p5en.48xlarge" => (8, 16, 192, 2048),
-        "p6-b200.48xlarge" | "p6-b300.48xlarge" => (8, 8, 192, 2048),
-        "p4d.24xlarge" | "p4de.24xlarge" => (8, 4, 96, 1152),
-        "g6e.48xlarge" => (8, 4, 192, 1536),
-        "g6e.24xlarge" => (4, 2, 96, 768),
-        "g6e.12xlarge" => (4, 1, 48, 384),
-        "g5.48xlarge" | "g6.48xlarge" => (8, 1, 192, 768),
-        "g5.24xlarge" | "g6.24xlarge" => (4, 1, 96, 384),
-        "g5.12xlarge" | "g6.12xlarge" => (4, 1, 48, 192),
-        "g5.8xlarge" | "g6.8xlarge" => (1, 1, 32, 128),
-        "trn1.32xlarge" | "trn1n.32xlarge" => (0, 8, 128, 512),
-        _ => {
-            let gpus = u32::from(t.starts_with('g') || t.starts_with('p'));
-            let size = t.split('.').nth(1).unwrap_or("xlarge");
-            let vcpu = match size {
-                "medium" => 2,
-                "large" => 2,
-                "xlarge" => 4,
-                s => s
-                    .trim_end_matches("xlarge")
-                    .parse::<u32>()
-                    .map_or(8, |n| n * 4),
-            };
-            let ratio = if t.starts_with('c') {
-                2
-            } else if t.starts_with('r') {
-                8
-            } else {
-                4
-            };
-            (gpus, 0, vcpu, vcpu * ratio)
-        }
+/// What a node of an instance type offers pods, from the same table HyperPod checks
+/// requests against, so a group's Nodes have the GPUs and EFA interfaces its type has.
+/// Allocatable equals capacity: the sim reserves nothing for the kubelet or the system.
+fn resources(facts: &InstanceType) -> Value {
+    let mut resources = json!({ "cpu": facts.vcpus.to_string(), "memory": format!("{}Gi", facts.memory_gib),
+                                "pods": "110", "ephemeral-storage": "500Gi" });
+    if facts.gpus > 0 {
+        resources["nvidia.com/gpu"] = json!(facts.gpus.to_string());
     }
+    if facts.efa_interfaces > 0 {
+        resources["vpc.amazonaws.com/efa"] = json!(facts.efa_interfaces.to_string());
+    }
+    resources
 }
 
 pub(super) fn nodes(w: &mut World, cluster: &str) {
@@ -59,22 +35,19 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
         .map(|c| c.version.clone())
         .unwrap_or_default();
     let epoch = |t: f64| w.clock.epoch(t);
+    let table = &w.sagemaker.instance_types;
     let wanted: Vec<(String, Value)> = instances
         .iter()
         .filter(|i| i.status != "Pending")
-        .map(|i| {
+        // HyperPod refuses a group whose type has no row, and rows are only ever added or
+        // replaced, so every instance finds its facts.
+        .filter_map(|i| Some((i, table.get(&i.instance_type)?)))
+        .map(|(i, facts)| {
             let name = format!("hyperpod-{}", i.id);
-            let (gpu, efa, cpu, mem) = capacity(&i.instance_type);
             let healthy = i.status == "Running";
             let booted = rfc3339(epoch(i.launched + crate::sagemaker::NODE_BOOT_SECS));
             let h = fnv1a(&i.id);
-            let mut resources = json!({ "cpu": cpu.to_string(), "memory": format!("{mem}Gi"), "pods": "110", "ephemeral-storage": "500Gi" });
-            if gpu > 0 {
-                resources["nvidia.com/gpu"] = json!(gpu.to_string());
-            }
-            if efa > 0 {
-                resources["vpc.amazonaws.com/efa"] = json!(efa.to_string());
-            }
+            let resources = resources(facts);
             let mut node = json!({
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -171,11 +144,21 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sagemaker::instance_types::default_table;
 
     #[test]
-    fn capacities_know_the_gpu_types() {
-        assert_eq!(capacity("ml.p5.48xlarge"), (8, 32, 192, 2048));
-        assert_eq!(capacity("ml.m5.2xlarge"), (0, 0, 8, 32));
-        assert_eq!(capacity("ml.g5.xlarge").0, 1);
+    fn nodes_offer_what_the_instance_type_table_says() {
+        let table = default_table();
+        let p5 = resources(&table["ml.p5.48xlarge"]);
+        assert_eq!(p5["nvidia.com/gpu"], "8");
+        assert_eq!(p5["vpc.amazonaws.com/efa"], "32");
+        assert_eq!(p5["cpu"], "192");
+        assert_eq!(p5["memory"], "2048Gi");
+        let b300 = resources(&table["ml.p6-b300.48xlarge"]);
+        assert_eq!(b300["vpc.amazonaws.com/efa"], "16");
+        assert_eq!(b300["memory"], "4096Gi");
+        let m5 = resources(&table["ml.m5.2xlarge"]);
+        assert_eq!((&m5["cpu"], &m5["memory"]), (&json!("8"), &json!("32Gi")));
+        assert!(m5.get("nvidia.com/gpu").is_none() && m5.get("vpc.amazonaws.com/efa").is_none());
     }
 }
