@@ -30,13 +30,34 @@ pub(super) fn object(
     o
 }
 
+/// A namespace the cluster or an add-on brings, as if it had been created through the API.
+pub(super) fn namespace(store: &mut Store, name: &str, now: &str) -> Value {
+    let mut o = object(store, "v1", "Namespace", "", name, now);
+    namespace_defaults(&mut o, name);
+    o
+}
+
+fn namespace_defaults(o: &mut Value, name: &str) {
+    o["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+    o["spec"] = json!({ "finalizers": ["kubernetes"] });
+    o["status"] = json!({ "phase": "Active" });
+}
+
+/// A new pod's defaults, also for the pods controllers make, which in Kubernetes pass
+/// through the same admission.
+pub(super) fn pod_defaults(o: &mut Value) {
+    let spec = &mut o["spec"];
+    if spec["restartPolicy"].is_null() {
+        spec["restartPolicy"] = json!("Always");
+    }
+    spec["schedulerName"] = json!("default-scheduler");
+    o["status"] = json!({ "phase": "Pending", "qosClass": "BestEffort" });
+}
+
 /// The namespaces and the `kubernetes` Service every new cluster has.
 pub fn bootstrap(store: &mut Store, now: &str) {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-        let mut o = object(store, "v1", "Namespace", "", ns, now);
-        o["metadata"]["labels"] = json!({ "kubernetes.io/metadata.name": ns });
-        o["spec"] = json!({ "finalizers": ["kubernetes"] });
-        o["status"] = json!({ "phase": "Active" });
+        let o = namespace(store, ns, now);
         store.put(Key::new("/namespaces", "", ns), o);
     }
     let mut svc = object(store, "v1", "Service", "default", "kubernetes", now);
@@ -52,19 +73,8 @@ pub fn defaults(res: &Resource, o: &mut Value, now: &str) {
     let uid = meta(o, "uid");
     let name = meta(o, "name");
     match (res.group.as_str(), res.plural.as_str()) {
-        ("", "namespaces") => {
-            o["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
-            o["spec"] = json!({ "finalizers": ["kubernetes"] });
-            o["status"] = json!({ "phase": "Active" });
-        }
-        ("", "pods") => {
-            let spec = &mut o["spec"];
-            if spec["restartPolicy"].is_null() {
-                spec["restartPolicy"] = json!("Always");
-            }
-            spec["schedulerName"] = json!("default-scheduler");
-            o["status"] = json!({ "phase": "Pending", "qosClass": "BestEffort" });
-        }
+        ("", "namespaces") => namespace_defaults(o, &name),
+        ("", "pods") => pod_defaults(o),
         ("", "services") => {
             if o["spec"]["type"].is_null() {
                 o["spec"]["type"] = json!("ClusterIP");

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::kube::admission::{crd_status, object};
+use crate::kube::admission::{crd_status, namespace, object};
 use crate::kube::discovery::CRD_GR;
 use crate::kube::store::Key;
 use crate::world::World;
@@ -84,10 +84,7 @@ pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
             wanted.insert(Key::new(gr, ns, name));
             let ns_key = Key::new("/namespaces", "", ns);
             if store.get(&ns_key).is_none() {
-                let mut o = object(store, "v1", "Namespace", "", ns, now);
-                o["metadata"]["labels"] = json!({ "kubernetes.io/metadata.name": ns });
-                o["spec"] = json!({ "finalizers": ["kubernetes"] });
-                o["status"] = json!({ "phase": "Active" });
+                let o = namespace(store, ns, now);
                 store.put(ns_key, o);
             }
             let key = Key::new(gr, ns, name);

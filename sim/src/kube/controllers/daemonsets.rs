@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{is_ready, node_ready, owned_by, pod_from, selector_matches, upsert};
+use super::{is_ready, node_ready, owned, pod_from, selector_matches, snapshot, upsert};
 use crate::kube::store::{Key, Store, meta};
 
 pub(super) fn daemonsets(store: &mut Store, now: &str) {
@@ -13,11 +13,7 @@ pub(super) fn daemonsets(store: &mut Store, now: &str) {
         .filter(|n| node_ready(n))
         .map(|n| (**n).clone())
         .collect();
-    let sets: Vec<Value> = store
-        .list("apps/daemonsets", None)
-        .map(|d| (**d).clone())
-        .collect();
-    for ds in sets {
+    for ds in snapshot(store, "apps/daemonsets") {
         let ns = meta(&ds, "namespace");
         let uid = meta(&ds, "uid");
         let targets: Vec<&Value> = nodes
@@ -29,9 +25,7 @@ pub(super) fn daemonsets(store: &mut Store, now: &str) {
                 )
             })
             .collect();
-        let pods: Vec<Value> = owned_by(store, "/pods", &ns, &uid)
-            .map(|p| (**p).clone())
-            .collect();
+        let pods = owned(store, "/pods", &ns, &uid);
         for p in &pods {
             let on = p["spec"]["nodeName"].as_str().unwrap_or_default();
             if !targets.iter().any(|n| meta(n, "name") == on) {
@@ -60,9 +54,7 @@ pub(super) fn daemonsets(store: &mut Store, now: &str) {
                 json!([{ "type": "PodScheduled", "status": "True", "lastTransitionTime": now }]);
             store.put(key, pod);
         }
-        let pods: Vec<Value> = owned_by(store, "/pods", &ns, &uid)
-            .map(|p| (**p).clone())
-            .collect();
+        let pods = owned(store, "/pods", &ns, &uid);
         let ready = pods.iter().filter(|p| is_ready(p)).count();
         let mut ds = ds.clone();
         ds["status"] = json!({ "desiredNumberScheduled": targets.len(), "currentNumberScheduled": pods.len(),

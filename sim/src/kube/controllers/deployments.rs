@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::{condition, is_ready, owned_by, owner_ref, upsert};
+use super::{condition, is_ready, owned, owner_ref, snapshot, upsert};
 use crate::kube::admission::object;
 use crate::kube::store::{Key, Store, meta};
 use crate::world::fnv1a;
@@ -15,11 +15,7 @@ fn template_hash(template: &Value) -> String {
 }
 
 pub(super) fn deployments(store: &mut Store, now: &str) {
-    let deploys: Vec<Value> = store
-        .list("apps/deployments", None)
-        .map(|d| (**d).clone())
-        .collect();
-    for d in deploys {
+    for d in snapshot(store, "apps/deployments") {
         let ns = meta(&d, "namespace");
         let uid = meta(&d, "uid");
         if d["metadata"]["deletionTimestamp"].is_string() {
@@ -28,12 +24,8 @@ pub(super) fn deployments(store: &mut Store, now: &str) {
         let replicas = d["spec"]["replicas"].as_u64().unwrap_or(1);
         let hash = template_hash(&d["spec"]["template"]);
         let rs_name = format!("{}-{}", meta(&d, "name"), &hash[..10]);
-        let owned: Vec<Value> = owned_by(store, "apps/replicasets", &ns, &uid)
-            .map(|r| (**r).clone())
-            .collect();
-        for rs in &owned {
-            if meta(rs, "name") != rs_name && rs["spec"]["replicas"].as_u64() != Some(0) {
-                let mut rs = rs.clone();
+        for mut rs in owned(store, "apps/replicasets", &ns, &uid) {
+            if meta(&rs, "name") != rs_name && rs["spec"]["replicas"].as_u64() != Some(0) {
                 rs["spec"]["replicas"] = json!(0);
                 let key = Key::new("apps/replicasets", &ns, &meta(&rs, "name"));
                 upsert(store, key, rs);
@@ -59,16 +51,12 @@ pub(super) fn deployments(store: &mut Store, now: &str) {
         };
         rs["spec"]["replicas"] = json!(replicas);
         upsert(store, key, rs);
-        let rs_all: Vec<Value> = owned_by(store, "apps/replicasets", &ns, &uid)
-            .map(|r| (**r).clone())
-            .collect();
+        let rs_all = owned(store, "apps/replicasets", &ns, &uid);
         let mut total = 0;
         let mut updated = 0;
         let mut ready = 0;
         for rs in &rs_all {
-            let pods: Vec<Value> = owned_by(store, "/pods", &ns, &meta(rs, "uid"))
-                .map(|p| (**p).clone())
-                .collect();
+            let pods = owned(store, "/pods", &ns, &meta(rs, "uid"));
             total += pods.len() as u64;
             ready += pods.iter().filter(|p| is_ready(p)).count() as u64;
             if meta(rs, "name") == rs_name {

@@ -4,24 +4,18 @@
 
 use serde_json::{Value, json};
 
-use super::{finish_time, is_ready, owned_by, pod_from, upsert};
+use super::{finish_time, is_ready, owned, pod_from, snapshot, start_time, upsert};
 use crate::kube::store::{Key, Store, meta};
 
 pub(super) fn jobs(store: &mut Store, now: &str) {
-    let all: Vec<Value> = store
-        .list("batch/jobs", None)
-        .map(|j| (**j).clone())
-        .collect();
-    for job in all {
+    for job in snapshot(store, "batch/jobs") {
         let ns = meta(&job, "namespace");
         let uid = meta(&job, "uid");
         let spec = &job["spec"];
         let completions = spec["completions"].as_u64().unwrap_or(1);
         let parallelism = spec["parallelism"].as_u64().unwrap_or(1);
         let backoff = spec["backoffLimit"].as_u64().unwrap_or(6);
-        let pods: Vec<Value> = owned_by(store, "/pods", &ns, &uid)
-            .map(|p| (**p).clone())
-            .collect();
+        let pods = owned(store, "/pods", &ns, &uid);
         let succeeded = pods
             .iter()
             .filter(|p| p["status"]["phase"] == "Succeeded")
@@ -43,13 +37,10 @@ pub(super) fn jobs(store: &mut Store, now: &str) {
                 store.put(key, pod);
             }
         }
-        let pods: Vec<Value> = owned_by(store, "/pods", &ns, &uid)
-            .map(|p| (**p).clone())
-            .collect();
+        let pods = owned(store, "/pods", &ns, &uid);
         let ready = pods.iter().filter(|p| is_ready(p)).count();
-        let old = &job["status"];
         let mut status = json!({
-            "startTime": old["startTime"].as_str().map_or_else(|| json!(meta(&job, "creationTimestamp")), |s| json!(s)),
+            "startTime": start_time(&job),
             "active": active,
             "ready": ready,
             "succeeded": succeeded,

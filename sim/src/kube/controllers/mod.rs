@@ -25,8 +25,8 @@ mod services;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::admission::object;
-use super::store::{Key, Obj, Store, meta};
+use super::admission::{object, pod_defaults};
+use super::store::{Key, Store, meta};
 use super::time::rfc3339;
 use crate::world::{Shared, World};
 
@@ -96,17 +96,31 @@ fn owner_ref(owner: &Value) -> Value {
     }])
 }
 
-fn owned_by<'a>(
-    store: &'a Store,
-    gr: &'a str,
-    ns: &'a str,
-    owner_uid: &'a str,
-) -> impl Iterator<Item = &'a Obj> {
-    store.list(gr, Some(ns)).filter(move |o| {
-        o["metadata"]["ownerReferences"]
-            .as_array()
-            .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(owner_uid)))
-    })
+/// Every object of a resource, copied: a controller writes to the store while it walks
+/// them.
+fn snapshot(store: &Store, gr: &str) -> Vec<Value> {
+    store.list(gr, None).map(|o| (**o).clone()).collect()
+}
+
+/// The objects of `gr` in `ns` that `owner_uid` owns, copied for the same reason.
+fn owned(store: &Store, gr: &str, ns: &str, owner_uid: &str) -> Vec<Value> {
+    store
+        .list(gr, Some(ns))
+        .filter(|o| {
+            o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(owner_uid)))
+        })
+        .map(|o| (**o).clone())
+        .collect()
+}
+
+/// A run's `status.startTime`: the one recorded, else the object's creation, so it does
+/// not move once set.
+fn start_time(o: &Value) -> Value {
+    o["status"]["startTime"]
+        .as_str()
+        .map_or_else(|| json!(meta(o, "creationTimestamp")), |s| json!(s))
 }
 
 /// A pod from a template, owned by `owner`.
@@ -131,11 +145,7 @@ fn pod_from(
     }
     pod["metadata"]["ownerReferences"] = owner_ref(owner);
     pod["spec"] = template["spec"].clone();
-    if pod["spec"]["restartPolicy"].is_null() {
-        pod["spec"]["restartPolicy"] = json!("Always");
-    }
-    pod["spec"]["schedulerName"] = json!("default-scheduler");
-    pod["status"] = json!({ "phase": "Pending", "qosClass": "BestEffort" });
+    pod_defaults(&mut pod);
     (Key::new("/pods", &ns, name), pod)
 }
 

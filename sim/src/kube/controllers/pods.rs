@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::{is_terminal, upsert};
+use super::{is_terminal, snapshot, upsert};
 use crate::kube::scheduler::Scheduler;
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::{parse_rfc3339, rfc3339};
@@ -23,8 +23,7 @@ pub const START_SECS: f64 = 5.0;
 /// Binds pending pods (through the scheduler) and moves bound pods through their phases.
 pub(super) fn pods(store: &mut Store, epoch_now: f64, now: &str) {
     let mut scheduler = Scheduler::new(store);
-    let all: Vec<Value> = store.list("/pods", None).map(|p| (**p).clone()).collect();
-    for mut pod in all {
+    for mut pod in snapshot(store, "/pods") {
         let ns = meta(&pod, "namespace");
         let name = meta(&pod, "name");
         let key = Key::new("/pods", &ns, &name);

@@ -2,10 +2,10 @@
 //! launched together, the job completes when all succeed and fails when one fails. The
 //! job's run-time annotation reaches its pods, so a test can say how long training takes.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::pods::RUN_ANNOTATION;
-use super::{condition, finish_time, is_ready, owned_by, pod_from, upsert};
+use super::{condition, finish_time, is_ready, owned, pod_from, snapshot, start_time, upsert};
 use crate::kube::store::{Key, Store, meta};
 
 pub(super) const PYTORCHJOB_GR: &str = "sagemaker.amazonaws.com/hyperpodpytorchjobs";
@@ -13,11 +13,7 @@ pub(super) const PYTORCHJOB_GR: &str = "sagemaker.amazonaws.com/hyperpodpytorchj
 /// HyperPodPyTorchJob: `replicas` pods per replica spec, launched together; the job
 /// completes when every pod has succeeded and fails when one fails.
 pub(super) fn pytorchjobs(store: &mut Store, now: &str) {
-    let all: Vec<Value> = store
-        .list(PYTORCHJOB_GR, None)
-        .map(|j| (**j).clone())
-        .collect();
-    for job in all {
+    for job in snapshot(store, PYTORCHJOB_GR) {
         let ns = meta(&job, "namespace");
         let name = meta(&job, "name");
         let uid = meta(&job, "uid");
@@ -45,9 +41,7 @@ pub(super) fn pytorchjobs(store: &mut Store, now: &str) {
                 }
             }
         }
-        let pods: Vec<Value> = owned_by(store, "/pods", &ns, &uid)
-            .map(|p| (**p).clone())
-            .collect();
+        let pods = owned(store, "/pods", &ns, &uid);
         let running = pods.iter().filter(|p| is_ready(p)).count();
         let succeeded = pods
             .iter()
@@ -66,7 +60,7 @@ pub(super) fn pytorchjobs(store: &mut Store, now: &str) {
             "HyperPodPyTorchJob created",
             now,
         )];
-        let mut status = json!({ "startTime": old["startTime"].as_str().map_or_else(|| json!(meta(&job, "creationTimestamp")), |s| json!(s)), "restartCount": 0 });
+        let mut status = json!({ "startTime": start_time(&job), "restartCount": 0 });
         if failed > 0 {
             conditions.push(condition(
                 old,

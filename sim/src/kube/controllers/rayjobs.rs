@@ -5,18 +5,14 @@
 use serde_json::{Value, json};
 
 use super::pods::RUN_ANNOTATION;
-use super::{is_ready, owner_ref, pod_from, upsert};
+use super::{is_ready, owner_ref, pod_from, snapshot, start_time, upsert};
 use crate::kube::admission::object;
 use crate::kube::store::{Key, Store, meta};
 
 /// RayJob (KubeRay's K8sJobMode): a Ray cluster (head + worker pods) and, once the head
 /// runs, a submitter Job whose pod runs the entrypoint; the Job decides the outcome.
 pub(super) fn rayjobs(store: &mut Store, now: &str) {
-    let all: Vec<Value> = store
-        .list("ray.io/rayjobs", None)
-        .map(|j| (**j).clone())
-        .collect();
-    for rj in all {
+    for rj in snapshot(store, "ray.io/rayjobs") {
         let ns = meta(&rj, "namespace");
         let name = meta(&rj, "name");
         let uid = meta(&rj, "uid");
@@ -120,7 +116,7 @@ pub(super) fn rayjobs(store: &mut Store, now: &str) {
             "jobId": format!("{name}-{}", &uid[uid.len().saturating_sub(5)..]),
             "rayClusterName": cluster,
             "dashboardURL": format!("{cluster}-head-svc.{ns}.svc.cluster.local:8265"),
-            "startTime": status["startTime"].as_str().map_or_else(|| json!(meta(&rj, "creationTimestamp")), |s| json!(s)),
+            "startTime": start_time(&rj),
             "observedGeneration": rj["metadata"]["generation"],
             "rayClusterStatus": { "state": if head_running { "ready" } else { "" } },
         });

@@ -3,21 +3,15 @@
 
 use serde_json::{Value, json};
 
-use super::{is_ready, is_terminal, owned_by, pod_from, upsert};
+use super::{is_ready, is_terminal, owned, pod_from, snapshot, upsert};
 use crate::kube::store::{Key, Store, meta};
 
 pub(super) fn replicasets(store: &mut Store, now: &str) {
-    let sets: Vec<Value> = store
-        .list("apps/replicasets", None)
-        .map(|r| (**r).clone())
-        .collect();
-    for rs in sets {
+    for rs in snapshot(store, "apps/replicasets") {
         let ns = meta(&rs, "namespace");
         let uid = meta(&rs, "uid");
         let want = rs["spec"]["replicas"].as_u64().unwrap_or(1) as usize;
-        let pods: Vec<Value> = owned_by(store, "/pods", &ns, &uid)
-            .map(|p| (**p).clone())
-            .collect();
+        let pods = owned(store, "/pods", &ns, &uid);
         let live: Vec<&Value> = pods.iter().filter(|p| !is_terminal(p)).collect();
         if live.len() > want {
             // Not-ready pods go first, then the newest.
@@ -39,9 +33,7 @@ pub(super) fn replicasets(store: &mut Store, now: &str) {
             );
             store.put(key, pod);
         }
-        let pods: Vec<Value> = owned_by(store, "/pods", &ns, &uid)
-            .map(|p| (**p).clone())
-            .collect();
+        let pods = owned(store, "/pods", &ns, &uid);
         let ready = pods.iter().filter(|p| is_ready(p)).count();
         let mut rs = rs.clone();
         rs["status"] = json!({ "replicas": pods.len(), "fullyLabeledReplicas": pods.len(), "readyReplicas": ready,
