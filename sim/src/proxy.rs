@@ -240,15 +240,24 @@ fn s3_operation(method: &Method, uri: &Uri, headers: &HeaderMap) -> String {
 async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let service = signing_service(&parts.headers, &parts.uri);
+    // What goes wrong on the way to moto is answered in the caller's protocol, as AWS
+    // would answer its own failures.
+    let fail = |status, code: &str, message: String| {
+        service_error(
+            service.as_deref().unwrap_or_default(),
+            &parts.headers,
+            status,
+            code,
+            &message,
+        )
+    };
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
-            return service_error(
-                service.as_deref().unwrap_or_default(),
-                &parts.headers,
+            return fail(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "RequestEntityTooLarge",
-                &format!("hypd-sim relays bodies up to {MAX_BODY} bytes: {e}"),
+                format!("hypd-sim relays bodies up to {MAX_BODY} bytes: {e}"),
             );
         }
     };
@@ -280,12 +289,10 @@ async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
     let answer = match sent {
         Ok(answer) => answer,
         Err(e) => {
-            return service_error(
-                service.as_deref().unwrap_or_default(),
-                &parts.headers,
+            return fail(
                 StatusCode::BAD_GATEWAY,
                 "InternalFailure",
-                &format!("hypd-sim cannot reach moto: {e}"),
+                format!("hypd-sim cannot reach moto: {e}"),
             );
         }
     };
@@ -295,12 +302,10 @@ async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
     let body = match answer.bytes().await {
         Ok(b) => b,
         Err(e) => {
-            return service_error(
-                service.as_deref().unwrap_or_default(),
-                &parts.headers,
+            return fail(
                 StatusCode::BAD_GATEWAY,
                 "InternalFailure",
-                &format!("hypd-sim cannot read moto's answer: {e}"),
+                format!("hypd-sim cannot read moto's answer: {e}"),
             );
         }
     };

@@ -20,6 +20,19 @@ use crate::sagemaker::SageMaker;
 pub const ACCOUNT: &str = "123456789012";
 pub const DEFAULT_REGION: &str = "us-east-1";
 
+/// FNV-1a over `bytes`, continuing from `h`: ids, addresses and suffixes the sim derives
+/// from names must be the same on every run, which `std`'s randomly seeded hasher is not.
+pub fn fnv1a_extend(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// FNV-1a of `s` from the standard offset basis.
+pub fn fnv1a(s: &str) -> u64 {
+    fnv1a_extend(0xcbf2_9ce4_8422_2325, s.as_bytes())
+}
+
 /// Simulated time: `scale` simulated seconds pass per real second.
 #[derive(Debug)]
 pub struct Clock {

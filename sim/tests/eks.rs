@@ -11,7 +11,10 @@ use aws_sdk_eks::types::{
     AccessScope, AccessScopeType, AddonStatus, AuthenticationMode, ClusterStatus,
 };
 use serde_json::json;
-use support::{control, create_eks_cluster, eks_client, moto, network, sim, wait_for};
+use support::{
+    control, create_eks_cluster, eks_client, eks_cluster, moto, network, sim, wait_eks_active,
+    wait_for, wait_gone,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_access_and_addon_lifecycles() {
@@ -22,14 +25,7 @@ async fn cluster_access_and_addon_lifecycles() {
     let eks = eks_client(&sim_url).await;
 
     create_eks_cluster(&eks, &net, "ml-1", AuthenticationMode::ApiAndConfigMap).await;
-    let c = eks
-        .describe_cluster()
-        .name("ml-1")
-        .send()
-        .await
-        .unwrap()
-        .cluster
-        .unwrap();
+    let c = eks_cluster(&eks, "ml-1").await;
     assert_eq!(c.status, Some(ClusterStatus::Creating));
     assert!(c.endpoint.is_none(), "no endpoint while creating");
     assert!(
@@ -49,18 +45,7 @@ async fn cluster_access_and_addon_lifecycles() {
             .starts_with("vpc-")
     );
 
-    wait_for("ACTIVE", || async {
-        eks.describe_cluster()
-            .name("ml-1")
-            .send()
-            .await
-            .unwrap()
-            .cluster
-            .unwrap()
-            .status
-            == Some(ClusterStatus::Active)
-    })
-    .await;
+    wait_eks_active(&eks, "ml-1").await;
     assert_eq!(
         eks.list_clusters().send().await.unwrap().clusters.unwrap(),
         vec!["ml-1"]
@@ -210,35 +195,16 @@ async fn cluster_access_and_addon_lifecycles() {
         .send()
         .await
         .unwrap();
-    wait_for("add-on gone", || async {
+    wait_gone("add-on gone", "ResourceNotFoundException", || {
         status(eks.clone())
-            .await
-            .err()
-            .and_then(|e| e.code().map(str::to_owned))
-            .as_deref()
-            == Some("ResourceNotFoundException")
     })
     .await;
 
     eks.delete_cluster().name("ml-1").send().await.unwrap();
-    let c = eks
-        .describe_cluster()
-        .name("ml-1")
-        .send()
-        .await
-        .unwrap()
-        .cluster
-        .unwrap();
+    let c = eks_cluster(&eks, "ml-1").await;
     assert_eq!(c.status, Some(ClusterStatus::Deleting));
-    wait_for("cluster gone", || async {
-        eks.describe_cluster()
-            .name("ml-1")
-            .send()
-            .await
-            .err()
-            .and_then(|e| e.code().map(str::to_owned))
-            .as_deref()
-            == Some("ResourceNotFoundException")
+    wait_gone("cluster gone", "ResourceNotFoundException", || {
+        eks.describe_cluster().name("ml-1").send()
     })
     .await;
 }
@@ -249,23 +215,25 @@ async fn bad_input_gets_eks_error_codes() {
     let net = network(&moto_url).await;
     let (_sim, sim_url) = sim(&moto_url, 600.0);
     let eks = eks_client(&sim_url).await;
-    let vpc = |subnets: Vec<String>| {
-        aws_sdk_eks::types::VpcConfigRequest::builder()
-            .set_subnet_ids(Some(subnets))
-            .build()
+    let create = |name: &str, role: &str, subnets: Vec<String>| {
+        eks.create_cluster()
+            .name(name)
+            .role_arn(role)
+            .resources_vpc_config(
+                aws_sdk_eks::types::VpcConfigRequest::builder()
+                    .set_subnet_ids(Some(subnets))
+                    .build(),
+            )
     };
 
-    let err = eks
-        .create_cluster()
-        .name("x")
-        .role_arn(&net.role_arn)
-        .resources_vpc_config(vpc(vec![
-            net.subnets[0].clone(),
-            "subnet-0000000000000dead".into(),
-        ]))
-        .send()
-        .await
-        .unwrap_err();
+    let err = create(
+        "x",
+        &net.role_arn,
+        vec![net.subnets[0].clone(), "subnet-0000000000000dead".into()],
+    )
+    .send()
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterException"));
     assert!(
         err.message().unwrap().contains("subnet-0000000000000dead"),
@@ -273,44 +241,32 @@ async fn bad_input_gets_eks_error_codes() {
         err.message()
     );
 
-    let err = eks
-        .create_cluster()
-        .name("a".repeat(101))
-        .role_arn(&net.role_arn)
-        .resources_vpc_config(vpc(net.subnets.clone()))
+    let err = create(&"a".repeat(101), &net.role_arn, net.subnets.clone())
         .send()
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterException"));
 
-    let err = eks
-        .create_cluster()
-        .name("x")
-        .role_arn("arn:aws:iam::123456789012:role/missing")
-        .resources_vpc_config(vpc(net.subnets.clone()))
-        .send()
-        .await
-        .unwrap_err();
+    let err = create(
+        "x",
+        "arn:aws:iam::123456789012:role/missing",
+        net.subnets.clone(),
+    )
+    .send()
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterException"));
     assert!(err.message().unwrap().contains("does not exist"));
 
-    let err = eks
-        .create_cluster()
-        .name("x")
+    let err = create("x", &net.role_arn, net.subnets.clone())
         .version("1.12")
-        .role_arn(&net.role_arn)
-        .resources_vpc_config(vpc(net.subnets.clone()))
         .send()
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterException"));
 
     create_eks_cluster(&eks, &net, "dup", AuthenticationMode::ConfigMap).await;
-    let err = eks
-        .create_cluster()
-        .name("dup")
-        .role_arn(&net.role_arn)
-        .resources_vpc_config(vpc(net.subnets.clone()))
+    let err = create("dup", &net.role_arn, net.subnets.clone())
         .send()
         .await
         .unwrap_err();
@@ -384,14 +340,7 @@ async fn injected_faults_throttle_fail_and_stick() {
     .await;
     create_eks_cluster(&eks, &net, "slow", AuthenticationMode::Api).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let c = eks
-        .describe_cluster()
-        .name("slow")
-        .send()
-        .await
-        .unwrap()
-        .cluster
-        .unwrap();
+    let c = eks_cluster(&eks, "slow").await;
     assert_eq!(
         c.status,
         Some(ClusterStatus::Creating),
@@ -405,14 +354,7 @@ async fn injected_faults_throttle_fail_and_stick() {
         json!({}),
     )
     .await;
-    let c = eks
-        .describe_cluster()
-        .name("slow")
-        .send()
-        .await
-        .unwrap()
-        .cluster
-        .unwrap();
+    let c = eks_cluster(&eks, "slow").await;
     assert_eq!(c.status, Some(ClusterStatus::Active));
 }
 
@@ -498,18 +440,7 @@ async fn managed_node_groups() {
         Some("InvalidRequestException"),
         "cluster not ACTIVE yet"
     );
-    wait_for("cluster ACTIVE", || async {
-        eks.describe_cluster()
-            .name("ml-1")
-            .send()
-            .await
-            .unwrap()
-            .cluster
-            .unwrap()
-            .status
-            == Some(ClusterStatus::Active)
-    })
-    .await;
+    wait_eks_active(&eks, "ml-1").await;
 
     for (name, subnets, role, s, expected) in [
         (

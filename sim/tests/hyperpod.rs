@@ -13,8 +13,9 @@ use aws_sdk_sagemaker::types::{
 };
 use serde_json::json;
 use support::{
-    control, create_eks_cluster, eks_client, eks_orchestrator, hyperpod_create, hyperpod_group,
-    moto, network, refused, sdk_config, sim, wait_for,
+    control, create_eks_cluster, create_refused, eks_client, eks_cluster, eks_orchestrator,
+    hyperpod_create, hyperpod_group, moto, network, refused, sdk_config, sim, wait_eks_active,
+    wait_for, wait_gone,
 };
 
 async fn status(sm: &Client, name: &str) -> Option<ClusterStatus> {
@@ -35,16 +36,7 @@ async fn hyperpod_lifecycle_on_eks() {
     let sm = Client::new(&sdk_config(&sim_url).await);
 
     create_eks_cluster(&eks, &net, "ml-1", AuthenticationMode::Api).await;
-    let eks_arn = eks
-        .describe_cluster()
-        .name("ml-1")
-        .send()
-        .await
-        .unwrap()
-        .cluster
-        .unwrap()
-        .arn
-        .unwrap();
+    let eks_arn = eks_cluster(&eks, "ml-1").await.arn.unwrap();
     let create = |count: i32| {
         hyperpod_create(&sm, "ml-1", &eks_arn, &net)
             .instance_groups(hyperpod_group(
@@ -64,18 +56,7 @@ async fn hyperpod_lifecycle_on_eks() {
         "{:?}",
         err.message()
     );
-    wait_for("EKS ACTIVE", || async {
-        eks.describe_cluster()
-            .name("ml-1")
-            .send()
-            .await
-            .unwrap()
-            .cluster
-            .unwrap()
-            .status
-            == Some(aws_sdk_eks::types::ClusterStatus::Active)
-    })
-    .await;
+    wait_eks_active(&eks, "ml-1").await;
 
     let arn = create(2).await.unwrap().cluster_arn.unwrap();
     assert!(arn.starts_with("arn:aws:sagemaker:us-east-1:123456789012:cluster/"));
@@ -130,13 +111,14 @@ async fn hyperpod_lifecycle_on_eks() {
         .unwrap();
     assert_eq!(node.instance_group_name.as_deref(), Some("gpu"));
 
+    let update = |count: i32, instance_type: ClusterInstanceType| {
+        sm.update_cluster()
+            .cluster_name("ml-1")
+            .instance_groups(hyperpod_group(&net, count, instance_type))
+            .send()
+    };
     // Growing the group: nodes launch and go through their health checks again.
-    sm.update_cluster()
-        .cluster_name("ml-1")
-        .instance_groups(hyperpod_group(&net, 3, ClusterInstanceType::MlP548Xlarge))
-        .send()
-        .await
-        .unwrap();
+    update(3, ClusterInstanceType::MlP548Xlarge).await.unwrap();
     assert_eq!(status(&sm, "ml-1").await, Some(ClusterStatus::Updating));
     wait_for("update done", || async {
         status(&sm, "ml-1").await == Some(ClusterStatus::Inservice)
@@ -154,19 +136,13 @@ async fn hyperpod_lifecycle_on_eks() {
     .await;
 
     // What AWS keeps immutable stays so.
-    let err = sm
-        .update_cluster()
-        .cluster_name("ml-1")
-        .instance_groups(hyperpod_group(&net, 3, ClusterInstanceType::MlP4D24Xlarge))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Some("ValidationException"));
-    assert!(
-        err.message().unwrap().contains("InstanceType"),
-        "{:?}",
-        err.message()
+    let (code, message) = refused(
+        update(3, ClusterInstanceType::MlP4D24Xlarge)
+            .await
+            .unwrap_err(),
     );
+    assert_eq!(code, "ValidationException");
+    assert!(message.contains("InstanceType"), "{message}");
 
     // Quotas come from a table a test can set.
     control(
@@ -176,14 +152,12 @@ async fn hyperpod_lifecycle_on_eks() {
         json!({"ml.p5.48xlarge": 3}),
     )
     .await;
-    let err = sm
-        .update_cluster()
-        .cluster_name("ml-1")
-        .instance_groups(hyperpod_group(&net, 4, ClusterInstanceType::MlP548Xlarge))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Some("ResourceLimitExceeded"));
+    let (code, _) = refused(
+        update(4, ClusterInstanceType::MlP548Xlarge)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "ResourceLimitExceeded");
 
     sm.delete_cluster()
         .cluster_name("ml-1")
@@ -191,15 +165,8 @@ async fn hyperpod_lifecycle_on_eks() {
         .await
         .unwrap();
     assert_eq!(status(&sm, "ml-1").await, Some(ClusterStatus::Deleting));
-    wait_for("gone", || async {
-        sm.describe_cluster()
-            .cluster_name("ml-1")
-            .send()
-            .await
-            .err()
-            .and_then(|e| e.code().map(str::to_owned))
-            .as_deref()
-            == Some("ResourceNotFound")
+    wait_gone("gone", "ResourceNotFound", || {
+        sm.describe_cluster().cluster_name("ml-1").send()
     })
     .await;
 }
@@ -312,26 +279,14 @@ async fn hyperpod_instance_type_and_network_rules() {
     // EFA-only needs several EFA cards: g5.8xlarge has one.
     let mut g = hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge);
     g.network_interface = Some(efa_only());
-    let (code, message) = refused(
-        hyperpod_create(&sm, "efa-g5", &eks_arn, &net)
-            .instance_groups(g)
-            .send()
-            .await
-            .unwrap_err(),
-    );
+    let (code, message) = create_refused(&sm, "efa-g5", &eks_arn, &net, g).await;
     assert_eq!(code, "ValidationException");
     assert!(message.contains("efa-only"), "{message}");
 
     // ThreadsPerCore values come from the table, which a test can change.
     let mut g = hyperpod_group(&net, 1, ClusterInstanceType::MlP548Xlarge);
     g.threads_per_core = Some(4);
-    let (code, message) = refused(
-        hyperpod_create(&sm, "threads", &eks_arn, &net)
-            .instance_groups(g)
-            .send()
-            .await
-            .unwrap_err(),
-    );
+    let (code, message) = create_refused(&sm, "threads", &eks_arn, &net, g).await;
     assert_eq!(code, "ValidationException");
     assert!(message.contains("ThreadsPerCore 4"), "{message}");
     let table = control(
@@ -349,13 +304,8 @@ async fn hyperpod_instance_type_and_network_rules() {
         table["instance_types"]["ml.p5.48xlarge"]["efa_interfaces"],
         32
     );
-    let (code, message) = refused(
-        hyperpod_create(&sm, "threads", &eks_arn, &net)
-            .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlTrn132Xlarge))
-            .send()
-            .await
-            .unwrap_err(),
-    );
+    let trn1 = hyperpod_group(&net, 1, ClusterInstanceType::MlTrn132Xlarge);
+    let (code, message) = create_refused(&sm, "threads", &eks_arn, &net, trn1).await;
     assert_eq!(code, "ValidationException");
     assert!(message.contains("supported values: [1]"), "{message}");
 
@@ -367,13 +317,7 @@ async fn hyperpod_instance_type_and_network_rules() {
     };
     let mut g = hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge);
     g.capacity_requirements = Some(spot());
-    let (code, message) = refused(
-        hyperpod_create(&sm, "spot", &eks_arn, &net)
-            .instance_groups(g.clone())
-            .send()
-            .await
-            .unwrap_err(),
-    );
+    let (code, message) = create_refused(&sm, "spot", &eks_arn, &net, g.clone()).await;
     assert_eq!(code, "ValidationException");
     assert!(message.contains("Continuous"), "{message}");
     let mut p4de = hyperpod_group(&net, 1, ClusterInstanceType::MlP4De24Xlarge);
@@ -404,13 +348,7 @@ async fn hyperpod_instance_type_and_network_rules() {
                 .security_group_ids(group)
                 .build(),
         );
-        let (code, message) = refused(
-            hyperpod_create(&sm, "override", &eks_arn, &net)
-                .instance_groups(g)
-                .send()
-                .await
-                .unwrap_err(),
-        );
+        let (code, message) = create_refused(&sm, "override", &eks_arn, &net, g).await;
         assert_eq!(code, "ValidationException");
         assert!(
             message.contains(what) && message.contains("OverrideVpcConfig"),
@@ -497,13 +435,8 @@ async fn hyperpod_instance_type_and_network_rules() {
     }
 
     // More instances than the quota.
-    let (code, message) = refused(
-        hyperpod_create(&sm, "big", &eks_arn, &net)
-            .instance_groups(hyperpod_group(&net, 5, ClusterInstanceType::MlP548Xlarge))
-            .send()
-            .await
-            .unwrap_err(),
-    );
+    let five = hyperpod_group(&net, 5, ClusterInstanceType::MlP548Xlarge);
+    let (code, message) = create_refused(&sm, "big", &eks_arn, &net, five).await;
     assert_eq!(code, "ResourceLimitExceeded");
     assert!(
         message.contains("ml.p5.48xlarge for cluster usage"),

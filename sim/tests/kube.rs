@@ -21,6 +21,34 @@ use support::{
     active_cluster, eks_client, eks_token, eks_token_at, kube_client, moto, network, sim,
 };
 
+/// Where a watch of config maps that misses nothing starts: the list's resourceVersion.
+async fn list_rv(cms: &Api<ConfigMap>) -> String {
+    cms.list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
+/// The next `n` events of a config map watch as (type, name), bookmarks aside.
+async fn next_events(
+    events: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Unpin),
+    n: usize,
+) -> Vec<(&'static str, String)> {
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        match events.try_next().await.unwrap().unwrap() {
+            WatchEvent::Added(c) => seen.push(("ADDED", c.metadata.name.unwrap())),
+            WatchEvent::Modified(c) => seen.push(("MODIFIED", c.metadata.name.unwrap())),
+            WatchEvent::Deleted(c) => seen.push(("DELETED", c.metadata.name.unwrap())),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    seen
+}
+
 async fn raw_get(endpoint: &str, ca: &str, path: &str, token: Option<&str>) -> (u16, Value) {
     let client = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
@@ -219,30 +247,16 @@ async fn kube_crate_crud_apply_watch_and_logs() {
             .map(|c| c.metadata.name.unwrap())
             .collect()
     };
-    assert_eq!(
-        names(
-            cms.list(&ListParams::default().labels("tier=a"))
-                .await
-                .unwrap()
+    for (params, expected) in [
+        (ListParams::default().labels("tier=a"), "settings"),
+        (
+            ListParams::default().labels("tier in (a,b),tier!=a"),
+            "other",
         ),
-        ["settings"]
-    );
-    assert_eq!(
-        names(
-            cms.list(&ListParams::default().labels("tier in (a,b),tier!=a"))
-                .await
-                .unwrap()
-        ),
-        ["other"]
-    );
-    assert_eq!(
-        names(
-            cms.list(&ListParams::default().fields("metadata.name=other"))
-                .await
-                .unwrap()
-        ),
-        ["other"]
-    );
+        (ListParams::default().fields("metadata.name=other"), "other"),
+    ] {
+        assert_eq!(names(cms.list(&params).await.unwrap()), [expected]);
+    }
 
     // Optimistic concurrency: a stale resourceVersion is refused.
     let mut stale = cms.get("other").await.unwrap();
@@ -264,13 +278,7 @@ async fn kube_crate_crud_apply_watch_and_logs() {
     );
 
     // A watch from a resourceVersion sees what happens after it, in order.
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_rv(&cms).await;
     let mut events = cms
         .watch(&WatchParams::default(), &rv)
         .await
@@ -290,18 +298,8 @@ async fn kube_crate_crud_apply_watch_and_logs() {
     .await
     .unwrap();
     cms.delete("w", &DeleteParams::default()).await.unwrap();
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        match events.try_next().await.unwrap().unwrap() {
-            WatchEvent::Added(c) => seen.push(("ADDED", c.metadata.name.unwrap())),
-            WatchEvent::Modified(c) => seen.push(("MODIFIED", c.metadata.name.unwrap())),
-            WatchEvent::Deleted(c) => seen.push(("DELETED", c.metadata.name.unwrap())),
-            WatchEvent::Bookmark(_) => {}
-            WatchEvent::Error(e) => panic!("{e:?}"),
-        }
-    }
     assert_eq!(
-        seen,
+        next_events(&mut events, 3).await,
         [
             ("ADDED", "w".to_owned()),
             ("MODIFIED", "w".to_owned()),
@@ -332,22 +330,7 @@ async fn kube_crate_crud_apply_watch_and_logs() {
     assert!(cms.get_opt("held").await.unwrap().is_none());
 
     // A node registers (as a kubelet would) and a pod's log is followed.
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "cpu-1"}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            "cpu-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"allocatable": {"cpu": "4"}, "conditions": [{"type": "Ready", "status": "True"}]}})),
-        )
-        .await
-        .unwrap();
+    support::register_node(&client, "cpu-1", "4").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "ml");
     pods.create(
         &PostParams::default(),
@@ -357,17 +340,7 @@ async fn kube_crate_crud_apply_watch_and_logs() {
     )
     .await
     .unwrap();
-    support::wait_for("trainer running", || async {
-        pods.get("trainer")
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .phase
-            .as_deref()
-            == Some("Running")
-    })
-    .await;
+    support::wait_pod_running(&pods, "trainer").await;
     let lp = LogParams {
         follow: true,
         tail_lines: Some(1),
@@ -842,13 +815,7 @@ async fn watches_stream_initial_events_bookmarks_and_expire() {
     let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
     let client = kube_client(&endpoint, &ca, &eks_token("ml-1"));
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let first_rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let first_rv = list_rv(&cms).await;
     for i in 0..3 {
         cms.create(
             &PostParams::default(),
@@ -874,13 +841,7 @@ async fn watches_stream_initial_events_bookmarks_and_expire() {
     );
 
     // Bookmarks keep an idle watch's resourceVersion fresh.
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_rv(&cms).await;
     let events = watch_lines(
         &endpoint,
         &ca,
@@ -895,13 +856,7 @@ async fn watches_stream_initial_events_bookmarks_and_expire() {
     );
 
     // A selector watch sees objects enter (ADDED) and leave (DELETED) its selection.
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_rv(&cms).await;
     let mut selected = cms
         .watch(&WatchParams::default().labels("pick=yes"), &rv)
         .await
@@ -916,18 +871,8 @@ async fn watches_stream_initial_events_bookmarks_and_expire() {
         .await
         .unwrap();
     }
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        match selected.try_next().await.unwrap().unwrap() {
-            WatchEvent::Added(c) => seen.push(("ADDED", c.metadata.name.unwrap())),
-            WatchEvent::Modified(c) => seen.push(("MODIFIED", c.metadata.name.unwrap())),
-            WatchEvent::Deleted(c) => seen.push(("DELETED", c.metadata.name.unwrap())),
-            WatchEvent::Bookmark(_) => {}
-            WatchEvent::Error(e) => panic!("{e:?}"),
-        }
-    }
     assert_eq!(
-        seen,
+        next_events(&mut selected, 2).await,
         [("ADDED", "c1".to_owned()), ("DELETED", "c1".to_owned())]
     );
 

@@ -12,8 +12,8 @@ use aws_sdk_sagemaker::types::{
 };
 use serde_json::json;
 use support::{
-    Network, active_eks_cluster, control, eks_client, hyperpod_create, hyperpod_group, moto,
-    network, refused, sagemaker_client, set_time_scale, sim, wait_for,
+    Network, active_eks_cluster, control, create_refused, eks_client, hyperpod_create,
+    hyperpod_group, moto, network, refused, sagemaker_client, set_time_scale, sim, wait_for,
 };
 
 const SCALE: f64 = 600.0;
@@ -120,49 +120,33 @@ async fn training_plans_reserve_capacity_for_hyperpod() {
         plan.reserved_capacity_summaries()[0].availability_zone(),
         Some("us-east-1a")
     );
-    let (code, message) = refused(
-        hyperpod_create(&sm, "trained", &eks_arn, &net)
-            .instance_groups(planned_group(
-                &net,
-                2,
-                ClusterInstanceType::MlP548Xlarge,
-                &arn,
-                Some(&net.subnets[0]),
-            ))
-            .send()
-            .await
-            .unwrap_err(),
+    let group = planned_group(
+        &net,
+        2,
+        ClusterInstanceType::MlP548Xlarge,
+        &arn,
+        Some(&net.subnets[0]),
     );
+    let (code, message) = create_refused(&sm, "trained", &eks_arn, &net, group).await;
     assert_eq!(code, "ValidationException");
     assert!(message.contains("is Pending"), "{message}");
 
-    let (code, _) = refused(
-        sm.create_training_plan()
-            .training_plan_name("plan-a")
-            .training_plan_offering_id("tpo-b")
-            .send()
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!(code, "ResourceInUse");
-    let (code, _) = refused(
-        sm.create_training_plan()
-            .training_plan_name("plan-x")
-            .training_plan_offering_id("tpo-a")
-            .send()
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!(code, "ResourceLimitExceeded");
-    let (code, _) = refused(
-        sm.create_training_plan()
-            .training_plan_name("plan-x")
-            .training_plan_offering_id("tpo-nope")
-            .send()
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!(code, "ResourceNotFound");
+    // A taken name, a bought offering, an offering that never was.
+    for (name, offering, expected) in [
+        ("plan-a", "tpo-b", "ResourceInUse"),
+        ("plan-x", "tpo-a", "ResourceLimitExceeded"),
+        ("plan-x", "tpo-nope", "ResourceNotFound"),
+    ] {
+        let (code, _) = refused(
+            sm.create_training_plan()
+                .training_plan_name(name)
+                .training_plan_offering_id(offering)
+                .send()
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(code, expected, "{name} from {offering}");
+    }
     let left = sm
         .search_training_plan_offerings()
         .target_resources(SageMakerResourceName::HyperpodCluster)
@@ -237,13 +221,7 @@ async fn training_plans_reserve_capacity_for_hyperpod() {
             "does not exist",
         ),
     ] {
-        let (code, message) = refused(
-            hyperpod_create(&sm, "trained", &eks_arn, &net)
-                .instance_groups(group)
-                .send()
-                .await
-                .unwrap_err(),
-        );
+        let (code, message) = create_refused(&sm, "trained", &eks_arn, &net, group).await;
         assert_eq!(code, "ValidationException");
         assert!(message.contains(expected), "{message}");
     }

@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::admission;
 use super::apply;
 use super::auth;
-use super::behaviour;
 use super::discovery::{self, CRD_GR, Resource};
 use super::logs;
 use super::schema;
@@ -924,22 +924,6 @@ fn cluster_store<'a>(w: &'a mut World, cluster: &str) -> Result<&'a mut Store, S
         .ok_or_else(|| Status::new(503, "ServiceUnavailable", "the cluster is gone"))
 }
 
-fn random_suffix(store: &mut Store) -> String {
-    // Derived from a fresh UID: unique and in the alphabet names allow.
-    let uid = store.uid();
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut n: u64 = uid.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    (0..5)
-        .map(|_| {
-            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
-            n /= ALPHABET.len() as u64;
-            c
-        })
-        .collect()
-}
-
 fn create(
     w: &mut World,
     cluster: &str,
@@ -979,7 +963,7 @@ fn create_object(
     let store = cluster_store(w, cluster)?;
     let name = match (meta_str(&obj, "name"), meta_str(&obj, "generateName")) {
         (Some(n), _) if !n.is_empty() => n.to_owned(),
-        (_, Some(prefix)) => format!("{prefix}{}", random_suffix(store)),
+        (_, Some(prefix)) => format!("{prefix}{}", store.name_suffix()),
         _ => {
             return Err(Status::new(
                 422,
@@ -1066,7 +1050,7 @@ fn create_object(
     if res.gr() == CRD_GR {
         check_crd(&obj)?;
     }
-    behaviour::defaults(res, &mut obj, &now);
+    admission::defaults(res, &mut obj, &now);
     if !managed_done {
         apply::record_update(
             None,
@@ -1302,7 +1286,7 @@ fn commit(
     if finished {
         store.put(key.clone(), new);
         let gone = store.remove(&key);
-        behaviour::cascade(store, &req.res, &key);
+        admission::cascade(store, &req.res, &key);
         return Ok((
             StatusCode::OK,
             gone.map(|o| (*o).clone()).unwrap_or_default(),
@@ -1566,7 +1550,7 @@ fn delete_object(
         return Ok((StatusCode::OK, (**old).clone()));
     }
     let gone = store.remove(&key);
-    behaviour::cascade(store, &req.res, &key);
+    admission::cascade(store, &req.res, &key);
     Ok((
         StatusCode::OK,
         gone.map(|o| (*o).clone()).unwrap_or_default(),

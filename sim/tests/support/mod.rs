@@ -291,20 +291,48 @@ async fn active_eks(
     name: &str,
 ) -> aws_sdk_eks::types::Cluster {
     create_eks_cluster(eks, net, name, aws_sdk_eks::types::AuthenticationMode::Api).await;
-    let describe = || async {
-        eks.describe_cluster()
-            .name(name)
-            .send()
-            .await
-            .unwrap()
-            .cluster
-            .unwrap()
-    };
-    wait_for("EKS ACTIVE", || async {
-        describe().await.status == Some(aws_sdk_eks::types::ClusterStatus::Active)
+    wait_eks_active(eks, name).await;
+    eks_cluster(eks, name).await
+}
+
+/// EKS cluster `name` as DescribeCluster reports it (it must exist).
+pub async fn eks_cluster(eks: &aws_sdk_eks::Client, name: &str) -> aws_sdk_eks::types::Cluster {
+    eks.describe_cluster()
+        .name(name)
+        .send()
+        .await
+        .unwrap()
+        .cluster
+        .unwrap()
+}
+
+/// Waits until EKS cluster `name` is ACTIVE.
+pub async fn wait_eks_active(eks: &aws_sdk_eks::Client, name: &str) {
+    wait_for(&format!("EKS cluster {name} ACTIVE"), || async {
+        eks_cluster(eks, name).await.status == Some(aws_sdk_eks::types::ClusterStatus::Active)
     })
     .await;
-    describe().await
+}
+
+/// Waits until `call` fails with error `code`, how AWS answers for what was deleted.
+pub async fn wait_gone<F, Fut, T, E>(what: &str, code: &str, mut call: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: aws_sdk_sagemaker::error::ProvideErrorMetadata,
+{
+    wait_for(what, || {
+        let answer = call();
+        async move {
+            answer
+                .await
+                .err()
+                .and_then(|e| e.code().map(str::to_owned))
+                .as_deref()
+                == Some(code)
+        }
+    })
+    .await;
 }
 
 pub fn eks_orchestrator(eks_arn: &str) -> aws_sdk_sagemaker::types::ClusterOrchestrator {
@@ -400,6 +428,24 @@ pub async fn hyperpod_ready(sm: &aws_sdk_sagemaker::Client, name: &str) {
     .await;
 }
 
+/// The error code and message CreateCluster refuses HyperPod cluster `name` with when
+/// its one instance group is `group`.
+pub async fn create_refused(
+    sm: &aws_sdk_sagemaker::Client,
+    name: &str,
+    eks_arn: &str,
+    net: &Network,
+    group: aws_sdk_sagemaker::types::ClusterInstanceGroupSpecification,
+) -> (String, String) {
+    refused(
+        hyperpod_create(sm, name, eks_arn, net)
+            .instance_groups(group)
+            .send()
+            .await
+            .unwrap_err(),
+    )
+}
+
 /// The AWS error code and message of a failed call.
 pub fn refused<E: aws_sdk_sagemaker::error::ProvideErrorMetadata, R>(
     err: aws_sdk_sagemaker::error::SdkError<E, R>,
@@ -475,6 +521,44 @@ pub async fn active_cluster(
     (c.endpoint.unwrap(), ca)
 }
 
+/// Registers node `name` as a kubelet would: Ready, with `cpu` allocatable.
+pub async fn register_node(client: &kube::Client, name: &str, cpu: &str) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap(),
+        )
+        .await
+        .unwrap();
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "allocatable": { "cpu": cpu },
+                "conditions": [{ "type": "Ready", "status": "True" }] } })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until pod `name` is Running.
+pub async fn wait_pod_running(pods: &kube::Api<k8s_openapi::api::core::v1::Pod>, name: &str) {
+    wait_for(&format!("{name} running"), || async {
+        pods.get(name)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .phase
+            .as_deref()
+            == Some("Running")
+    })
+    .await;
+}
+
 /// A kube-rs client (rustls) for an emulated cluster, as hypd builds one.
 pub fn kube_client(endpoint: &str, ca_pem: &str, token: &str) -> kube::Client {
     use base64::Engine;
@@ -500,14 +584,8 @@ pub async fn create_hyperpod(
 ) {
     use aws_sdk_sagemaker::types::ClusterInstanceType;
     let config = sdk_config(sim_url).await;
-    let eks_arn = aws_sdk_eks::Client::new(&config)
-        .describe_cluster()
-        .name(eks_name)
-        .send()
+    let eks_arn = eks_cluster(&aws_sdk_eks::Client::new(&config), eks_name)
         .await
-        .unwrap()
-        .cluster
-        .unwrap()
         .arn
         .unwrap();
     let mut group = hyperpod_group(net, count, ClusterInstanceType::from(instance_type));
