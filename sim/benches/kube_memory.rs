@@ -4,7 +4,7 @@
 //! VmRSS/VmHWM (from /proc) at each step. `cargo bench -p sim --bench kube_memory` runs
 //! the full sizes; under `cargo test` (no `--bench` argument) it runs a smoke-sized pass.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/world/support.rs"]
 mod support;
 
 use std::time::Instant;

@@ -93,6 +93,8 @@ pub struct Cluster {
     tags: Value,
     created: f64,
     transition: Option<Transition>,
+    /// The health issue (code, message) its creation ends FAILED with, if it does.
+    failure: Option<(String, String)>,
     oidc_id: String,
     access_entries: BTreeMap<String, AccessEntry>,
     addons: BTreeMap<String, Addon>,
@@ -272,12 +274,12 @@ impl World {
 
     /// For other services (HyperPod) that need an ACTIVE EKS cluster.
     pub fn eks_cluster_active(&mut self, name: &str) -> bool {
-        self.cluster(name).is_ok_and(|c| c.transition.is_none())
+        self.cluster(name).is_ok_and(|c| c.active())
     }
 
     fn active_cluster(&mut self, name: &str) -> Result<&mut Cluster, AwsError> {
         let c = self.cluster(name)?;
-        if c.transition.is_some() {
+        if !c.active() {
             return Err(AwsError::new(
                 400,
                 "InvalidRequestException",
@@ -297,7 +299,15 @@ impl Cluster {
     }
 
     fn status(&self) -> &'static str {
-        status_word(&self.transition)
+        match (&self.transition, &self.failure) {
+            (None, Some(_)) => "FAILED",
+            (t, _) => status_word(t),
+        }
+    }
+
+    /// ACTIVE: created, and not failed.
+    fn active(&self) -> bool {
+        self.transition.is_none() && self.failure.is_none()
     }
 
     fn to_json(&self, w: &World) -> Value {
@@ -307,7 +317,13 @@ impl Cluster {
         );
         // The cluster's own Kubernetes API server (see `kube`), revealed once ACTIVE.
         let (endpoint, ca) = w.kube.connection(&self.name).unzip();
-        let active = self.transition.is_none();
+        let active = self.active();
+        let issues: Vec<Value> = self
+            .failure
+            .iter()
+            .filter(|_| self.transition.is_none())
+            .map(|(code, message)| json!({ "code": code, "message": message, "resourceIds": [] }))
+            .collect();
         json!({
             "name": self.name,
             "arn": self.arn(),
@@ -329,6 +345,7 @@ impl Cluster {
             "certificateAuthority": if active { json!({ "data": ca }) } else { json!({}) },
             "platformVersion": "eks.1",
             "accessConfig": { "authenticationMode": self.authentication_mode },
+            "health": { "issues": issues },
             "tags": self.tags,
         })
     }
@@ -378,20 +395,26 @@ impl Addon {
     }
 }
 
-/// Runs a handler body with the world locked, after any injected fault for `op`.
+/// Runs a handler body with the world locked, after any injected fault for `op`: a
+/// refusal answers instead of the body, a lost answer after it.
 macro_rules! call {
     ($state:expr, $op:literal, |$w:ident| $body:expr) => {{
+        let fault = crate::world::injected(&$state, "eks", $op).await;
         let mut guard = $state.lock().await;
         let $w: &mut World = &mut guard;
-        match $w.take_fault("eks", $op) {
+        let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
+        match fault.filter(|_| !lost).and_then(crate::world::aws_error) {
             Some(e) => e.into_response(),
             None => {
                 // Stands in for a try block: `?` and `return` stay inside the body.
                 #[allow(clippy::redundant_closure_call)]
                 let result = (|| -> Result<Value, AwsError> { $body })();
-                match result {
-                    Ok(v) => Json(v).into_response(),
-                    Err(e) => e.into_response(),
+                match (result, lost) {
+                    (_, true) => crate::world::aws_error(crate::world::FaultKind::Lost)
+                        .map(IntoResponse::into_response)
+                        .unwrap_or_default(),
+                    (Ok(v), false) => Json(v).into_response(),
+                    (Err(e), false) => e.into_response(),
                 }
             }
         }
@@ -529,6 +552,7 @@ async fn create_cluster(
                 since: now,
                 phase: Phase::Creating,
             }),
+            failure: w.failing("eks", "CreateCluster"),
             access_entries: BTreeMap::new(),
             addons: BTreeMap::new(),
             pod_identities: BTreeMap::new(),

@@ -261,13 +261,18 @@ async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
             );
         }
     };
+    let mut lost = None;
     if let Some(service) = &service {
         let op = operation(service, &parts.method, &parts.uri, &parts.headers, &body);
-        let fault = state.lock().await.take_fault_kind(service, &op);
-        if let Some(response) = fault.and_then(|kind| fault_response(service, &parts.headers, kind))
-        {
-            tracing::info!(%service, %op, "injected fault");
-            return response;
+        match crate::world::injected(&state, service, &op).await {
+            // Forwarded as usual; the answer is replaced below.
+            Some(FaultKind::Lost) => lost = Some(service.clone()),
+            Some(kind) => {
+                if let Some(response) = fault_response(service, &parts.headers, kind) {
+                    return response;
+                }
+            }
+            None => {}
         }
     }
     let path = parts
@@ -309,6 +314,11 @@ async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
             );
         }
     };
+    if let Some(service) = lost
+        && let Some(response) = fault_response(&service, &parts.headers, FaultKind::Lost)
+    {
+        return response;
+    }
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -333,7 +343,7 @@ fn fault_response(service: &str, headers: &HeaderMap, kind: FaultKind) -> Option
             };
             (status, code.to_owned(), message.to_owned())
         }
-        FaultKind::ServerError => {
+        FaultKind::ServerError | FaultKind::Lost => {
             let (code, message) = match service {
                 "ec2" => ("InternalError", "An internal error has occurred"),
                 "s3" => (
@@ -353,7 +363,7 @@ fn fault_response(service: &str, headers: &HeaderMap, kind: FaultKind) -> Option
             status,
             message,
         } => (status, code, message),
-        FaultKind::Stuck => return None,
+        FaultKind::Stuck | FaultKind::Delay { .. } | FaultKind::Fails { .. } => return None,
     };
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
     Some(service_error(

@@ -778,11 +778,13 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
         Ok(l) => l,
         Err(e) => return e.into_response(),
     };
-    let mut guard = state.lock().await;
-    let w: &mut World = &mut guard;
-    if let Some(e) = w.take_fault("sagemaker", &op) {
+    let fault = crate::world::injected(&state, "sagemaker", &op).await;
+    let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
+    if let Some(e) = fault.filter(|_| !lost).and_then(crate::world::aws_error) {
         return e.into_response();
     }
+    let mut guard = state.lock().await;
+    let w: &mut World = &mut guard;
     let result = match op.as_str() {
         "CreateCluster" => create_cluster(w, &region, &body, &lookups),
         "DescribeCluster" => w
@@ -840,6 +842,11 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
             format!("hypd-sim does not implement SageMaker.{other}"),
         )),
     };
+    if lost {
+        return crate::world::aws_error(crate::world::FaultKind::Lost)
+            .map(IntoResponse::into_response)
+            .unwrap_or_default();
+    }
     match result {
         Ok(v) => Json(v).into_response(),
         Err(e) => e.into_response(),

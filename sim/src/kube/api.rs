@@ -257,6 +257,12 @@ async fn handle(
     let Some(target) = route(uri.path()) else {
         return page_not_found();
     };
+    // The fault is taken before the world is locked for the request, so a delay holds
+    // only this call, not the whole cluster.
+    let fault = match fault_operation(&ctx, &method, &target, &q).await {
+        Some(op) => crate::world::injected(&ctx.world, "kubernetes", &op).await,
+        None => None,
+    };
     let mut guard = ctx.world.lock().await;
     let w: &mut World = &mut guard;
     let now = w.clock.epoch(w.clock.now());
@@ -319,7 +325,8 @@ async fn handle(
                 return page_not_found();
             }
             let operation = format!("{} {}", verb(&method, name.is_some(), &q), res.kind);
-            if let Some(kind) = w.take_fault_kind("kubernetes", &operation) {
+            let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
+            if let Some(kind) = fault.filter(|_| !lost) {
                 return injected(kind, &operation).into_response();
             }
             let Some(c) = w.kube_cluster(&ctx.cluster) else {
@@ -340,7 +347,7 @@ async fn handle(
                 dry_run: q.contains_key("dryRun"),
                 q,
             };
-            match (&method, req.name.is_some(), req.sub.as_deref()) {
+            let answer = match (&method, req.name.is_some(), req.sub.as_deref()) {
                 (&Method::GET, false, _) if truthy(&req.q, "watch") => {
                     drop(guard);
                     watch(ctx, req).await
@@ -377,9 +384,38 @@ async fn handle(
                     format!("{method} is not supported here"),
                 )
                 .into_response(),
+            };
+            if lost {
+                // Done, but the caller never hears so.
+                return injected(crate::world::FaultKind::Lost, &operation).into_response();
             }
+            answer
         }
     }
+}
+
+/// The fault-matching name (`<verb> <Kind>`) of a request to a resource, read with the
+/// world briefly locked; `None` for anything else (discovery, health).
+async fn fault_operation(
+    ctx: &Ctx,
+    method: &Method,
+    target: &Target,
+    q: &Query,
+) -> Option<String> {
+    let Target::Resource {
+        group,
+        version,
+        plural,
+        name,
+        ..
+    } = target
+    else {
+        return None;
+    };
+    let mut w = ctx.world.lock().await;
+    let c = w.kube_cluster(&ctx.cluster)?;
+    let res = discovery::find(&c.store, group, version, plural)?;
+    Some(format!("{} {}", verb(method, name.is_some(), q), res.kind))
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -1094,7 +1130,11 @@ fn injected(kind: crate::world::FaultKind, operation: &str) -> Status {
             "TooManyRequests",
             format!("too many requests for {operation} (injected by hypd-sim)"),
         ),
-        FaultKind::ServerError | FaultKind::Stuck => Status::new(
+        FaultKind::ServerError
+        | FaultKind::Stuck
+        | FaultKind::Lost
+        | FaultKind::Delay { .. }
+        | FaultKind::Fails { .. } => Status::new(
             500,
             "InternalError",
             format!("an error on the server for {operation} (injected by hypd-sim)"),

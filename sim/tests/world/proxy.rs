@@ -3,13 +3,11 @@
 //! answer in each service's protocol, parsed by the SDKs into their code and message
 //! and, for throttling, absorbed by their retry.
 
-mod support;
-
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::operation::RequestId;
 use aws_sdk_s3::primitives::ByteStream;
 use serde_json::json;
-use support::{control, inject, moto, moto_call, sdk_config, sim, xml_tag};
+use crate::support::{control, inject, moto, moto_call, sdk_config, sim, xml_tag};
 
 const TRUST: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"eks.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
 
@@ -392,7 +390,7 @@ async fn faults_hit_their_service_and_operation_only() {
         json!({"service": "ec2", "operation": "*", "kind": "server_error", "times": 5}),
     )
     .await;
-    let eks = support::eks_client(&sim_url).await;
+    let eks = crate::support::eks_client(&sim_url).await;
     eks.list_clusters().send().await.unwrap();
     let err = c.ec2.describe_vpcs().send().await.unwrap_err();
     assert_eq!(err.code(), Some("InternalError"));

@@ -3,12 +3,10 @@
 //! store and role checked as SageMaker checks them, and a throttled create absorbed by
 //! the SDK's retry.
 
-mod support;
-
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::types::{IsTrackingServerActive, TrackingServerSize, TrackingServerStatus};
 use serde_json::json;
-use support::{
+use crate::support::{
     control, inject, moto, network, refused, sagemaker_client, set_time_scale, sim, wait_for,
 };
 

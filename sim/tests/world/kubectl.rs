@@ -3,15 +3,13 @@
 //! independent client that proves discovery, apply (client- and server-side), get,
 //! wait, logs -f, delete and watch behave as on a real cluster.
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Network, active_cluster, control, eks_client, eks_token, moto, network, sim};
+use crate::support::{Network, active_cluster, control, eks_client, eks_token, moto, network, sim};
 
 fn kubectl_bin() -> PathBuf {
     let venv = std::env::var("HYPD_VENV")
@@ -157,15 +155,15 @@ impl Drop for Watch {
 
 /// An ACTIVE EKS cluster with `nodes` HyperPod GPU nodes (ml.g5.8xlarge: 1 GPU, 1 EFA
 /// each), and kubectl configured for it. Time runs at 60×.
-async fn world(nodes: i32) -> (support::Proc, support::Proc, Network, Kubectl) {
+async fn world(nodes: i32) -> (crate::support::Proc, crate::support::Proc, Network, Kubectl) {
     let (moto_proc, moto_url) = moto();
     let net = network(&moto_url).await;
     let (sim_proc, sim_url) = sim(&moto_url, 600.0);
     let eks = eks_client(&sim_url).await;
     let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
-    support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", nodes).await;
+    crate::support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", nodes).await;
     let k = Kubectl::new(&endpoint, &ca, "ml-1");
-    support::wait_for("HyperPod nodes", || async {
+    crate::support::wait_for("HyperPod nodes", || async {
         let out = k.run(&["get", "nodes", "-o", "name"]);
         String::from_utf8_lossy(&out.stdout).lines().count() == nodes as usize
     })
@@ -245,7 +243,7 @@ async fn kubectl_applies_waits_watches_and_deletes_a_deployment() {
         String::from_utf8_lossy(&out.stdout).trim(),
         "deployment.apps/infer configured"
     );
-    support::wait_for("a pending third replica", || async {
+    crate::support::wait_for("a pending third replica", || async {
         k.ok(&[
             "get",
             "pods",
@@ -320,7 +318,7 @@ async fn kubectl_applies_waits_watches_and_deletes_a_deployment() {
     k.ok(&["delete", "deployment", "infer"]);
     let seen = watch.until(|l| l.starts_with("DELETED"));
     assert_eq!(seen.last().map(String::as_str), Some("DELETED infer"));
-    support::wait_for("pods garbage-collected", || async {
+    crate::support::wait_for("pods garbage-collected", || async {
         k.ok(&["get", "pods", "-l", "app=infer", "-o", "name"])
             .trim()
             .is_empty()
@@ -521,7 +519,7 @@ async fn kubectl_runs_a_rayjob_and_the_crd_schema_rejects_a_bad_one() {
         yaml.contains("jobDeploymentStatus: Complete") && yaml.contains("endTime:"),
         "{yaml}"
     );
-    support::wait_for("ray pods shut down after the job", || async {
+    crate::support::wait_for("ray pods shut down after the job", || async {
         k.ok(&[
             "get",
             "pods",

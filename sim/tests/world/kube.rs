@@ -3,8 +3,6 @@
 //! CRUD, selectors, optimistic concurrency, server-side apply, merge patch, watch, CRDs
 //! with schema validation, finalizers, pod logs, and the world's controllers.
 
-mod support;
-
 use std::time::{Duration, SystemTime};
 
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
@@ -17,7 +15,7 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use support::{
+use crate::support::{
     active_cluster, eks_client, eks_token, eks_token_at, kube_client, moto, network, sim,
 };
 
@@ -137,7 +135,7 @@ async fn api_server_per_cluster_takes_only_its_own_tokens() {
 
     // Deleting the EKS cluster stops its API server.
     eks.delete_cluster().name("ml-2").send().await.unwrap();
-    support::wait_for("ml-2 API server gone", || async {
+    crate::support::wait_for("ml-2 API server gone", || async {
         let _ = eks.describe_cluster().name("ml-2").send().await;
         reqwest::Client::builder()
             .add_root_certificate(reqwest::Certificate::from_pem(other_ca.as_bytes()).unwrap())
@@ -330,7 +328,7 @@ async fn kube_crate_crud_apply_watch_and_logs() {
     assert!(cms.get_opt("held").await.unwrap().is_none());
 
     // A node registers (as a kubelet would) and a pod's log is followed.
-    support::register_node(&client, "cpu-1", "4").await;
+    crate::support::register_node(&client, "cpu-1", "4").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "ml");
     pods.create(
         &PostParams::default(),
@@ -340,7 +338,7 @@ async fn kube_crate_crud_apply_watch_and_logs() {
     )
     .await
     .unwrap();
-    support::wait_pod_running(&pods, "trainer").await;
+    crate::support::wait_pod_running(&pods, "trainer").await;
     let lp = LogParams {
         follow: true,
         tail_lines: Some(1),
@@ -375,7 +373,7 @@ async fn crds_registered_through_the_api_validate_their_objects() {
     let client = kube_client(&endpoint, &ca, &eks_token("ml-1"));
 
     let crd: CustomResourceDefinition =
-        serde_yaml::from_str(include_str!("../crds/ray.io_rayjobs.yaml")).unwrap();
+        serde_yaml::from_str(include_str!("../../crds/ray.io_rayjobs.yaml")).unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let created = crds.create(&PostParams::default(), &crd).await.unwrap();
     let established = created.status.unwrap().conditions.unwrap();
@@ -436,10 +434,10 @@ async fn deployments_get_pods_scheduled_by_gpus_on_hyperpod_nodes() {
     let eks = eks_client(&sim_url).await;
     let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
     let client = kube_client(&endpoint, &ca, &eks_token("ml-1"));
-    support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.p5.48xlarge", 1).await;
+    crate::support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.p5.48xlarge", 1).await;
 
     let nodes: Api<Node> = Api::all(client.clone());
-    support::wait_for("a HyperPod node", || async {
+    crate::support::wait_for("a HyperPod node", || async {
         !nodes
             .list(
                 &ListParams::default()
@@ -477,7 +475,7 @@ async fn deployments_get_pods_scheduled_by_gpus_on_hyperpod_nodes() {
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    support::wait_for("one running vllm pod and one pending", || async {
+    crate::support::wait_for("one running vllm pod and one pending", || async {
         let l = pods
             .list(&ListParams::default().labels("app=vllm"))
             .await
@@ -514,7 +512,7 @@ async fn deployments_get_pods_scheduled_by_gpus_on_hyperpod_nodes() {
             .contains("Insufficient nvidia.com/gpu"),
         "{cond:?}"
     );
-    support::wait_for("the Deployment counting 1 of 2 ready", || async {
+    crate::support::wait_for("the Deployment counting 1 of 2 ready", || async {
         let d = deployments.get("vllm").await.unwrap().status.unwrap();
         (d.replicas, d.ready_replicas) == (Some(2), Some(1))
     })
@@ -529,7 +527,7 @@ async fn deployments_get_pods_scheduled_by_gpus_on_hyperpod_nodes() {
         )
         .await
         .unwrap();
-    support::wait_for("vllm Available", || async {
+    crate::support::wait_for("vllm Available", || async {
         deployments
             .get("vllm")
             .await
@@ -562,7 +560,7 @@ async fn deployments_get_pods_scheduled_by_gpus_on_hyperpod_nodes() {
     pods.delete(&running.metadata.name.unwrap(), &DeleteParams::default())
         .await
         .unwrap();
-    support::wait_for("the replacement pod held back by the cordon", || async {
+    crate::support::wait_for("the replacement pod held back by the cordon", || async {
         pods.list(&ListParams::default().labels("app=vllm"))
             .await
             .unwrap()
@@ -601,9 +599,9 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
     let eks = eks_client(&sim_url).await;
     let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
     let client = kube_client(&endpoint, &ca, &eks_token("ml-1"));
-    support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
+    crate::support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    support::wait_for("two HyperPod nodes", || async {
+    crate::support::wait_for("two HyperPod nodes", || async {
         nodes
             .list(&ListParams::default())
             .await
@@ -613,7 +611,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
             == 2
     })
     .await;
-    support::control(
+    crate::support::control(
         &sim_url,
         reqwest::Method::PUT,
         "/_sim/clock",
@@ -631,7 +629,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
     }
     let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
         Api::namespaced(client.clone(), "kube-system");
-    support::wait_for("kube-proxy on both nodes", || async {
+    crate::support::wait_for("kube-proxy on both nodes", || async {
         daemonsets
             .get_opt("kube-proxy")
             .await
@@ -641,7 +639,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
     })
     .await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    support::wait_for("the training operator's CRD", || async {
+    crate::support::wait_for("the training operator's CRD", || async {
         crds.get_opt("hyperpodpytorchjobs.sagemaker.amazonaws.com")
             .await
             .unwrap()
@@ -667,7 +665,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
             .as_array()
             .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
     };
-    support::wait_for("llama running on both nodes", || async {
+    crate::support::wait_for("llama running on both nodes", || async {
         has(&jobs.get("llama").await.unwrap(), "Running")
     })
     .await;
@@ -681,7 +679,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
         .map(|p| p.spec.unwrap().node_name.unwrap())
         .collect();
     assert_eq!(on.len(), 2, "one GPU per node: the pods are spread");
-    support::wait_for("llama completed", || async {
+    crate::support::wait_for("llama completed", || async {
         has(&jobs.get("llama").await.unwrap(), "Completed")
     })
     .await;
@@ -695,7 +693,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
         })).unwrap())
         .await
         .unwrap();
-    support::wait_for("a load balancer hostname", || async {
+    crate::support::wait_for("a load balancer hostname", || async {
         services
             .get("vllm")
             .await
@@ -727,7 +725,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
     })).unwrap())
     .await
     .unwrap();
-    support::wait_for("the claim bound", || async {
+    crate::support::wait_for("the claim bound", || async {
         pvcs.get("shared")
             .await
             .unwrap()
@@ -767,7 +765,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
         .send()
         .await
         .unwrap();
-    support::wait_for("kube-proxy gone", || async {
+    crate::support::wait_for("kube-proxy gone", || async {
         let _ = eks.list_addons().cluster_name("ml-1").send().await;
         daemonsets.get_opt("kube-proxy").await.unwrap().is_none()
     })

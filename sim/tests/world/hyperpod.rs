@@ -2,8 +2,6 @@
 //! ACTIVE EKS cluster comes InService with its nodes through deep health checks, grows
 //! through UpdateCluster, refuses immutable changes and quota overruns, and goes away.
 
-mod support;
-
 use aws_sdk_eks::types::AuthenticationMode;
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
@@ -12,7 +10,7 @@ use aws_sdk_sagemaker::types::{
     ClusterStatus,
 };
 use serde_json::json;
-use support::{
+use crate::support::{
     control, create_eks_cluster, create_refused, eks_client, eks_cluster, eks_orchestrator,
     hyperpod_create, hyperpod_group, moto, network, refused, sdk_config, sim, wait_eks_active,
     wait_for, wait_gone,
@@ -269,7 +267,7 @@ async fn hyperpod_instance_type_and_network_rules() {
     let (_sim, sim_url) = sim(&moto_url, 600.0);
     let eks = eks_client(&sim_url).await;
     let sm = Client::new(&sdk_config(&sim_url).await);
-    let eks_arn = support::active_eks_cluster(&eks, &net, "ml").await;
+    let eks_arn = crate::support::active_eks_cluster(&eks, &net, "ml").await;
     let efa_only = || {
         ClusterNetworkInterface::builder()
             .interface_type(ClusterInterfaceType::EfaOnly)
@@ -374,7 +372,7 @@ async fn hyperpod_instance_type_and_network_rules() {
         .send()
         .await
         .unwrap();
-    support::hyperpod_ready(&sm, "fabric").await;
+    crate::support::hyperpod_ready(&sm, "fabric").await;
     let nodes = sm
         .list_cluster_nodes()
         .cluster_name("fabric")

@@ -3,8 +3,6 @@
 //! cluster, nodes already busy), a platform software update rolling over the nodes,
 //! and a throttled call absorbed by the SDK's retry.
 
-mod support;
-
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use aws_sdk_sagemaker::types::{
@@ -13,7 +11,7 @@ use aws_sdk_sagemaker::types::{
     UpdateClusterSoftwareInstanceGroupSpecification,
 };
 use serde_json::json;
-use support::{
+use crate::support::{
     active_eks_cluster, control, eks_client, hyperpod_create, hyperpod_group, hyperpod_ready,
     inject, moto, network, sagemaker_client, set_time_scale, sim, wait_for,
 };

@@ -1,8 +1,6 @@
 //! The real `aws-sdk-eks` client against hypd-sim (with moto for subnets and roles):
 //! transitions, AWS's error codes for bad input, injected faults and the SDK's retry.
 
-mod support;
-
 use std::time::Duration;
 
 use aws_sdk_eks::Client;
@@ -11,7 +9,7 @@ use aws_sdk_eks::types::{
     AccessScope, AccessScopeType, AddonStatus, AuthenticationMode, ClusterStatus,
 };
 use serde_json::json;
-use support::{
+use crate::support::{
     control, create_eks_cluster, eks_client, eks_cluster, moto, network, sim, wait_eks_active,
     wait_for, wait_gone,
 };
@@ -364,7 +362,7 @@ async fn injected_faults_throttle_fail_and_stick() {
 #[tokio::test(flavor = "multi_thread")]
 async fn managed_node_groups() {
     use aws_sdk_eks::types::{NodegroupScalingConfig, NodegroupStatus};
-    use support::{moto_call, set_time_scale, xml_tag};
+    use crate::support::{moto_call, set_time_scale, xml_tag};
     let (_moto, moto_url) = moto();
     let net = network(&moto_url).await;
     let (_sim, sim_url) = sim(&moto_url, 600.0);
