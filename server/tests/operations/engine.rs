@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::common::{Hypd, Postgres, World};
+use crate::common::{Postgres, World};
 use crate::*;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -292,9 +292,17 @@ fn a_stage_interrupted_while_running_counts_another_attempt() {
     assert_eq!(access["attempts"], 2, "{access}");
     let events = transitions(&sqlite_path(&hypd), &id);
     let runs = runs_per_stage(&events);
-    assert_eq!(runs.get(&("access".into(), "running".into())), Some(&2), "{events:?}");
+    assert_eq!(
+        runs.get(&("access".into(), "running".into())),
+        Some(&2),
+        "{events:?}"
+    );
     // The stage before it is not run again.
-    assert_eq!(runs.get(&("eks".into(), "running".into())), Some(&1), "{events:?}");
+    assert_eq!(
+        runs.get(&("eks".into(), "running".into())),
+        Some(&1),
+        "{events:?}"
+    );
     assert_eq!(access_entries(&world, "resumed").len(), 1);
 }
 
@@ -339,4 +347,45 @@ fn two_replicas_on_one_postgres_run_every_stage_once() {
     for n in &names {
         assert_eq!(access_entries(&world, n).len(), 1, "{n}");
     }
+}
+
+/// Ten identical creates split over a warm replica and a freshly started one get one
+/// operation, whatever the timing (before: the fresh replica's slow pre-flight found
+/// the cluster the winner had meanwhile recorded, and answered "name taken").
+#[test]
+fn identical_creates_across_replicas_are_one_operation() {
+    let pg = Postgres::start();
+    let world = World::start_checked(FAST);
+    let warm = world.hypd(None, &[("HYPD_DATABASE_URL", &pg.url)]);
+    let token = warm.admin_token();
+    let (status, _) = warm.call(
+        &token,
+        Method::GET,
+        "/api/v1/instance-types?availability_zone=us-east-1a",
+        None,
+    );
+    assert_eq!(status, 200);
+    let fresh = world.hypd(None, &[("HYPD_DATABASE_URL", &pg.url)]);
+    let body = crate::create::small("twin");
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..10)
+            .map(|i| {
+                let (replica, token, body) = (
+                    if i % 2 == 0 { &warm } else { &fresh },
+                    &token,
+                    body.clone(),
+                );
+                s.spawn(move || {
+                    let (status, answer) =
+                        replica.call(token, Method::POST, "/api/v1/clusters", Some(body));
+                    assert_eq!(status, 200, "{answer}");
+                    answer["operation_id"].as_str().unwrap().to_owned()
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    let op = warm.finish(&token, &ids[0]);
+    assert_eq!(op["state"], "succeeded", "{op:#}");
 }
