@@ -149,6 +149,10 @@ pub struct Fault {
     /// How many calls it hits (not used by `stuck`); default 1.
     #[serde(default = "one")]
     pub times: u32,
+    /// How many matching calls pass untouched before it hits (e.g. to let a client's
+    /// pre-flight read through and fail the same read in its next step); default 0.
+    #[serde(default)]
+    pub after: u32,
 }
 
 fn one() -> u32 {
@@ -250,6 +254,10 @@ impl World {
             .iter()
             .position(|f| !f.kind.lasting() && Self::matches(f, service, operation))?;
         let fault = &mut self.faults[index];
+        if fault.after > 0 {
+            fault.after -= 1;
+            return None;
+        }
         let kind = fault.kind.clone();
         fault.times = fault.times.saturating_sub(1);
         if fault.times == 0 {
@@ -352,23 +360,59 @@ mod tests {
             operation: "CreateCluster".into(),
             kind: FaultKind::Throttle,
             times: 2,
+            after: 0,
         });
-        assert!(w.take_fault_kind("eks", "DescribeCluster").and_then(aws_error).is_none());
+        assert!(
+            w.take_fault_kind("eks", "DescribeCluster")
+                .and_then(aws_error)
+                .is_none()
+        );
         assert_eq!(
-            w.take_fault_kind("eks", "CreateCluster").and_then(aws_error).unwrap().code,
+            w.take_fault_kind("eks", "CreateCluster")
+                .and_then(aws_error)
+                .unwrap()
+                .code,
             "ThrottlingException"
         );
-        assert!(w.take_fault_kind("eks", "CreateCluster").and_then(aws_error).is_some());
-        assert!(w.take_fault_kind("eks", "CreateCluster").and_then(aws_error).is_none());
+        assert!(
+            w.take_fault_kind("eks", "CreateCluster")
+                .and_then(aws_error)
+                .is_some()
+        );
+        assert!(
+            w.take_fault_kind("eks", "CreateCluster")
+                .and_then(aws_error)
+                .is_none()
+        );
+        // A fault that lets the first matching call through.
+        w.add_fault(Fault {
+            id: 0,
+            service: "eks".into(),
+            operation: "DescribeCluster".into(),
+            kind: FaultKind::ServerError,
+            times: 1,
+            after: 1,
+        });
+        assert!(w.take_fault_kind("eks", "DescribeCluster").is_none());
+        assert_eq!(
+            w.take_fault_kind("eks", "DescribeCluster"),
+            Some(FaultKind::ServerError)
+        );
+        assert!(w.take_fault_kind("eks", "DescribeCluster").is_none());
         w.add_fault(Fault {
             id: 0,
             service: "eks".into(),
             operation: "*".into(),
             kind: FaultKind::Stuck,
             times: 1,
+            after: 0,
         });
         assert!(w.stuck("eks", "CreateAddon"));
-        assert!(w.take_fault_kind("eks", "CreateAddon").and_then(aws_error).is_none());
+        assert!(
+            w.take_fault_kind("eks", "CreateAddon")
+                .and_then(aws_error)
+                .is_none()
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use app::api::ApiError;
 use app::api::clusters::CreateCluster;
 use app::api::values::IdempotencyKey;
+use app::api::{ApiError, Command};
 use serde::{Deserialize, Serialize};
 
 use super::dependencies::DEFAULT_KUBERNETES_VERSION;
@@ -148,11 +148,7 @@ impl Pipeline for CreateCluster {
         stage: Stage,
         out: &mut Outputs,
     ) -> Result<Progress, ApiError> {
-        let region = self
-            .region
-            .as_ref()
-            .map(|r| r.to_string())
-            .ok_or_else(|| ApiError::internal("create_cluster stored without a region"))?;
+        let region = super::stored_region(self.region.as_ref(), Self::SPEC.name)?;
         let name = self.name.as_str();
         // A retried creation is creating again.
         super::set_status(&cx.store, name, &["failed"], "creating").await?;

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use app::api::ApiError;
 use app::api::clusters::ImportCluster;
 use app::api::values::IdempotencyKey;
+use app::api::{ApiError, Command};
 use aws_sdk_eks::types::ClusterStatus;
 use serde::{Deserialize, Serialize};
 
@@ -81,11 +81,7 @@ impl Pipeline for ImportCluster {
         stage: Stage,
         out: &mut Outputs,
     ) -> Result<Progress, ApiError> {
-        let region = self
-            .region
-            .as_ref()
-            .map(|r| r.to_string())
-            .ok_or_else(|| ApiError::internal("import stored without a region"))?;
+        let region = super::stored_region(self.region.as_ref(), Self::SPEC.name)?;
         let name = self.name.as_str();
         match stage {
             Stage::Eks => {

@@ -25,6 +25,16 @@ use crate::auth::Actor;
 use crate::service::{Handler, Service};
 use crate::store::{Store, StoreError, on_pool};
 
+/// The region a stored request was given by its pre-flight.
+pub(crate) fn stored_region(
+    region: Option<&app::api::values::Region>,
+    command: &str,
+) -> Result<String, ApiError> {
+    region
+        .map(|r| r.to_string())
+        .ok_or_else(|| ApiError::internal(format!("{command} stored without a region")))
+}
+
 /// What operations on cluster `name` lock: one unfinished operation per cluster.
 pub fn target(name: &str) -> String {
     format!("cluster/{name}")

@@ -109,32 +109,21 @@ impl Worker {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         const DUE: &str = "SELECT id FROM operations WHERE next_run_at IS NOT NULL AND next_run_at <= $3 \
              AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_run_at LIMIT $4";
-        let rows: Vec<(String,)> = match &self.store {
-            Store::Sqlite(pool) => {
-                let sql = format!(
-                    "UPDATE operations SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE}) RETURNING id"
-                );
-                sqlx::query_as(&sql)
-                    .bind(&self.owner)
-                    .bind(&until)
-                    .bind(&now)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await?
-            }
-            Store::Postgres(pool) => {
-                let sql = format!(
-                    "UPDATE operations SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE} FOR UPDATE SKIP LOCKED) RETURNING id"
-                );
-                sqlx::query_as(&sql)
-                    .bind(&self.owner)
-                    .bind(&until)
-                    .bind(&now)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await?
-            }
+        // PostgreSQL's replicas must not claim the same rows; SQLite serialises writers.
+        let lock = match &self.store {
+            Store::Sqlite(_) => "",
+            Store::Postgres(_) => " FOR UPDATE SKIP LOCKED",
         };
+        let sql = format!(
+            "UPDATE operations SET lease_owner = $1, lease_until = $2 WHERE id IN ({DUE}{lock}) RETURNING id"
+        );
+        let rows: Vec<(String,)> = on_pool!(&self.store, |pool| sqlx::query_as(&sql)
+            .bind(&self.owner)
+            .bind(&until)
+            .bind(&now)
+            .bind(limit)
+            .fetch_all(pool)
+            .await)?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 

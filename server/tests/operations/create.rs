@@ -512,6 +512,25 @@ fn bad_inputs_are_refused_before_anything_is_created() {
         assert_eq!(err["field"], field, "{answer}");
         assert!(err["message"].as_str().unwrap().contains(words), "{answer}");
     }
+    // Only types HyperPod builds are offered (EC2 offers Graviton GPUs such as g5g too).
+    let (status, offered) = hypd.call(
+        &token,
+        Method::GET,
+        "/api/v1/instance-types?availability_zone=us-east-1a",
+        None,
+    );
+    assert_eq!(status, 200, "{offered}");
+    let names: Vec<&str> = offered["instance_types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["hyperpod_instance_type"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"ml.g5.8xlarge") && names.contains(&"ml.p5.48xlarge"),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.starts_with("ml.g5g.")), "{names:?}");
     // The account's cluster-usage quota (Service Quotas) is below the request.
     let (status, _) = world.sim.call(
         Method::PUT,

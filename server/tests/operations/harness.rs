@@ -21,6 +21,8 @@ use crate::{FAST, eks_status, fault, get_op, stage, wait_until};
 /// has one, so a lost answer means "done but not told").
 pub struct Call {
     pub stage: &'static str,
+    /// Matching calls that pass before the fault hits (the pre-flight's own reads).
+    pub after: u32,
     /// As the sim names services: `ec2`, `iam`, `s3` (forwarded to moto), `eks`,
     /// `sagemaker`, `kubernetes` (`<verb> <Kind>`).
     pub service: &'static str,
@@ -43,6 +45,21 @@ pub struct Case {
 const fn call(stage: &'static str, service: &'static str, operation: &'static str) -> Call {
     Call {
         stage,
+        after: 0,
+        service,
+        operation,
+    }
+}
+
+/// A call the pre-flight makes too: the fault lets that one through.
+const fn after_preflight(
+    stage: &'static str,
+    service: &'static str,
+    operation: &'static str,
+) -> Call {
+    Call {
+        stage,
+        after: 1,
         service,
         operation,
     }
@@ -100,7 +117,7 @@ pub const CASES: &[Case] = &[
             );
         },
         calls: &[
-            call("eks", "eks", "DescribeCluster"),
+            after_preflight("eks", "eks", "DescribeCluster"),
             call("access", "eks", "AssociateAccessPolicy"),
             call("hyperpod", "sagemaker", "ListClusters"),
         ],
@@ -255,7 +272,7 @@ fn a_provider_failure_in_each_stage_fails_it_and_retry_finishes() {
             fault(
                 &world,
                 json!({"service": c.service, "operation": c.operation, "kind": "error",
-                       "code": code, "status": status, "message": message}),
+                       "code": code, "status": status, "message": message, "after": c.after}),
             );
             let id = started(case, &hypd, &token, &name);
             let op = hypd.finish(&token, &id);
@@ -296,7 +313,8 @@ fn a_crash_in_each_stage_resumes_and_makes_nothing_twice() {
             // The call is held in flight; hypd dies while the stage is running it.
             let hold = fault(
                 &world,
-                json!({"service": c.service, "operation": c.operation, "kind": "delay", "seconds": 30}),
+                json!({"service": c.service, "operation": c.operation, "kind": "delay", "seconds": 30,
+                       "after": c.after}),
             );
             let id = started(case, &hypd, &token, &name);
             let at = format!("{} {}", case.command, c.stage);
@@ -351,7 +369,7 @@ fn a_lost_answer_in_each_stage_runs_it_again_and_makes_nothing_new() {
             (case.given)(&world, &hypd, &token, &name);
             fault(
                 &world,
-                json!({"service": c.service, "operation": c.operation, "kind": "lost"}),
+                json!({"service": c.service, "operation": c.operation, "kind": "lost", "after": c.after}),
             );
             let id = started(case, &hypd, &token, &name);
             let op = hypd.finish(&token, &id);

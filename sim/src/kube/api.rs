@@ -396,12 +396,7 @@ async fn handle(
 
 /// The fault-matching name (`<verb> <Kind>`) of a request to a resource, read with the
 /// world briefly locked; `None` for anything else (discovery, health).
-async fn fault_operation(
-    ctx: &Ctx,
-    method: &Method,
-    target: &Target,
-    q: &Query,
-) -> Option<String> {
+async fn fault_operation(ctx: &Ctx, method: &Method, target: &Target, q: &Query) -> Option<String> {
     let Target::Resource {
         group,
         version,

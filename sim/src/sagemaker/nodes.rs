@@ -488,6 +488,7 @@ mod tests {
             operation: "BatchReplaceClusterNodes".into(),
             kind: FaultKind::Stuck,
             times: 1,
+            after: 0,
         });
         let out = batch_replace(&mut w, &json!({"ClusterName": "c", "NodeIds": [id]})).unwrap();
         assert_eq!(out["Successful"], json!([id]));

@@ -3,16 +3,16 @@
 
 use std::time::Duration;
 
+use crate::support::{
+    control, create_eks_cluster, eks_client, eks_cluster, moto, network, sim, wait_eks_active,
+    wait_for, wait_gone,
+};
 use aws_sdk_eks::Client;
 use aws_sdk_eks::error::ProvideErrorMetadata;
 use aws_sdk_eks::types::{
     AccessScope, AccessScopeType, AddonStatus, AuthenticationMode, ClusterStatus,
 };
 use serde_json::json;
-use crate::support::{
-    control, create_eks_cluster, eks_client, eks_cluster, moto, network, sim, wait_eks_active,
-    wait_for, wait_gone,
-};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_access_and_addon_lifecycles() {
@@ -361,8 +361,8 @@ async fn injected_faults_throttle_fail_and_stick() {
 /// for bad names, scaling, subnets, roles and a cluster that is not ACTIVE.
 #[tokio::test(flavor = "multi_thread")]
 async fn managed_node_groups() {
-    use aws_sdk_eks::types::{NodegroupScalingConfig, NodegroupStatus};
     use crate::support::{moto_call, set_time_scale, xml_tag};
+    use aws_sdk_eks::types::{NodegroupScalingConfig, NodegroupStatus};
     let (_moto, moto_url) = moto();
     let net = network(&moto_url).await;
     let (_sim, sim_url) = sim(&moto_url, 600.0);

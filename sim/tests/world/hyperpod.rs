@@ -2,6 +2,11 @@
 //! ACTIVE EKS cluster comes InService with its nodes through deep health checks, grows
 //! through UpdateCluster, refuses immutable changes and quota overruns, and goes away.
 
+use crate::support::{
+    control, create_eks_cluster, create_refused, eks_client, eks_cluster, eks_orchestrator,
+    hyperpod_create, hyperpod_group, moto, network, refused, sdk_config, sim, wait_eks_active,
+    wait_for, wait_gone,
+};
 use aws_sdk_eks::types::AuthenticationMode;
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
@@ -10,11 +15,6 @@ use aws_sdk_sagemaker::types::{
     ClusterStatus,
 };
 use serde_json::json;
-use crate::support::{
-    control, create_eks_cluster, create_refused, eks_client, eks_cluster, eks_orchestrator,
-    hyperpod_create, hyperpod_group, moto, network, refused, sdk_config, sim, wait_eks_active,
-    wait_for, wait_gone,
-};
 
 async fn status(sm: &Client, name: &str) -> Option<ClusterStatus> {
     sm.describe_cluster()

@@ -3,6 +3,10 @@
 //! cluster, nodes already busy), a platform software update rolling over the nodes,
 //! and a throttled call absorbed by the SDK's retry.
 
+use crate::support::{
+    active_eks_cluster, control, eks_client, hyperpod_create, hyperpod_group, hyperpod_ready,
+    inject, moto, network, sagemaker_client, set_time_scale, sim, wait_for,
+};
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use aws_sdk_sagemaker::types::{
@@ -11,10 +15,6 @@ use aws_sdk_sagemaker::types::{
     UpdateClusterSoftwareInstanceGroupSpecification,
 };
 use serde_json::json;
-use crate::support::{
-    active_eks_cluster, control, eks_client, hyperpod_create, hyperpod_group, hyperpod_ready,
-    inject, moto, network, sagemaker_client, set_time_scale, sim, wait_for,
-};
 
 const SCALE: f64 = 600.0;
 

@@ -5,6 +5,9 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::support::{
+    active_cluster, eks_client, eks_token, eks_token_at, kube_client, moto, network, sim,
+};
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
@@ -15,9 +18,6 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use crate::support::{
-    active_cluster, eks_client, eks_token, eks_token_at, kube_client, moto, network, sim,
-};
 
 /// Where a watch of config maps that misses nothing starts: the list's resourceVersion.
 async fn list_rv(cms: &Api<ConfigMap>) -> String {

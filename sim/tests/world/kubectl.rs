@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use serde_json::json;
 use crate::support::{Network, active_cluster, control, eks_client, eks_token, moto, network, sim};
+use serde_json::json;
 
 fn kubectl_bin() -> PathBuf {
     let venv = std::env::var("HYPD_VENV")

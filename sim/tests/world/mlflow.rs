@@ -3,12 +3,12 @@
 //! store and role checked as SageMaker checks them, and a throttled create absorbed by
 //! the SDK's retry.
 
-use aws_sdk_sagemaker::Client;
-use aws_sdk_sagemaker::types::{IsTrackingServerActive, TrackingServerSize, TrackingServerStatus};
-use serde_json::json;
 use crate::support::{
     control, inject, moto, network, refused, sagemaker_client, set_time_scale, sim, wait_for,
 };
+use aws_sdk_sagemaker::Client;
+use aws_sdk_sagemaker::types::{IsTrackingServerActive, TrackingServerSize, TrackingServerStatus};
+use serde_json::json;
 
 const SCALE: f64 = 600.0;
 

@@ -3,11 +3,11 @@
 //! answer in each service's protocol, parsed by the SDKs into their code and message
 //! and, for throttling, absorbed by their retry.
 
+use crate::support::{control, inject, moto, moto_call, sdk_config, sim, xml_tag};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::operation::RequestId;
 use aws_sdk_s3::primitives::ByteStream;
 use serde_json::json;
-use crate::support::{control, inject, moto, moto_call, sdk_config, sim, xml_tag};
 
 const TRUST: &str = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"eks.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
 

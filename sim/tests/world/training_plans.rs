@@ -3,16 +3,16 @@
 //! the clock, and CreateCluster refusing a plan that is not ready, is for another
 //! instance type, has no room left or reserves capacity in another zone.
 
+use crate::support::{
+    Network, active_eks_cluster, control, create_refused, eks_client, hyperpod_create,
+    hyperpod_group, moto, network, refused, sagemaker_client, set_time_scale, sim, wait_for,
+};
 use aws_sdk_sagemaker::types::{
     ClusterInstanceStatus, ClusterInstanceType, ReservedCapacityInstanceType,
     SageMakerResourceName, TrainingPlanFilter, TrainingPlanFilterName, TrainingPlanSortBy,
     TrainingPlanSortOrder, TrainingPlanStatus, VpcConfig,
 };
 use serde_json::json;
-use crate::support::{
-    Network, active_eks_cluster, control, create_refused, eks_client, hyperpod_create,
-    hyperpod_group, moto, network, refused, sagemaker_client, set_time_scale, sim, wait_for,
-};
 
 const SCALE: f64 = 600.0;
 
