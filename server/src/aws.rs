@@ -144,7 +144,7 @@ impl From<UpstreamError> for ApiError {
             call: e.operation.to_owned(),
             code: e.code,
             message: e.message,
-            request_id: e.request_id,
+            request_id: e.request_id.map(Into::into),
             transient: e.transient,
         }
     }

@@ -264,7 +264,7 @@ async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
     let mut lost = None;
     if let Some(service) = &service {
         let op = operation(service, &parts.method, &parts.uri, &parts.headers, &body);
-        match crate::world::injected(&state, service, &op).await {
+        match crate::world::injected(state, service, &op).await {
             // Forwarded as usual; the answer is replaced below.
             Some(FaultKind::Lost) => lost = Some(service.clone()),
             Some(kind) => {

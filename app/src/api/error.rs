@@ -48,7 +48,9 @@ pub enum ApiError {
         call: String,
         code: Option<String>,
         message: String,
-        request_id: Option<String>,
+        /// The provider's request id, to quote to its support. Boxed: it keeps the one
+        /// error type small enough to return by value everywhere.
+        request_id: Option<Box<str>>,
         /// The same call may succeed later (throttling, a provider fault, a lost
         /// connection): operations wait and try again. False for an answer such as a
         /// refusal or a resource in a failed state, which repeats if asked again.

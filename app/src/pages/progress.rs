@@ -267,7 +267,7 @@ fn ErrorDetail(error: ApiError) -> impl IntoView {
                 <dt>"Provider's message"</dt>
                 <dd class="provider-message">{message}</dd>
                 <dt>"Request id"</dt>
-                <dd class="mono">{request_id.unwrap_or_else(|| "—".into())}</dd>
+                <dd class="mono">{request_id.map_or_else(|| "—".to_owned(), String::from)}</dd>
             </dl>
         }),
         other => Either::Right(view! { <p class="error provider-message">{other.to_string()}</p> }),

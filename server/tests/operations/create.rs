@@ -678,3 +678,78 @@ fn a_failed_control_plane_fails_the_stage_at_once() {
     // Failed on its first look at the finished cluster: no backoff retries.
     assert!(eks["attempts"].as_u64().unwrap() <= 2, "{eks}");
 }
+
+/// An operation stored before instance groups were a list still resumes: a creation
+/// stopped mid-way, its stored request rewritten to the single-group shape of then, is
+/// finished by a restarted hypd, whose HyperPod group gets the name those clusters'
+/// groups had.
+#[test]
+fn a_creation_stored_in_the_single_group_shape_resumes() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    // Throttled, HyperPod's CreateCluster never happens: the stage waits to try again.
+    let hold = crate::fault(
+        &world,
+        json!({"service": "sagemaker", "operation": "CreateCluster", "kind": "throttle", "times": 1_000_000}),
+    );
+    let (_, started) = create(&hypd, &token, small("ml-old"));
+    let id = started["operation_id"].as_str().unwrap().to_owned();
+    crate::wait_until(
+        "the hyperpod stage",
+        std::time::Duration::from_secs(120),
+        || {
+            let op = crate::get_op(&hypd, &token, &id);
+            crate::stage(&op, "hyperpod")["state"] == "waiting"
+        },
+    );
+    let data_dir = hypd.kill();
+    world
+        .sim
+        .call(Method::DELETE, &format!("/_sim/faults/{hold}"), None);
+    let db = data_dir.path().join("hypd.db");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = hypd::store::Store::open(&hypd::config::Database::Sqlite(db))
+            .await
+            .unwrap();
+        let hypd::store::Store::Sqlite(pool) = store else {
+            panic!("a SQLite store")
+        };
+        let (spec,): (String,) = sqlx::query_as("SELECT spec FROM operations WHERE id = $1")
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let mut old: Value = serde_json::from_str(&spec).unwrap();
+        let group = old["instance_groups"][0].clone();
+        let o = old.as_object_mut().unwrap();
+        o.remove("instance_groups");
+        for field in ["instance_type", "instance_count", "deep_health_checks"] {
+            o.insert(field.to_owned(), group[field].clone());
+        }
+        sqlx::query("UPDATE operations SET spec = $1 WHERE id = $2")
+            .bind(old.to_string())
+            .bind(&id)
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+    let hypd = world.hypd(Some(data_dir), &[]);
+    let op = hypd.finish(&token, &id);
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (status, described) = hypd.call(
+        &token,
+        Method::GET,
+        "/api/v1/clusters/ml-old/describe",
+        None,
+    );
+    assert_eq!(status, 200, "{described}");
+    assert_eq!(
+        described["instance_groups"][0]["name"], "accelerated-1",
+        "{described}"
+    );
+    assert_eq!(
+        described["instance_groups"][0]["target_count"], 2,
+        "{described}"
+    );
+}
