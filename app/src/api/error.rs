@@ -1,6 +1,6 @@
 //! The one error type every face returns. It is serializable so the console, REST
 //! clients and MCP agents all see the same shape, and a validation error names each
-//! offending field by its path in the request (`instance_groups[1].capacity_type`).
+//! offending field by its path in the request (`instance_groups[1].efa_only`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// One broken rule, at one place in the request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FieldError {
-    /// Path of the field in the request, e.g. `instance_groups[1].capacity_type`; empty
+    /// Path of the field in the request, e.g. `instance_groups[1].efa_only`; empty
     /// when the request as a whole is malformed.
     pub field: String,
     /// What is wrong and what is accepted, for a human.
@@ -144,18 +144,18 @@ mod tests {
 
     #[test]
     fn serializes_with_kind_tag() {
-        let e = ApiError::field("instance_groups[1].capacity_type", "cannot change");
+        let e = ApiError::field("instance_groups[1].efa_only", "cannot change");
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["kind"], "validation");
-        assert_eq!(v["errors"][0]["field"], "instance_groups[1].capacity_type");
+        assert_eq!(v["errors"][0]["field"], "instance_groups[1].efa_only");
         assert_eq!(
             e.to_string(),
-            "invalid request: instance_groups[1].capacity_type: cannot change"
+            "invalid request: instance_groups[1].efa_only: cannot change"
         );
         let back: ApiError = serde_json::from_value(v).unwrap();
         assert_eq!(back, e);
         assert_eq!(
-            e.errors_for("instance_groups[1].capacity_type"),
+            e.errors_for("instance_groups[1].efa_only"),
             vec!["cannot change"]
         );
     }
