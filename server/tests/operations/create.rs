@@ -100,28 +100,20 @@ pub fn count(world: &World, name: &str) -> Counts {
             .send()
             .await
             .unwrap();
-        // moto ignores tag filters on DescribeNatGateways: match the tags here.
+        // moto ignores tag filters on DescribeNatGateways and DescribeAddresses: the
+        // tags are matched here.
+        let tagged = |tags: &[aws_sdk_ec2::types::Tag]| {
+            tags.iter()
+                .any(|t| t.key() == Some("hypd:cluster") && t.value() == Some(name))
+        };
         let live_nats = nats
             .nat_gateways()
             .iter()
             .filter(|g| g.state() != Some(&aws_sdk_ec2::types::NatGatewayState::Deleted))
-            .filter(|g| {
-                g.tags()
-                    .iter()
-                    .any(|t| t.key() == Some("hypd:cluster") && t.value() == Some(name))
-            })
+            .filter(|g| tagged(g.tags()))
             .count();
-        // Tags are matched here: moto ignores tag filters on DescribeAddresses.
         let eips = ec2.describe_addresses().send().await.unwrap();
-        let eips = eips
-            .addresses()
-            .iter()
-            .filter(|a| {
-                a.tags()
-                    .iter()
-                    .any(|t| t.key() == Some("hypd:cluster") && t.value() == Some(name))
-            })
-            .count();
+        let eips = eips.addresses().iter().filter(|a| tagged(a.tags())).count();
         let igws = ec2
             .describe_internet_gateways()
             .filters(ours())
