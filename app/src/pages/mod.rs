@@ -6,6 +6,7 @@ pub mod clusters;
 pub mod create;
 pub mod import;
 pub mod operations;
+pub mod overview;
 mod progress;
 pub mod tokens;
 
@@ -47,14 +48,15 @@ lazy_page!(OperationListRoute => operations::OperationList);
 lazy_page!(OperationRoute => progress::OperationPage);
 lazy_page!(TokensRoute => tokens::TokensPage);
 lazy_page!(SignInRoute => crate::session::SignIn);
-lazy_page!(OverviewRoute => crate::console::Overview);
+lazy_page!(OverviewRoute => overview::Overview);
 
 /// A coloured status word: `state-<word>` (lowercased, so AWS's `ACTIVE` and
-/// `InService` find their colour too) picks the colour, the text says it.
+/// `InService` find their colour too, and spaces as `_`: `create failed` is
+/// `state-create_failed`, like AWS's `CREATE_FAILED`) picks the colour, the text says it.
 #[component]
 pub fn StateBadge(#[prop(into)] state: Signal<String>) -> impl IntoView {
     view! {
-        <span class=move || format!("badge state state-{}", state.with(|s| s.to_ascii_lowercase()))>
+        <span class=move || format!("badge state state-{}", state.with(|s| s.to_ascii_lowercase().replace(' ', "_")))>
             {state}
         </span>
     }
