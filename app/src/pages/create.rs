@@ -1,7 +1,9 @@
-//! The create-cluster form, built on `crate::form` like the import form: its inputs are
-//! `CreateCluster`'s fields by path, checked in the browser by the request type's own
-//! decoding and `validate()`; regions, zones and instance types (with their GPU and EFA
-//! facts) come from the inspection commands, so only what the account offers is offered.
+//! The create-cluster form: `CreateCluster`'s fields declared once on `crate::form`, its
+//! instance groups a list of them (`instance_groups[1].name`), in the page shell gated on
+//! the command's own role. The checks are the request type's own decoding and
+//! `validate()`, in a chunk fetched on the first submit; regions, zones and instance
+//! types (with their GPU and EFA facts) come from the inspection commands, so only what
+//! the account offers is offered.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
