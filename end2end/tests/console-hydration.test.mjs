@@ -79,7 +79,9 @@ test('a running operation opened by its address hydrates from the server, then f
   assert.equal(response.status(), 200);
   // The server rendered the operation as it was: waiting at the eks stage.
   assert.match(await response.text(), /data-stage="eks" data-state="waiting"/);
-  await hydrated(page);
+  await hydrated(page).catch((e) => {
+    throw new Error(`${e.message}\npage errors: ${errors.join('\n')}`);
+  });
   assert.ok(held, 'the operation page loaded without its chunk');
   await page.waitForSelector('.link-connected');
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 60_000 });
