@@ -193,18 +193,18 @@ async def create_and_follow(server):
     async with Client(server) as client:
         bad = await client.call_tool(
             "create_cluster",
-            {"name": "mcp-gpu", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge",
-             "instance_count": 0, "efa_only": True},
+            {"name": "mcp-gpu", "availability_zone": "us-east-1a",
+             "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 0, "efa_only": True}]},
         )
         assert bad.is_error
         fields = sorted(e["field"] for e in bad.structured_content["error"]["errors"])
-        assert fields == ["efa_only", "instance_count"], bad.structured_content
+        assert fields == ["instance_groups[0].efa_only", "instance_groups[0].instance_count"], bad.structured_content
 
         started = structured(
             await client.call_tool(
                 "create_cluster",
-                {"name": "mcp-gpu", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge",
-                 "instance_count": 1},
+                {"name": "mcp-gpu", "availability_zone": "us-east-1a",
+                 "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}]},
             )
         )
         while True:

@@ -65,8 +65,7 @@ fn main() {
             Some(json!({
                 "name": format!("bench-{i}"),
                 "availability_zone": "us-east-1a",
-                "instance_type": "ml.g5.8xlarge",
-                "instance_count": 2,
+                "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 2}],
             })),
         );
         assert_eq!(status, 200, "{started}");

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use app::api::ApiError;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_sts::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sts::operation::RequestId;
@@ -20,6 +21,54 @@ pub struct UpstreamError {
     pub code: Option<String>,
     pub message: String,
     pub request_id: Option<String>,
+    /// The HTTP status of the provider's answer, when there was one.
+    #[serde(skip)]
+    pub status: Option<u16>,
+    /// Asking again later may succeed (decided here, where the error is raised).
+    pub transient: bool,
+}
+
+/// Provider error codes that mean "slow down" or "our fault, try again", whatever the
+/// HTTP status they come with (IAM and STS throttle with a 400).
+const TRANSIENT_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "TooManyRequestsException",
+    "RequestLimitExceeded",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "SlowDown",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "InternalFailure",
+    "InternalError",
+    "InternalServerError",
+    "InternalServerException",
+    "ServerException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+];
+
+/// Codes and statuses by which the services say an object does not exist.
+pub fn is_not_found(code: Option<&str>, status: Option<u16>) -> bool {
+    match code {
+        Some(c) => {
+            c.ends_with(".NotFound")
+                || matches!(
+                    c,
+                    "NotFound"
+                        | "NoSuchEntity"
+                        | "NoSuchBucket"
+                        | "NoSuchKey"
+                        | "NoSuchTagSet"
+                        | "ResourceNotFound"
+                        | "ResourceNotFoundException"
+                )
+        }
+        // S3's HEAD answers carry no body, hence no code.
+        None => status == Some(404),
+    }
 }
 
 impl UpstreamError {
@@ -30,46 +79,157 @@ impl UpstreamError {
     ) -> Self
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
+        R: std::fmt::Debug + HasStatus,
         SdkError<E, R>: RequestId,
     {
         let request_id = err.request_id().map(str::to_owned);
-        match err.as_service_error() {
-            Some(service_err) => UpstreamError {
-                service,
-                operation,
-                code: service_err.code().map(str::to_owned),
-                message: service_err.message().map_or_else(
-                    || DisplayErrorContext(service_err).to_string(),
-                    str::to_owned,
-                ),
-                request_id,
-            },
-            // Timeouts, connection failures and missing credentials have no provider code.
-            None => UpstreamError {
+        let status = err.raw_response().map(HasStatus::http_status);
+        match &err {
+            SdkError::ServiceError(_) => {
+                let service_err = err.as_service_error().expect("a service error");
+                let code = service_err.code().map(str::to_owned);
+                let transient = status.is_some_and(|s| s >= 500 || s == 429)
+                    || code
+                        .as_deref()
+                        .is_some_and(|c| TRANSIENT_CODES.contains(&c));
+                UpstreamError {
+                    service,
+                    operation,
+                    message: service_err.message().map_or_else(
+                        || DisplayErrorContext(service_err).to_string(),
+                        str::to_owned,
+                    ),
+                    code,
+                    request_id,
+                    status,
+                    transient,
+                }
+            }
+            // Timeouts, connection failures and unreadable answers have no provider code
+            // and say nothing about the request itself; a request that could not be built
+            // (missing credentials, a bad parameter) fails the same way every time.
+            other => UpstreamError {
                 service,
                 operation,
                 code: None,
                 message: DisplayErrorContext(&err).to_string(),
                 request_id,
+                status,
+                transient: !matches!(other, SdkError::ConstructionFailure(_)),
             },
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        is_not_found(self.code.as_deref(), self.status)
+    }
+}
+
+/// The HTTP status of an SDK's raw response.
+pub trait HasStatus {
+    fn http_status(&self) -> u16;
+}
+
+// Every SDK answers with the same smithy response type; this one impl serves them all.
+impl HasStatus for aws_sdk_sts::config::http::HttpResponse {
+    fn http_status(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+impl From<UpstreamError> for ApiError {
+    fn from(e: UpstreamError) -> Self {
+        ApiError::Upstream {
+            service: e.service.to_owned(),
+            call: e.operation.to_owned(),
+            code: e.code,
+            message: e.message,
+            request_id: e.request_id,
+            transient: e.transient,
         }
     }
 }
 
-/// A failed SDK call as the contract's error; every AWS client's `SdkError` is the same
-/// type, so one function serves them all.
-pub fn upstream<E, R>(
-    service: &'static str,
-    operation: &'static str,
-    err: SdkError<E, R>,
-) -> app::api::ApiError
+/// The one way SDK results become the contract's: a provider error kept whole (service,
+/// call, code, message, request id, transient or not), and "does not exist" as `None`
+/// where the caller expects it may not.
+pub trait SdkResultExt<T> {
+    fn upstream(self, service: &'static str, call: &'static str) -> Result<T, ApiError>;
+
+    /// `Ok(None)` when the provider answers that the object does not exist.
+    fn found(self, service: &'static str, call: &'static str) -> Result<Option<T>, ApiError>;
+
+    /// `Ok(None)` when the provider answers with one of `codes` (e.g. "already exists" on a
+    /// create that an earlier, interrupted run made).
+    fn allowing(
+        self,
+        service: &'static str,
+        call: &'static str,
+        codes: &[&str],
+    ) -> Result<Option<T>, ApiError>;
+}
+
+impl<T, E, R> SdkResultExt<T> for Result<T, SdkError<E, R>>
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + HasStatus,
     SdkError<E, R>: RequestId,
 {
-    UpstreamError::from_sdk(service, operation, err).into()
+    fn upstream(self, service: &'static str, call: &'static str) -> Result<T, ApiError> {
+        self.map_err(|e| UpstreamError::from_sdk(service, call, e).into())
+    }
+
+    fn found(self, service: &'static str, call: &'static str) -> Result<Option<T>, ApiError> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                let e = UpstreamError::from_sdk(service, call, e);
+                if e.is_not_found() {
+                    Ok(None)
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
+    fn allowing(
+        self,
+        service: &'static str,
+        call: &'static str,
+        codes: &[&str],
+    ) -> Result<Option<T>, ApiError> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                let e = UpstreamError::from_sdk(service, call, e);
+                if e.code.as_deref().is_some_and(|c| codes.contains(&c)) {
+                    Ok(None)
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+}
+
+/// An answer that says a provider-side object is in a state no retry can change (an EKS
+/// cluster FAILED, an add-on CREATE_FAILED): the stage fails at once with the provider's
+/// own words.
+pub fn failed_state(
+    service: &str,
+    call: &str,
+    state: Option<&str>,
+    message: impl Into<String>,
+) -> ApiError {
+    ApiError::Upstream {
+        service: service.to_owned(),
+        call: call.to_owned(),
+        code: state.map(str::to_owned),
+        message: message.into(),
+        request_id: None,
+        transient: false,
+    }
 }
 
 /// Who hypd acts as.
@@ -100,6 +260,18 @@ impl Aws {
             )
             .load()
             .await;
+        Self::new(config)
+    }
+
+    /// The same account, with the SDK's own retries off: for operations, whose steps are
+    /// retried whole by the engine (observe first, then only what is missing). An SDK
+    /// retry of a create whose answer was lost would make the object twice.
+    pub fn for_operations(&self) -> Self {
+        let config = self
+            .config
+            .to_builder()
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .build();
         Self::new(config)
     }
 
@@ -164,10 +336,11 @@ impl Aws {
         aws_sdk_servicequotas::Client::from_conf(conf)
     }
 
-    /// The caller identity (STS GetCallerIdentity), cached for a minute on success.
+    /// The caller identity (STS GetCallerIdentity), cached for a minute on success. The
+    /// lock guards only the cache, never the call: readiness probes and pre-flights do
+    /// not queue behind one stalled request to STS.
     pub async fn identity(&self) -> Result<Identity, UpstreamError> {
-        let mut cached = self.identity.lock().await;
-        if let Some((at, id)) = cached.as_ref()
+        if let Some((at, id)) = self.identity.lock().await.as_ref()
             && at.elapsed() < IDENTITY_TTL
         {
             return Ok(id.clone());
@@ -182,7 +355,7 @@ impl Aws {
             arn: out.arn().unwrap_or_default().to_owned(),
             user_id: out.user_id().unwrap_or_default().to_owned(),
         };
-        *cached = Some((Instant::now(), id.clone()));
+        *self.identity.lock().await = Some((Instant::now(), id.clone()));
         Ok(id)
     }
 }

@@ -94,9 +94,18 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
     }
 
     // Resumes every unfinished operation, then follows new ones.
-    let worker =
-        crate::operation::worker::Worker::new(store.clone(), aws.clone(), service.wake.clone());
+    let worker = crate::operation::worker::Worker::new(
+        store.clone(),
+        Arc::new(aws.for_operations()),
+        service.wake.clone(),
+    );
     tokio::spawn(worker.run());
+    // The create form's first open asks for regions, zones and instance types: asked
+    // now, the first user does not wait for cold calls to AWS.
+    {
+        let service = service.clone();
+        tokio::spawn(async move { service.catalogue.warm(&service.aws).await });
+    }
 
     let addr = SocketAddr::new(cfg.bind, cfg.port);
     let listener = tokio::net::TcpListener::bind(addr)

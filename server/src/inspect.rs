@@ -1,25 +1,39 @@
-//! What the account offers, asked of EC2: regions, Availability Zones and instance types
-//! with their accelerator and EFA facts. Answers are cached for a few minutes per region
-//! (these facts change rarely and consoles and agents ask often); every answer says how
-//! fresh it is, and `refresh` asks AWS again.
+//! What the account offers, asked of EC2: regions, Availability Zones and the instance
+//! types HyperPod can build, with their accelerator and EFA facts. Answers are cached for
+//! a few minutes per region (these facts change rarely and consoles and agents ask
+//! often), every answer says how fresh it is, and concurrent asks for the same key share
+//! one fetch. Pre-flights ask narrow questions (one type in one zone) instead of the
+//! whole catalogue.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use app::api::ApiError;
 use app::api::inspect::{
-    Accelerator, AcceleratorKind, AvailabilityZone, Freshness, InstanceTypeInfo, RegionInfo,
-    efa_only_allowed,
+    Accelerator, AcceleratorKind, AvailabilityZone, AvailabilityZoneList, Freshness,
+    InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
+    RegionInfo, RegionList, Whoami, WhoamiOutput, efa_only_allowed,
 };
+use app::api::values::Region;
 use aws_sdk_ec2::types::{InstanceTypeInfo as Ec2Type, LocationType};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 
-use crate::aws::{Aws, UpstreamError};
+use crate::auth::Actor;
+use crate::aws::{Aws, SdkResultExt, UpstreamError};
 use crate::clock;
+use crate::resources::ec2::filter;
+use crate::service::{Handler, Service};
 
 /// How long an inspection answer is served from the cache.
 pub const FRESH_FOR: Duration = Duration::from_secs(300);
+
+/// Whether HyperPod builds clusters of `ml_type` (`ml.p5.48xlarge`): the SageMaker
+/// model's own list of cluster instance types is the one source of truth.
+pub fn hyperpod_supports(ml_type: &str) -> bool {
+    aws_sdk_sagemaker::types::ClusterInstanceType::values().contains(&ml_type)
+}
 
 struct Entry<V> {
     at: Instant,
@@ -27,13 +41,44 @@ struct Entry<V> {
     value: V,
 }
 
-/// A small per-key cache with a freshness report.
+type Filling<V> = watch::Receiver<Option<Result<(V, SystemTime), ApiError>>>;
+
+enum Slot<V> {
+    Ready(Entry<V>),
+    /// A fetch is under way; its result is sent here.
+    Filling(Filling<V>),
+}
+
+/// A small per-key cache with a freshness report and one fetch per key at a time.
 pub struct Cache<V> {
-    entries: Mutex<HashMap<String, Entry<V>>>,
+    entries: Mutex<HashMap<String, Slot<V>>>,
     ttl: Duration,
 }
 
-impl<V: Clone> Cache<V> {
+/// Removes a fill that ended without a result (its caller went away), so the next asker
+/// fetches again instead of waiting on nothing.
+struct FillGuard<'a, V> {
+    cache: &'a Cache<V>,
+    key: String,
+    done: bool,
+}
+
+impl<V> Drop for FillGuard<'_, V> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Ok(mut entries) = self.cache.entries.try_lock() {
+            if matches!(entries.get(&self.key), Some(Slot::Filling(_))) {
+                entries.remove(&self.key);
+            }
+        } else {
+            tracing::debug!(key = %self.key, "cache fill abandoned while the cache was busy");
+        }
+    }
+}
+
+impl<V: Clone + Send + Sync> Cache<V> {
     pub fn new(ttl: Duration) -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
@@ -41,8 +86,9 @@ impl<V: Clone> Cache<V> {
         }
     }
 
-    /// The cached value, or `fetch`'s, stored. The lock is not held while fetching, so a
-    /// slow AWS call never blocks answers for other keys.
+    /// The cached value, or `fetch`'s, stored. The lock is never held while fetching, so a
+    /// slow AWS call never blocks answers for other keys; a second ask for a key being
+    /// fetched (with `refresh` or not) waits for that fetch instead of starting another.
     pub async fn get_or_fetch<F, Fut>(
         &self,
         key: &str,
@@ -53,27 +99,80 @@ impl<V: Clone> Cache<V> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, ApiError>>,
     {
-        if !refresh
-            && let Some(e) = self
-                .entries
-                .lock()
-                .await
-                .get(key)
-                .filter(|e| e.at.elapsed() < self.ttl)
-        {
-            return Ok((e.value.clone(), freshness(e.fetched, true)));
+        let mut fetch = Some(fetch);
+        loop {
+            let mut waiting = {
+                let mut entries = self.entries.lock().await;
+                match entries.get(key) {
+                    Some(Slot::Ready(e)) if !refresh && e.at.elapsed() < self.ttl => {
+                        return Ok((e.value.clone(), freshness(e.fetched, true)));
+                    }
+                    // A fill whose fetcher went away (its sender is gone) is no fill.
+                    Some(Slot::Filling(rx)) if rx.has_changed().is_ok() => rx.clone(),
+                    _ => {
+                        let (tx, rx) = watch::channel(None);
+                        entries.insert(key.to_owned(), Slot::Filling(rx));
+                        drop(entries);
+                        let fetch = fetch.take().expect("a fetch runs once");
+                        return self.fill(key, tx, fetch).await;
+                    }
+                }
+            };
+            match waiting.wait_for(Option::is_some).await {
+                Ok(result) => {
+                    return match result.as_ref().expect("waited for a result") {
+                        Ok((value, fetched)) => Ok((value.clone(), freshness(*fetched, true))),
+                        Err(e) => Err(e.clone()),
+                    };
+                }
+                // The fetch was abandoned; ask again (and likely fetch ourselves).
+                Err(_) => continue,
+            }
         }
-        let value = fetch().await?;
+    }
+
+    async fn fill<F, Fut>(
+        &self,
+        key: &str,
+        tx: watch::Sender<Option<Result<(V, SystemTime), ApiError>>>,
+        fetch: F,
+    ) -> Result<(V, Freshness), ApiError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, ApiError>>,
+    {
+        let mut guard = FillGuard {
+            cache: self,
+            key: key.to_owned(),
+            done: false,
+        };
+        let result = fetch().await;
         let fetched = SystemTime::now();
-        self.entries.lock().await.insert(
-            key.to_owned(),
-            Entry {
-                at: Instant::now(),
-                fetched,
-                value: value.clone(),
-            },
-        );
-        Ok((value, freshness(fetched, false)))
+        let mut entries = self.entries.lock().await;
+        match &result {
+            Ok(value) => {
+                entries.insert(
+                    key.to_owned(),
+                    Slot::Ready(Entry {
+                        at: Instant::now(),
+                        fetched,
+                        value: value.clone(),
+                    }),
+                );
+            }
+            Err(_) => {
+                entries.remove(key);
+            }
+        }
+        guard.done = true;
+        drop(entries);
+        let _ = tx.send(Some(
+            result
+                .as_ref()
+                .map(|v| (v.clone(), fetched))
+                .map_err(Clone::clone),
+        ));
+        result.map(|v| (v, freshness(fetched, false)))
     }
 }
 
@@ -85,22 +184,10 @@ fn freshness(fetched: SystemTime, cached: bool) -> Freshness {
     }
 }
 
-impl From<UpstreamError> for ApiError {
-    fn from(e: UpstreamError) -> Self {
-        ApiError::Upstream {
-            service: e.service.to_owned(),
-            call: e.operation.to_owned(),
-            code: e.code,
-            message: e.message,
-            request_id: e.request_id,
-        }
-    }
-}
-
 pub struct Inspector {
-    regions: Cache<Vec<RegionInfo>>,
-    zones: Cache<Vec<AvailabilityZone>>,
-    types: Cache<Vec<InstanceTypeInfo>>,
+    regions: Cache<Arc<Vec<RegionInfo>>>,
+    zones: Cache<Arc<Vec<AvailabilityZone>>>,
+    types: Cache<Arc<Vec<InstanceTypeInfo>>>,
 }
 
 impl Default for Inspector {
@@ -113,12 +200,16 @@ impl Default for Inspector {
     }
 }
 
+fn choices<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    names.collect::<Vec<_>>().join(", ")
+}
+
 impl Inspector {
     pub async fn regions(
         &self,
         aws: &Aws,
         refresh: bool,
-    ) -> Result<(Vec<RegionInfo>, Freshness), ApiError> {
+    ) -> Result<(Arc<Vec<RegionInfo>>, Freshness), ApiError> {
         let home = aws.region().unwrap_or_else(|| "us-east-1".to_owned());
         self.regions
             .get_or_fetch("all", refresh, || async {
@@ -127,7 +218,7 @@ impl Inspector {
                     .describe_regions()
                     .send()
                     .await
-                    .map_err(|e| UpstreamError::from_sdk("ec2", "DescribeRegions", e))?;
+                    .upstream("ec2", "DescribeRegions")?;
                 let mut regions: Vec<RegionInfo> = out
                     .regions()
                     .iter()
@@ -139,7 +230,7 @@ impl Inspector {
                     })
                     .collect();
                 regions.sort_by(|a, b| a.name.cmp(&b.name));
-                Ok(regions)
+                Ok(Arc::new(regions))
             })
             .await
     }
@@ -149,7 +240,7 @@ impl Inspector {
         aws: &Aws,
         region: &str,
         refresh: bool,
-    ) -> Result<(Vec<AvailabilityZone>, Freshness), ApiError> {
+    ) -> Result<(Arc<Vec<AvailabilityZone>>, Freshness), ApiError> {
         self.zones
             .get_or_fetch(region, refresh, || async {
                 let out = aws
@@ -157,7 +248,7 @@ impl Inspector {
                     .describe_availability_zones()
                     .send()
                     .await
-                    .map_err(|e| UpstreamError::from_sdk("ec2", "DescribeAvailabilityZones", e))?;
+                    .upstream("ec2", "DescribeAvailabilityZones")?;
                 let mut zones: Vec<AvailabilityZone> = out
                     .availability_zones()
                     .iter()
@@ -171,22 +262,144 @@ impl Inspector {
                     })
                     .collect();
                 zones.sort_by(|a, b| a.name.cmp(&b.name));
-                Ok(zones)
+                Ok(Arc::new(zones))
             })
             .await
     }
 
-    /// Every instance type of the region with the zones offering it.
+    /// The instance types of the region HyperPod can build, with the zones offering each.
     pub async fn instance_types(
         &self,
         aws: &Aws,
         region: &str,
         refresh: bool,
-    ) -> Result<(Vec<InstanceTypeInfo>, Freshness), ApiError> {
+    ) -> Result<(Arc<Vec<InstanceTypeInfo>>, Freshness), ApiError> {
         self.types
-            .get_or_fetch(region, refresh, || fetch_instance_types(aws, region))
+            .get_or_fetch(region, refresh, || async {
+                fetch_instance_types(aws, region).await.map(Arc::new)
+            })
             .await
     }
+
+    /// Fills the cache for hypd's own region in the background; a failure is only
+    /// logged (the first real ask reports it, and tries again).
+    pub async fn warm(&self, aws: &Aws) {
+        let Some(home) = aws.region() else { return };
+        let started = Instant::now();
+        let (regions, zones, types) = tokio::join!(
+            self.regions(aws, false),
+            self.zones(aws, &home, false),
+            self.instance_types(aws, &home, false),
+        );
+        match (regions, zones, types) {
+            (Ok(_), Ok(_), Ok((types, _))) => tracing::info!(
+                region = %home,
+                instance_types = types.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                "inspection cache warmed"
+            ),
+            (r, z, t) => tracing::warn!(
+                errors = ?[r.err(), z.err(), t.err()].into_iter().flatten().collect::<Vec<_>>(),
+                "could not warm the inspection cache"
+            ),
+        }
+    }
+
+    /// The region a request names, or hypd's own; a named one must be enabled in the
+    /// account, so a typo is a field error rather than a failed AWS call.
+    pub async fn region(&self, aws: &Aws, requested: Option<&Region>) -> Result<String, ApiError> {
+        let Some(region) = requested else {
+            return aws.region().ok_or_else(|| {
+                ApiError::field(
+                    "region",
+                    "no region given and hypd has none configured (set AWS_REGION)",
+                )
+            });
+        };
+        let (regions, _) = self.regions(aws, false).await?;
+        if regions.iter().any(|r| r.name == region.as_str()) {
+            Ok(region.to_string())
+        } else {
+            Err(ApiError::field(
+                "region",
+                format!(
+                    "{region} is not a region enabled for this account; choose one of: {}",
+                    choices(regions.iter().map(|r| r.name.as_str()))
+                ),
+            ))
+        }
+    }
+
+    /// `zone` is an Availability Zone of `region` (the error names `field`).
+    pub async fn check_zone(
+        &self,
+        aws: &Aws,
+        region: &str,
+        zone: &str,
+        field: &str,
+    ) -> Result<(), ApiError> {
+        let (zones, _) = self.zones(aws, region, false).await?;
+        if zones.iter().any(|z| z.name == zone) {
+            Ok(())
+        } else {
+            Err(ApiError::field(
+                field,
+                format!(
+                    "{zone} is not an Availability Zone of {region}; choose one of: {}",
+                    choices(zones.iter().map(|z| z.name.as_str()))
+                ),
+            ))
+        }
+    }
+}
+
+/// Pre-flight for one instance group's type: HyperPod builds it, and EC2 offers it in
+/// `zone`. One narrow offerings call (this type, every zone of the region), not the
+/// catalogue. The error names `field`.
+pub async fn check_offered(
+    aws: &Aws,
+    region: &str,
+    zone: &str,
+    ml_type: &str,
+    field: &str,
+) -> Result<(), ApiError> {
+    if !hyperpod_supports(ml_type) {
+        return Err(ApiError::field(
+            field,
+            format!(
+                "{ml_type} is not an instance type HyperPod clusters support; list_instance_types shows the ones that are"
+            ),
+        ));
+    }
+    let ec2_type = ml_type.trim_start_matches("ml.");
+    let out = aws
+        .ec2(region)
+        .describe_instance_type_offerings()
+        .location_type(LocationType::AvailabilityZone)
+        .filters(filter("instance-type", ec2_type))
+        .send()
+        .await
+        .upstream("ec2", "DescribeInstanceTypeOfferings")?;
+    let mut zones: Vec<&str> = out
+        .instance_type_offerings()
+        .iter()
+        .filter_map(|o| o.location())
+        .collect();
+    zones.sort_unstable();
+    if zones.contains(&zone) {
+        return Ok(());
+    }
+    Err(ApiError::field(
+        field,
+        if zones.is_empty() {
+            format!("{ml_type} is not offered in any zone of {region}")
+        } else {
+            format!(
+                "{ml_type} is not offered in {zone}; it is offered in: {}",
+                zones.join(", ")
+            )
+        },
+    ))
 }
 
 async fn fetch_instance_types(aws: &Aws, region: &str) -> Result<Vec<InstanceTypeInfo>, ApiError> {
@@ -201,7 +414,9 @@ async fn fetch_instance_types(aws: &Aws, region: &str) -> Result<Vec<InstanceTyp
         let page =
             page.map_err(|e| UpstreamError::from_sdk("ec2", "DescribeInstanceTypeOfferings", e))?;
         for o in page.instance_type_offerings() {
-            if let (Some(t), Some(zone)) = (o.instance_type(), o.location()) {
+            if let (Some(t), Some(zone)) = (o.instance_type(), o.location())
+                && hyperpod_supports(&format!("ml.{}", t.as_str()))
+            {
                 offered
                     .entry(t.as_str().to_owned())
                     .or_default()
@@ -209,15 +424,24 @@ async fn fetch_instance_types(aws: &Aws, region: &str) -> Result<Vec<InstanceTyp
             }
         }
     }
-
+    // Only the types HyperPod builds, described in pages of the names themselves: a
+    // hundred or so types, not the region's whole catalogue.
+    let names: Vec<String> = offered.keys().cloned().collect();
     let mut types = Vec::new();
-    // Every type, previous generations too: HyperPod offers some (ml.p4d, ml.g5) that
-    // EC2 data sources do not always mark as current.
-    let mut pages = client.describe_instance_types().into_paginator().send();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| UpstreamError::from_sdk("ec2", "DescribeInstanceTypes", e))?;
+    for chunk in names.chunks(100) {
+        let out = client
+            .describe_instance_types()
+            .set_instance_types(Some(
+                chunk
+                    .iter()
+                    .map(|n| aws_sdk_ec2::types::InstanceType::from(n.as_str()))
+                    .collect(),
+            ))
+            .send()
+            .await
+            .upstream("ec2", "DescribeInstanceTypes")?;
         types.extend(
-            page.instance_types()
+            out.instance_types()
                 .iter()
                 .filter_map(|t| describe_type(t, &offered)),
         );
@@ -262,16 +486,15 @@ fn describe_type(t: &Ec2Type, offered: &HashMap<String, Vec<String>>) -> Option<
 }
 
 fn accelerator(t: &Ec2Type) -> Option<Accelerator> {
+    let mib = |m: Option<i32>| m.and_then(|n| u64::try_from(n).ok());
+    let count = |c: Option<i32>| c.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
     if let Some(gpu) = t.gpu_info().and_then(|g| g.gpus().first()) {
         return Some(Accelerator {
             kind: AcceleratorKind::Gpu,
             manufacturer: gpu.manufacturer().unwrap_or_default().to_owned(),
             name: gpu.name().unwrap_or_default().to_owned(),
-            count: gpu.count().and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
-            memory_mib: gpu
-                .memory_info()
-                .and_then(|m| m.size_in_mib())
-                .and_then(|n| u64::try_from(n).ok()),
+            count: count(gpu.count()),
+            memory_mib: mib(gpu.memory_info().and_then(|m| m.size_in_mib())),
         });
     }
     if let Some(dev) = t.neuron_info().and_then(|n| n.neuron_devices().first()) {
@@ -285,11 +508,8 @@ fn accelerator(t: &Ec2Type) -> Option<Accelerator> {
             kind,
             manufacturer: "AWS".to_owned(),
             name,
-            count: dev.count().and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
-            memory_mib: dev
-                .memory_info()
-                .and_then(|m| m.size_in_mib())
-                .and_then(|n| u64::try_from(n).ok()),
+            count: count(dev.count()),
+            memory_mib: mib(dev.memory_info().and_then(|m| m.size_in_mib())),
         });
     }
     t.inference_accelerator_info()
@@ -298,10 +518,161 @@ fn accelerator(t: &Ec2Type) -> Option<Accelerator> {
             kind: AcceleratorKind::Inferentia,
             manufacturer: a.manufacturer().unwrap_or("AWS").to_owned(),
             name: a.name().unwrap_or_default().to_owned(),
-            count: a.count().and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
-            memory_mib: a
-                .memory_info()
-                .and_then(|m| m.size_in_mib())
-                .and_then(|n| u64::try_from(n).ok()),
+            count: count(a.count()),
+            memory_mib: mib(a.memory_info().and_then(|m| m.size_in_mib())),
         })
+}
+
+impl Handler<Whoami> for Service {
+    async fn handle(&self, actor: &Actor, _: Whoami) -> Result<WhoamiOutput, ApiError> {
+        let id = self.aws.identity().await?;
+        Ok(WhoamiOutput {
+            account: id.account,
+            arn: id.arn,
+            region: self.aws.region(),
+            sandbox: self.sandbox,
+            role: actor.role,
+            token_name: actor.name.clone(),
+        })
+    }
+}
+
+impl Handler<ListRegions> for Service {
+    async fn handle(&self, _: &Actor, r: ListRegions) -> Result<RegionList, ApiError> {
+        let (regions, freshness) = self.catalogue.regions(&self.aws, r.refresh).await?;
+        Ok(RegionList {
+            regions: regions.to_vec(),
+            freshness,
+        })
+    }
+}
+
+impl Handler<ListAvailabilityZones> for Service {
+    async fn handle(
+        &self,
+        _: &Actor,
+        r: ListAvailabilityZones,
+    ) -> Result<AvailabilityZoneList, ApiError> {
+        let region = self.catalogue.region(&self.aws, r.region.as_ref()).await?;
+        let (zones, freshness) = self.catalogue.zones(&self.aws, &region, r.refresh).await?;
+        Ok(AvailabilityZoneList {
+            region,
+            zones: zones.to_vec(),
+            freshness,
+        })
+    }
+}
+
+impl Handler<ListInstanceTypes> for Service {
+    async fn handle(&self, _: &Actor, r: ListInstanceTypes) -> Result<InstanceTypeList, ApiError> {
+        let region = self.catalogue.region(&self.aws, r.region.as_ref()).await?;
+        if let Some(az) = &r.availability_zone {
+            self.catalogue
+                .check_zone(&self.aws, &region, az.as_str(), "availability_zone")
+                .await?;
+        }
+        let (all, freshness) = self
+            .catalogue
+            .instance_types(&self.aws, &region, r.refresh)
+            .await?;
+        let instance_types = all
+            .iter()
+            .filter(|t| !r.accelerated_only || t.accelerator.is_some())
+            .filter(|t| {
+                r.instance_types.is_empty()
+                    || r.instance_types
+                        .iter()
+                        .any(|w| w.as_str() == t.instance_type)
+            })
+            .filter(|t| {
+                r.availability_zone
+                    .as_ref()
+                    .is_none_or(|az| t.offered_in.iter().any(|z| z == az.as_str()))
+            })
+            .cloned()
+            .collect();
+        Ok(InstanceTypeList {
+            region,
+            instance_types,
+            freshness,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn only_types_hyperpod_builds_are_supported() {
+        assert!(hyperpod_supports("ml.p5.48xlarge"));
+        assert!(hyperpod_supports("ml.g5.8xlarge"));
+        assert!(!hyperpod_supports("ml.g5g.xlarge"));
+        assert!(!hyperpod_supports("ml.g5g.16xlarge"));
+        assert!(!hyperpod_supports("p5.48xlarge"));
+    }
+
+    #[tokio::test]
+    async fn concurrent_fills_of_one_key_are_one_fetch() {
+        let cache: Arc<Cache<u32>> = Arc::new(Cache::new(FRESH_FOR));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..10 {
+            let (cache, fetches) = (cache.clone(), fetches.clone());
+            tasks.push(tokio::spawn(async move {
+                // Half of them ask for a refresh: they join the fetch under way too.
+                cache
+                    .get_or_fetch("us-east-1", i % 2 == 0, || async {
+                        fetches.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(7)
+                    })
+                    .await
+                    .unwrap()
+                    .0
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), 7);
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        // A failed fetch is not cached: the next ask fetches again.
+        let failing = cache
+            .get_or_fetch("eu-west-1", false, || async {
+                Err(ApiError::internal("down"))
+            })
+            .await;
+        assert!(failing.is_err());
+        let again = cache
+            .get_or_fetch("eu-west-1", false, || async { Ok(1) })
+            .await
+            .unwrap();
+        assert_eq!(again.0, 1);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_fill_does_not_block_the_next_asker() {
+        let cache: Arc<Cache<u32>> = Arc::new(Cache::new(FRESH_FOR));
+        let c = cache.clone();
+        let stuck = tokio::spawn(async move {
+            c.get_or_fetch("k", false, || async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(1)
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        stuck.abort();
+        let _ = stuck.await;
+        let got = tokio::time::timeout(
+            Duration::from_secs(5),
+            cache.get_or_fetch("k", false, || async { Ok(2) }),
+        )
+        .await
+        .expect("the next asker fetches instead of waiting")
+        .unwrap();
+        assert_eq!(got.0, 2);
+    }
 }

@@ -338,7 +338,7 @@ fn the_console_call_path_answers_with_rest_statuses() {
         &viewer,
         "create_cluster",
         json!({"name": "ml-1", "availability_zone": "us-east-1a",
-               "instance_type": "ml.g5.8xlarge", "instance_count": 1}),
+               "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}]}),
     );
     assert_eq!((status, refused["kind"].as_str()), (403, Some("forbidden")));
     let (status, _) = run("hypd_wrong", "list_clusters", json!({}));

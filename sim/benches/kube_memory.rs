@@ -4,13 +4,13 @@
 //! VmRSS/VmHWM (from /proc) at each step. `cargo bench -p sim --bench kube_memory` runs
 //! the full sizes; under `cargo test` (no `--bench` argument) it runs a smoke-sized pass.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/world/support.rs"]
 mod support;
 
 use std::time::Instant;
 
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{
     Api, ListParams, LogParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -32,6 +32,34 @@ fn report(pid: u32, step: &str) {
         status_kb(pid, "VmRSS:"),
         status_kb(pid, "VmHWM:")
     );
+}
+
+/// `count` merge patches over the `objects` ConfigMaps, 16 at a time; the n-th sets `n`
+/// to `value(n)`.
+async fn patch_all(
+    cms: &Api<ConfigMap>,
+    count: usize,
+    objects: usize,
+    value: impl Fn(usize) -> String,
+) {
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let cms = cms.clone();
+            let value = value(i);
+            async move {
+                let name = format!("cm-{:05}", i % objects);
+                cms.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "data": { "n": value } })),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
 }
 
 #[tokio::main]
@@ -107,23 +135,7 @@ async fn main() {
         .unwrap()
         .boxed();
     let start = Instant::now();
-    futures::stream::iter(0..extra_events)
-        .map(|i| {
-            let cms = cms.clone();
-            async move {
-                let name = format!("cm-{:05}", i % objects);
-                cms.patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "data": { "n": i.to_string() } })),
-                )
-                .await
-                .unwrap();
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<()>>()
-        .await;
+    patch_all(&cms, extra_events, objects, |i| i.to_string()).await;
     report(
         pid,
         &format!(
@@ -159,41 +171,10 @@ async fn main() {
     println!("stalled watcher, once it reads again: {outcome}");
     report(pid, "after the watches");
     // Memory must level off: the same number of updates again, nobody watching.
-    futures::stream::iter(0..extra_events)
-        .map(|i| {
-            let cms = cms.clone();
-            async move {
-                let name = format!("cm-{:05}", i % objects);
-                cms.patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "data": { "n": format!("again-{i}") } })),
-                )
-                .await
-                .unwrap();
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<()>>()
-        .await;
+    patch_all(&cms, extra_events, objects, |i| format!("again-{i}")).await;
     report(pid, &format!("{extra_events} more updates"));
 
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": "cpu-1" } })).unwrap(),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            "cpu-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "allocatable": { "cpu": "8" }, "conditions": [{ "type": "Ready", "status": "True" }] } })),
-        )
-        .await
-        .unwrap();
+    support::register_node(&client, "cpu-1", "8").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(
         &PostParams::default(),
@@ -205,17 +186,7 @@ async fn main() {
     )
     .await
     .unwrap();
-    support::wait_for("chatty running", || async {
-        pods.get("chatty")
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .phase
-            .as_deref()
-            == Some("Running")
-    })
-    .await;
+    support::wait_pod_running(&pods, "chatty").await;
     let start = Instant::now();
     let lp = LogParams {
         follow: true,

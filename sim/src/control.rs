@@ -55,6 +55,14 @@ async fn add_fault(State(state): State<Shared>, Json(fault): Json<Fault>) -> Res
         )
         .into_response();
     }
+    if matches!(fault.kind, crate::world::FaultKind::Fails { .. })
+        && (fault.service != "eks" || fault.operation != "CreateCluster")
+    {
+        return AwsError::invalid_parameter(
+            "fails applies to eks CreateCluster: the clusters it starts end FAILED",
+        )
+        .into_response();
+    }
     let id = state.lock().await.add_fault(fault);
     Json(json!({ "id": id })).into_response()
 }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::moto::distinct_zones;
-use crate::world::{ACCOUNT, AwsError, Phase, Shared, World, region_of};
+use crate::world::{ACCOUNT, AwsError, Phase, Shared, World, fnv1a, fnv1a_extend, region_of};
 
 /// Simulated seconds each transition takes (AWS's typical figures).
 pub const CLUSTER_CREATE_SECS: f64 = 600.0;
@@ -93,6 +93,8 @@ pub struct Cluster {
     tags: Value,
     created: f64,
     transition: Option<Transition>,
+    /// The health issue (code, message) its creation ends FAILED with, if it does.
+    failure: Option<(String, String)>,
     oidc_id: String,
     access_entries: BTreeMap<String, AccessEntry>,
     addons: BTreeMap<String, Addon>,
@@ -140,6 +142,41 @@ pub struct Eks {
     nodegroups: BTreeMap<(String, String), nodegroups::Nodegroup>,
 }
 
+/// EKS's word for a cluster's, add-on's or node group's status in `t` (none: ACTIVE).
+fn status_word(t: &Option<Transition>) -> &'static str {
+    match t.as_ref().map(|t| t.phase) {
+        Some(Phase::Creating) => "CREATING",
+        Some(Phase::Updating) => "UPDATING",
+        Some(Phase::Deleting) => "DELETING",
+        None => "ACTIVE",
+    }
+}
+
+impl Eks {
+    /// A fresh id for an Update* call's `update`, unique across clusters as AWS's are.
+    fn next_update_id(&mut self) -> String {
+        self.updates += 1;
+        format!("{:08x}-0000-4000-8000-{:012x}", self.updates, self.updates)
+    }
+}
+
+/// EKS's rule for cluster and node group names: 1 to `max` alphanumerics, hyphens and
+/// underscores, starting with an alphanumeric; `what` starts the message as AWS's does.
+fn check_name(what: &str, name: &str, max: usize) -> Result<(), AwsError> {
+    let ok = (1..=max).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(AwsError::invalid_parameter(format!(
+            "{what} {name:?} is invalid: it must be 1-{max} characters, start with an alphanumeric character and contain only alphanumeric characters, hyphens and underscores"
+        )))
+    }
+}
+
 /// A resource's status now, given its transition and whether a stuck fault holds it.
 fn phase_status(
     t: &Option<Transition>,
@@ -152,14 +189,12 @@ fn phase_status(
 }
 
 fn hex_id(seed: &str, len: usize) -> String {
-    // Deterministic per name, like an id AWS would hand out once.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    // Deterministic per name, like an id AWS would hand out once; each further 16 digits
+    // hash the seed again with what came before, so longer ids do not repeat themselves.
+    let mut h = fnv1a("");
     let mut out = String::new();
     while out.len() < len {
-        for b in seed.bytes().chain(out.clone().bytes()) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        h = fnv1a_extend(fnv1a_extend(h, seed.as_bytes()), out.as_bytes());
         out.push_str(&format!("{h:016X}"));
     }
     out.truncate(len);
@@ -239,12 +274,12 @@ impl World {
 
     /// For other services (HyperPod) that need an ACTIVE EKS cluster.
     pub fn eks_cluster_active(&mut self, name: &str) -> bool {
-        self.cluster(name).is_ok_and(|c| c.transition.is_none())
+        self.cluster(name).is_ok_and(|c| c.active())
     }
 
     fn active_cluster(&mut self, name: &str) -> Result<&mut Cluster, AwsError> {
         let c = self.cluster(name)?;
-        if c.transition.is_some() {
+        if !c.active() {
             return Err(AwsError::new(
                 400,
                 "InvalidRequestException",
@@ -264,12 +299,15 @@ impl Cluster {
     }
 
     fn status(&self) -> &'static str {
-        match self.transition.as_ref().map(|t| t.phase) {
-            Some(Phase::Creating) => "CREATING",
-            Some(Phase::Deleting) => "DELETING",
-            Some(Phase::Updating) => "UPDATING",
-            None => "ACTIVE",
+        match (&self.transition, &self.failure) {
+            (None, Some(_)) => "FAILED",
+            (t, _) => status_word(t),
         }
+    }
+
+    /// ACTIVE: created, and not failed.
+    fn active(&self) -> bool {
+        self.transition.is_none() && self.failure.is_none()
     }
 
     fn to_json(&self, w: &World) -> Value {
@@ -279,7 +317,13 @@ impl Cluster {
         );
         // The cluster's own Kubernetes API server (see `kube`), revealed once ACTIVE.
         let (endpoint, ca) = w.kube.connection(&self.name).unzip();
-        let active = self.transition.is_none();
+        let active = self.active();
+        let issues: Vec<Value> = self
+            .failure
+            .iter()
+            .filter(|_| self.transition.is_none())
+            .map(|(code, message)| json!({ "code": code, "message": message, "resourceIds": [] }))
+            .collect();
         json!({
             "name": self.name,
             "arn": self.arn(),
@@ -301,6 +345,7 @@ impl Cluster {
             "certificateAuthority": if active { json!({ "data": ca }) } else { json!({}) },
             "platformVersion": "eks.1",
             "accessConfig": { "authenticationMode": self.authentication_mode },
+            "health": { "issues": issues },
             "tags": self.tags,
         })
     }
@@ -327,12 +372,7 @@ impl AccessEntry {
 
 impl Addon {
     fn status(&self) -> &'static str {
-        match self.transition.as_ref().map(|t| t.phase) {
-            Some(Phase::Creating) => "CREATING",
-            Some(Phase::Updating) => "UPDATING",
-            Some(Phase::Deleting) => "DELETING",
-            None => "ACTIVE",
-        }
+        status_word(&self.transition)
     }
 
     fn to_json(&self, cluster: &Cluster, w: &World) -> Value {
@@ -355,38 +395,26 @@ impl Addon {
     }
 }
 
-fn check_cluster_name(name: &str) -> Result<(), AwsError> {
-    let ok = (1..=100).contains(&name.len())
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(AwsError::invalid_parameter(format!(
-            "The cluster name {name:?} is invalid: it must be 1-100 characters, start with an alphanumeric character and contain only alphanumeric characters, hyphens and underscores"
-        )))
-    }
-}
-
-/// Runs a handler body with the world locked, after any injected fault for `op`.
+/// Runs a handler body with the world locked, after any injected fault for `op`: a
+/// refusal answers instead of the body, a lost answer after it.
 macro_rules! call {
     ($state:expr, $op:literal, |$w:ident| $body:expr) => {{
+        let fault = crate::world::injected(&$state, "eks", $op).await;
         let mut guard = $state.lock().await;
         let $w: &mut World = &mut guard;
-        match $w.take_fault("eks", $op) {
+        let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
+        match fault.filter(|_| !lost).and_then(crate::world::aws_error) {
             Some(e) => e.into_response(),
             None => {
                 // Stands in for a try block: `?` and `return` stay inside the body.
                 #[allow(clippy::redundant_closure_call)]
                 let result = (|| -> Result<Value, AwsError> { $body })();
-                match result {
-                    Ok(v) => Json(v).into_response(),
-                    Err(e) => e.into_response(),
+                match (result, lost) {
+                    (_, true) => crate::world::aws_error(crate::world::FaultKind::Lost)
+                        .map(IntoResponse::into_response)
+                        .unwrap_or_default(),
+                    (Ok(v), false) => Json(v).into_response(),
+                    (Err(e), false) => e.into_response(),
                 }
             }
         }
@@ -440,7 +468,7 @@ async fn create_cluster(
     // moto is asked outside the lock; the answers are checked again under it.
     let moto = state.lock().await.moto.clone();
     let checked = async {
-        check_cluster_name(&body.name)?;
+        check_name("The cluster name", &body.name, 100)?;
         let version = body
             .version
             .clone()
@@ -524,6 +552,7 @@ async fn create_cluster(
                 since: now,
                 phase: Phase::Creating,
             }),
+            failure: w.failing("eks", "CreateCluster"),
             access_entries: BTreeMap::new(),
             addons: BTreeMap::new(),
             pod_identities: BTreeMap::new(),
@@ -882,11 +911,7 @@ async fn update_addon(
 ) -> Response {
     call!(state, "UpdateAddon", |w| {
         let now = w.clock.now();
-        w.eks.updates += 1;
-        let update_id = format!(
-            "{:08x}-0000-4000-8000-{:012x}",
-            w.eks.updates, w.eks.updates
-        );
+        let update_id = w.eks.next_update_id();
         let c = w.cluster(&name)?;
         let a = addon(c, &addon_name)?;
         if a.transition.is_some() {

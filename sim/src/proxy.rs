@@ -240,25 +240,39 @@ fn s3_operation(method: &Method, uri: &Uri, headers: &HeaderMap) -> String {
 async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let service = signing_service(&parts.headers, &parts.uri);
+    // What goes wrong on the way to moto is answered in the caller's protocol, as AWS
+    // would answer its own failures.
+    let fail = |status, code: &str, message: String| {
+        service_error(
+            service.as_deref().unwrap_or_default(),
+            &parts.headers,
+            status,
+            code,
+            &message,
+        )
+    };
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
-            return service_error(
-                service.as_deref().unwrap_or_default(),
-                &parts.headers,
+            return fail(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "RequestEntityTooLarge",
-                &format!("hypd-sim relays bodies up to {MAX_BODY} bytes: {e}"),
+                format!("hypd-sim relays bodies up to {MAX_BODY} bytes: {e}"),
             );
         }
     };
+    let mut lost = None;
     if let Some(service) = &service {
         let op = operation(service, &parts.method, &parts.uri, &parts.headers, &body);
-        let fault = state.lock().await.take_fault_kind(service, &op);
-        if let Some(response) = fault.and_then(|kind| fault_response(service, &parts.headers, kind))
-        {
-            tracing::info!(%service, %op, "injected fault");
-            return response;
+        match crate::world::injected(&state, service, &op).await {
+            // Forwarded as usual; the answer is replaced below.
+            Some(FaultKind::Lost) => lost = Some(service.clone()),
+            Some(kind) => {
+                if let Some(response) = fault_response(service, &parts.headers, kind) {
+                    return response;
+                }
+            }
+            None => {}
         }
     }
     let path = parts
@@ -280,12 +294,10 @@ async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
     let answer = match sent {
         Ok(answer) => answer,
         Err(e) => {
-            return service_error(
-                service.as_deref().unwrap_or_default(),
-                &parts.headers,
+            return fail(
                 StatusCode::BAD_GATEWAY,
                 "InternalFailure",
-                &format!("hypd-sim cannot reach moto: {e}"),
+                format!("hypd-sim cannot reach moto: {e}"),
             );
         }
     };
@@ -295,15 +307,18 @@ async fn relay(state: &Shared, moto: &Moto, request: Request) -> Response {
     let body = match answer.bytes().await {
         Ok(b) => b,
         Err(e) => {
-            return service_error(
-                service.as_deref().unwrap_or_default(),
-                &parts.headers,
+            return fail(
                 StatusCode::BAD_GATEWAY,
                 "InternalFailure",
-                &format!("hypd-sim cannot read moto's answer: {e}"),
+                format!("hypd-sim cannot read moto's answer: {e}"),
             );
         }
     };
+    if let Some(service) = lost
+        && let Some(response) = fault_response(&service, &parts.headers, FaultKind::Lost)
+    {
+        return response;
+    }
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -328,7 +343,7 @@ fn fault_response(service: &str, headers: &HeaderMap, kind: FaultKind) -> Option
             };
             (status, code.to_owned(), message.to_owned())
         }
-        FaultKind::ServerError => {
+        FaultKind::ServerError | FaultKind::Lost => {
             let (code, message) = match service {
                 "ec2" => ("InternalError", "An internal error has occurred"),
                 "s3" => (
@@ -348,7 +363,7 @@ fn fault_response(service: &str, headers: &HeaderMap, kind: FaultKind) -> Option
             status,
             message,
         } => (status, code, message),
-        FaultKind::Stuck => return None,
+        FaultKind::Stuck | FaultKind::Delay { .. } | FaultKind::Fails { .. } => return None,
     };
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
     Some(service_error(

@@ -60,10 +60,13 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
             .into_response();
         }
     };
-    let mut w = state.lock().await;
-    if let Some(e) = w.take_fault("servicequotas", &op) {
+    if let Some(e) = crate::world::injected(&state, "servicequotas", &op)
+        .await
+        .and_then(crate::world::aws_error)
+    {
         return e.into_response();
     }
+    let w = state.lock().await;
     let service = body["ServiceCode"].as_str().unwrap_or_default();
     if service != "sagemaker" {
         return AwsError::new(

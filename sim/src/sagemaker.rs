@@ -252,7 +252,14 @@ fn instance_id(serial: u64) -> String {
 }
 
 fn check_name(name: &str, what: &str) -> Result<(), AwsError> {
-    let ok = (1..=63).contains(&name.len())
+    check_hyphenated(name, what, 63, "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+}
+
+/// SageMaker's rule for names of the `[a-zA-Z0-9](-*[a-zA-Z0-9]){0,n}` kind: 1 to `max`
+/// alphanumerics and hyphens, alphanumeric at both ends. The message quotes `pattern` as
+/// the API reference spells it for that field.
+fn check_hyphenated(name: &str, what: &str, max: usize, pattern: &str) -> Result<(), AwsError> {
+    let ok = (1..=max).contains(&name.len())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
@@ -260,9 +267,27 @@ fn check_name(name: &str, what: &str) -> Result<(), AwsError> {
         Ok(())
     } else {
         Err(validation(format!(
-            "1 validation error detected: Value '{name}' at '{what}' failed to satisfy constraint: Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){{0,62}}$"
+            "1 validation error detected: Value '{name}' at '{what}' failed to satisfy constraint: Member must satisfy regular expression pattern: {pattern}"
         )))
     }
+}
+
+/// The page of `items` (sorted ascending) a List call asks for: reversed unless
+/// `SortOrder` is Ascending, since AWS lists newest first; from the offset a `NextToken`
+/// carries, at most `MaxResults` (default 100); with the next page's token, if any.
+fn page<T>(body: &Value, mut items: Vec<T>) -> (Vec<T>, Option<String>) {
+    if str_field(body, "SortOrder").unwrap_or("Descending") == "Descending" {
+        items.reverse();
+    }
+    let start: usize = str_field(body, "NextToken")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    let max = body
+        .get("MaxResults")
+        .and_then(Value::as_u64)
+        .unwrap_or(100) as usize;
+    let next = (start + max < items.len()).then(|| (start + max).to_string());
+    (items.into_iter().skip(start).take(max).collect(), next)
 }
 
 fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
@@ -411,17 +436,9 @@ fn check_group_in_cluster(
             "Instance group {group} uses Spot capacity, which needs an EKS orchestrator and NodeProvisioningMode Continuous"
         )));
     }
-    let subnets: Vec<String> = own_vpc
-        .unwrap_or(cluster_vpc)
-        .get("Subnets")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
+    let subnets: Vec<String> = lookups::strings(own_vpc.unwrap_or(cluster_vpc).get("Subnets"))
+        .map(str::to_owned)
+        .collect();
     training_plans::check_group(w, g, &subnets, lookups, cluster)
 }
 
@@ -761,11 +778,13 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
         Ok(l) => l,
         Err(e) => return e.into_response(),
     };
-    let mut guard = state.lock().await;
-    let w: &mut World = &mut guard;
-    if let Some(e) = w.take_fault("sagemaker", &op) {
+    let fault = crate::world::injected(&state, "sagemaker", &op).await;
+    let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
+    if let Some(e) = fault.filter(|_| !lost).and_then(crate::world::aws_error) {
         return e.into_response();
     }
+    let mut guard = state.lock().await;
+    let w: &mut World = &mut guard;
     let result = match op.as_str() {
         "CreateCluster" => create_cluster(w, &region, &body, &lookups),
         "DescribeCluster" => w
@@ -823,6 +842,11 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
             format!("hypd-sim does not implement SageMaker.{other}"),
         )),
     };
+    if lost {
+        return crate::world::aws_error(crate::world::FaultKind::Lost)
+            .map(IntoResponse::into_response)
+            .unwrap_or_default();
+    }
     match result {
         Ok(v) => Json(v).into_response(),
         Err(e) => e.into_response(),

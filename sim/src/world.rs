@@ -20,6 +20,19 @@ use crate::sagemaker::SageMaker;
 pub const ACCOUNT: &str = "123456789012";
 pub const DEFAULT_REGION: &str = "us-east-1";
 
+/// FNV-1a over `bytes`, continuing from `h`: ids, addresses and suffixes the sim derives
+/// from names must be the same on every run, which `std`'s randomly seeded hasher is not.
+pub fn fnv1a_extend(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// FNV-1a of `s` from the standard offset basis.
+pub fn fnv1a(s: &str) -> u64 {
+    fnv1a_extend(0xcbf2_9ce4_8422_2325, s.as_bytes())
+}
+
 /// Simulated time: `scale` simulated seconds pass per real second.
 #[derive(Debug)]
 pub struct Clock {
@@ -101,6 +114,24 @@ pub enum FaultKind {
     /// The call succeeds, but what it started never leaves its transitional state
     /// while the fault is registered.
     Stuck,
+    /// The call is carried out, but its answer is lost on the way back: the caller gets
+    /// a server error (as after a dropped connection) while the change is made. What a
+    /// client must survive by observing before it acts again.
+    Lost,
+    /// The answer comes `seconds` (real seconds) late: a call held in flight, e.g. to
+    /// stop its caller in the middle of it.
+    Delay { seconds: f64 },
+    /// The call succeeds, but what it starts ends in its failed state (an EKS cluster
+    /// FAILED) with this health issue, for objects started while the fault is
+    /// registered.
+    Fails { code: String, message: String },
+}
+
+impl FaultKind {
+    /// Registered faults that shape what calls start rather than answering one call.
+    fn lasting(&self) -> bool {
+        matches!(self, FaultKind::Stuck | FaultKind::Fails { .. })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -211,36 +242,13 @@ impl World {
         f.service == service && (f.operation == "*" || f.operation == operation)
     }
 
-    /// The error an injected fault turns this call into, if any (consuming one use).
-    pub fn take_fault(&mut self, service: &str, operation: &str) -> Option<AwsError> {
-        let error = match self.take_fault_kind(service, operation)? {
-            FaultKind::Throttle => AwsError::new(
-                429,
-                "ThrottlingException",
-                "Rate exceeded (injected by hypd-sim)",
-            ),
-            FaultKind::ServerError => AwsError::new(
-                500,
-                "InternalFailure",
-                "An internal error occurred (injected by hypd-sim)",
-            ),
-            FaultKind::Error {
-                code,
-                status,
-                message,
-            } => AwsError::new(status, &code, message),
-            FaultKind::Stuck => return None,
-        };
-        Some(error)
-    }
-
     /// The kind of the first error fault matching this call, if any (consuming one use);
     /// the caller shapes it as its service answers.
     pub fn take_fault_kind(&mut self, service: &str, operation: &str) -> Option<FaultKind> {
         let index = self
             .faults
             .iter()
-            .position(|f| f.kind != FaultKind::Stuck && Self::matches(f, service, operation))?;
+            .position(|f| !f.kind.lasting() && Self::matches(f, service, operation))?;
         let fault = &mut self.faults[index];
         let kind = fault.kind.clone();
         fault.times = fault.times.saturating_sub(1);
@@ -250,12 +258,60 @@ impl World {
         Some(kind)
     }
 
+    /// The health issue (code, message) what `operation` starts now must fail with.
+    pub fn failing(&self, service: &str, operation: &str) -> Option<(String, String)> {
+        self.faults.iter().find_map(|f| match &f.kind {
+            FaultKind::Fails { code, message } if Self::matches(f, service, operation) => {
+                Some((code.clone(), message.clone()))
+            }
+            _ => None,
+        })
+    }
+
     /// Whether what `operation` started must stay in its transitional state.
     pub fn stuck(&self, service: &str, operation: &str) -> bool {
         self.faults
             .iter()
             .any(|f| f.kind == FaultKind::Stuck && Self::matches(f, service, operation))
     }
+}
+
+/// The error an AWS-shaped dispatcher answers for fault `kind`: a refusal, or (for a lost
+/// answer) the server error the caller sees instead of the answer. `None` for `stuck`
+/// and `delay`, which change when, not what.
+pub fn aws_error(kind: FaultKind) -> Option<AwsError> {
+    Some(match kind {
+        FaultKind::Throttle => AwsError::new(
+            429,
+            "ThrottlingException",
+            "Rate exceeded (injected by hypd-sim)",
+        ),
+        FaultKind::ServerError | FaultKind::Lost => AwsError::new(
+            500,
+            "InternalFailure",
+            "An internal error occurred (injected by hypd-sim)",
+        ),
+        FaultKind::Error {
+            code,
+            status,
+            message,
+        } => AwsError::new(status, &code, message),
+        FaultKind::Stuck | FaultKind::Delay { .. } | FaultKind::Fails { .. } => return None,
+    })
+}
+
+/// Takes the fault for this call, if any, and waits out a `delay` with the world
+/// unlocked (so other calls go on meanwhile). What is left for the dispatcher: refuse
+/// the call (an error kind), or carry it out and lose its answer (`lost`).
+pub async fn injected(state: &Shared, service: &str, operation: &str) -> Option<FaultKind> {
+    let kind = state.lock().await.take_fault_kind(service, operation)?;
+    if let FaultKind::Delay { seconds } = kind {
+        tracing::info!(%service, %operation, seconds, "injected delay");
+        tokio::time::sleep(std::time::Duration::from_secs_f64(seconds.max(0.0))).await;
+        return None;
+    }
+    tracing::info!(%service, %operation, ?kind, "injected fault");
+    Some(kind)
 }
 
 /// The region a request was signed for (SigV4 credential scope), as AWS routes it.
@@ -297,13 +353,13 @@ mod tests {
             kind: FaultKind::Throttle,
             times: 2,
         });
-        assert!(w.take_fault("eks", "DescribeCluster").is_none());
+        assert!(w.take_fault_kind("eks", "DescribeCluster").and_then(aws_error).is_none());
         assert_eq!(
-            w.take_fault("eks", "CreateCluster").unwrap().code,
+            w.take_fault_kind("eks", "CreateCluster").and_then(aws_error).unwrap().code,
             "ThrottlingException"
         );
-        assert!(w.take_fault("eks", "CreateCluster").is_some());
-        assert!(w.take_fault("eks", "CreateCluster").is_none());
+        assert!(w.take_fault_kind("eks", "CreateCluster").and_then(aws_error).is_some());
+        assert!(w.take_fault_kind("eks", "CreateCluster").and_then(aws_error).is_none());
         w.add_fault(Fault {
             id: 0,
             service: "eks".into(),
@@ -312,7 +368,7 @@ mod tests {
             times: 1,
         });
         assert!(w.stuck("eks", "CreateAddon"));
-        assert!(w.take_fault("eks", "CreateAddon").is_none());
+        assert!(w.take_fault_kind("eks", "CreateAddon").and_then(aws_error).is_none());
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Reading the clusters hypd manages. These answer from hypd's store (fast, no AWS
-//! call); the cluster's live state is refreshed by the operations that change it.
+//! The cluster commands: reading what hypd manages (`list_clusters` and `get_cluster`
+//! answer from hypd's store, with no AWS call; `describe_cluster` asks AWS and the
+//! cluster now) and the operations that create, import and delete clusters, with their
+//! decision-level inputs (instance groups, capacity, network and storage options).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -11,15 +13,17 @@ use super::operations::OperationRef;
 use super::plan::FieldChange;
 use super::values::{
     AzName, BucketName, Cidr, ClusterName, EksClusterName, IdempotencyKey, InstanceCount,
-    InstanceGroupName, KubernetesVersion, MlInstanceType, Region, ThreadsPerCore,
-    TrainingPlanArn, VolumeSizeGb, VpcId,
+    InstanceGroupName, KubernetesVersion, MlInstanceType, Region, ThreadsPerCore, TrainingPlanArn,
+    VolumeSizeGb, VpcId,
 };
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterSummary {
     pub name: String,
     pub region: String,
-    /// hypd's view: `creating`, `active`, `failed`, `deleting`, `imported`.
+    /// hypd's view: `creating`, `active` (created and usable), `imported`, `failed` (its
+    /// creation failed; the operation says where and why, and `retry_operation` resumes
+    /// it), `deleting` (a deletion started; it stays so if the deletion fails).
     pub status: String,
     pub kubernetes_version: Option<String>,
     pub eks_cluster_arn: Option<String>,

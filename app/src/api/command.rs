@@ -1,7 +1,8 @@
 //! What a command is, described once. From these descriptions the server builds its REST
 //! routes, the OpenAPI document and the MCP tool list; the console calls commands through
 //! one server function. Adding a command is: its request and output types, its `Command`
-//! impl, one line in [`crate::api::registry`], and its service handler.
+//! impl, one line in [`crate::for_each_command!`], and its handler in the server module
+//! of its domain noun (a pipeline's handler is the generic one).
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};

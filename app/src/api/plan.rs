@@ -109,7 +109,8 @@ impl std::fmt::Display for Change {
         write!(f, "{}", self.name)?;
         for c in &self.fields {
             let show = |v: &Option<serde_json::Value>| {
-                v.as_ref().map_or_else(|| "(none)".to_owned(), |v| v.to_string())
+                v.as_ref()
+                    .map_or_else(|| "(none)".to_owned(), |v| v.to_string())
             };
             write!(f, "; {}: {} -> {}", c.field, show(&c.old), show(&c.new))?;
         }

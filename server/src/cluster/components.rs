@@ -16,11 +16,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::dependencies::{ComponentRole, HYPERPOD_NAMESPACE, NODE_COMPONENTS, NodeComponent};
-use crate::kubernetes;
+use crate::resources::converge;
+use crate::resources::kube::object::Applied;
+use crate::resources::kube::{self as kubernetes};
+use crate::resources::tags::K8S_MANAGED_BY as MANAGED_BY;
 
 /// The label every HyperPod node carries; the components run on these nodes only.
 pub const HYPERPOD_NODE_LABEL: (&str, &str) = ("sagemaker.amazonaws.com/compute-type", "hyperpod");
-const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "hypd");
 
 /// Everything one cluster's components need, in the order they must be applied.
 #[derive(Debug)]
@@ -140,29 +142,27 @@ pub fn manifests(region: &str) -> Result<Manifests, String> {
     Ok(m)
 }
 
-/// Applies every component object; a second run with nothing changed changes nothing.
-/// Returns component name → version applied.
+/// Applies every component object that differs from what the cluster has; a second run
+/// with nothing changed makes no call but reads. Returns component name → version.
 pub async fn apply(
     client: &kube::Client,
     region: &str,
 ) -> Result<BTreeMap<String, String>, ApiError> {
     let m = manifests(region).map_err(|e| ApiError::field("region", e))?;
-    for ns in &m.namespaces {
-        kubernetes::apply(&Api::<Namespace>::all(client.clone()), ns).await?;
+    for ns in m.namespaces {
+        converge(&Applied::cluster(client, ns)).await?;
     }
-    for sa in &m.service_accounts {
-        let ns = sa.metadata.namespace.as_deref().unwrap_or("default");
-        kubernetes::apply(&Api::<ServiceAccount>::namespaced(client.clone(), ns), sa).await?;
+    for sa in m.service_accounts {
+        converge(&Applied::namespaced(client, sa)).await?;
     }
-    for role in &m.cluster_roles {
-        kubernetes::apply(&Api::<ClusterRole>::all(client.clone()), role).await?;
+    for role in m.cluster_roles {
+        converge(&Applied::cluster(client, role)).await?;
     }
-    for binding in &m.cluster_role_bindings {
-        kubernetes::apply(&Api::<ClusterRoleBinding>::all(client.clone()), binding).await?;
+    for binding in m.cluster_role_bindings {
+        converge(&Applied::cluster(client, binding)).await?;
     }
-    for ds in &m.daemon_sets {
-        let ns = ds.metadata.namespace.as_deref().unwrap_or("default");
-        kubernetes::apply(&Api::<DaemonSet>::namespaced(client.clone(), ns), ds).await?;
+    for ds in m.daemon_sets {
+        converge(&Applied::namespaced(client, ds)).await?;
     }
     Ok(NODE_COMPONENTS
         .iter()
@@ -230,12 +230,15 @@ pub async fn states(client: &kube::Client) -> Result<Vec<ComponentState>, ApiErr
     Ok(out)
 }
 
-/// HyperPod nodes of `hyperpod_cluster` that are Ready in Kubernetes, and how many of
-/// them there are in all.
+/// The label HyperPod puts on each node naming its instance group.
+pub const GROUP_LABEL: &str = "sagemaker.amazonaws.com/instance-group-name";
+
+/// Per instance group of HyperPod cluster `hyperpod_cluster`: its nodes that are Ready
+/// in Kubernetes, and how many have registered in all.
 pub async fn hyperpod_nodes(
     client: &kube::Client,
     hyperpod_cluster: &str,
-) -> Result<(usize, usize), ApiError> {
+) -> Result<BTreeMap<String, (usize, usize)>, ApiError> {
     let selector = format!(
         "{}={},sagemaker.amazonaws.com/cluster-name={hyperpod_cluster}",
         HYPERPOD_NODE_LABEL.0, HYPERPOD_NODE_LABEL.1
@@ -244,17 +247,25 @@ pub async fn hyperpod_nodes(
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(|e| kubernetes::upstream("list Node", e))?;
-    let ready = nodes
-        .items
-        .iter()
-        .filter(|n| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .count();
-    Ok((ready, nodes.items.len()))
+    let mut groups: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for n in &nodes.items {
+        let group = n
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(GROUP_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let entry = groups.entry(group).or_default();
+        entry.0 += usize::from(ready);
+        entry.1 += 1;
+    }
+    Ok(groups)
 }
 
 #[cfg(test)]

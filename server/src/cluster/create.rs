@@ -1,82 +1,42 @@
 //! Creating a cluster from decision-level inputs: network → IAM → EKS control plane →
 //! access → active cluster → EKS add-ons → HyperPod node components → shared bucket and
-//! HyperPod cluster with Ready nodes → shared storage. Each stage observes before it
-//! acts (find by name or tag, then create what is missing; server-side apply on the
-//! Kubernetes side), so a stage run again after a crash or a retry adopts what it made.
+//! HyperPod cluster with its instance groups and Ready nodes → shared storage. Each stage
+//! observes, diffs and applies only the changes (`crate::resources`), so a stage run again
+//! after a crash or a retry adopts what it made and makes nothing twice.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use app::api::ApiError;
-use app::api::clusters::{Capacity, CreateCluster};
+use app::api::clusters::CreateCluster;
 use app::api::values::IdempotencyKey;
-use aws_sdk_eks::error::ProvideErrorMetadata;
-use aws_sdk_eks::types::{
-    AddonStatus, AuthenticationMode, ClusterStatus, CreateAccessConfigRequest, VpcConfigRequest,
-};
 use serde::{Deserialize, Serialize};
 
-use super::dependencies::{ADDONS, DEFAULT_KUBERNETES_VERSION};
-use super::import::{Access, grant_access};
-use super::{components, storage};
-use crate::network::{self, Network};
-use crate::operation::pipeline::{Context, Pipeline, Progress, StagePlan};
-use crate::{hyperpod, iam, kubernetes};
+use super::dependencies::DEFAULT_KUBERNETES_VERSION;
+use super::network::{self, Network};
+use super::{access, addons, components, hyperpod, identity, storage};
+use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
+use crate::resources::eks::cluster::{ControlPlaneSpec, EksCluster};
+use crate::resources::{Want, converge, kube, missing};
 
 const EKS_POLL: Duration = Duration::from_secs(30);
-const ADDON_POLL: Duration = Duration::from_secs(15);
-
-const STAGES: [StagePlan; 9] = [
-    StagePlan {
-        name: "network",
-        title: "Network: VPC, subnets, NAT, S3 endpoint, EFA security group",
-        cancellable: true,
-    },
-    StagePlan {
-        name: "iam",
-        title: "IAM: EKS cluster role, HyperPod execution role, S3 CSI driver role",
-        cancellable: true,
-    },
-    StagePlan {
-        name: "eks",
-        title: "EKS control plane (about 10 minutes on AWS)",
-        cancellable: false,
-    },
-    StagePlan {
-        name: "access",
-        title: "OIDC provider and hypd's cluster-admin access entry",
-        cancellable: true,
-    },
-    StagePlan {
-        name: "activate",
-        title: "Record the cluster and make it your active cluster",
-        cancellable: true,
-    },
-    StagePlan {
-        name: "addons",
-        title: "EKS add-ons: pod identity agent, Mountpoint for S3 CSI driver, cert-manager, metrics-server",
-        cancellable: true,
-    },
-    StagePlan {
-        name: "components",
-        title: "HyperPod node components: health-monitoring agent, NVIDIA and EFA device plugins",
-        cancellable: true,
-    },
-    StagePlan {
-        name: "hyperpod",
-        title: "Shared bucket and lifecycle script; HyperPod cluster with automatic node recovery, nodes Ready (15-20 minutes on AWS)",
-        cancellable: false,
-    },
-    StagePlan {
-        name: "storage",
-        title: "Shared storage: the S3 bucket as a Mountpoint PersistentVolume and claim",
-        cancellable: true,
-    },
-];
-
-/// The Mountpoint for S3 CSI driver's service account, which its pod identity names.
-const S3_CSI_SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "s3-csi-driver-sa");
 const NODE_POLL: Duration = Duration::from_secs(30);
 
+stages! {
+    pub enum Stage {
+        Network = "network", "Network: VPC, subnets, NAT, S3 endpoint, EFA security group", true;
+        Iam = "iam", "IAM: EKS cluster role, HyperPod execution role, S3 CSI driver role", true;
+        Eks = "eks", "EKS control plane (about 10 minutes on AWS)", false;
+        Access = "access", "OIDC provider and hypd's cluster-admin access entry", true;
+        Activate = "activate", "Record the cluster and make it your active cluster", true;
+        Addons = "addons", "EKS add-ons: pod identity agent, Mountpoint for S3 CSI driver, cert-manager, metrics-server", true;
+        Components = "components", "HyperPod node components: health-monitoring agent, NVIDIA and EFA device plugins", true;
+        Hyperpod = "hyperpod", "Shared bucket and lifecycle script; HyperPod cluster with automatic node recovery, nodes Ready (15-20 minutes on AWS)", false;
+        Storage = "storage", "Shared storage: the S3 bucket as a Mountpoint PersistentVolume and claim", true;
+    }
+}
+
+/// What the stages made, stored with the operation. Field names are stored: never rename.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Outputs {
     #[serde(default)]
@@ -99,10 +59,10 @@ pub struct Outputs {
     pub principal_arn: Option<String>,
     /// Add-on name → installed version.
     #[serde(default)]
-    pub addons: std::collections::BTreeMap<String, String>,
+    pub addons: BTreeMap<String, String>,
     /// HyperPod node component name → version applied.
     #[serde(default)]
-    pub components: std::collections::BTreeMap<String, String>,
+    pub components: BTreeMap<String, String>,
     #[serde(default)]
     pub hyperpod: hyperpod::Made,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,24 +70,82 @@ pub struct Outputs {
 }
 
 impl Pipeline for CreateCluster {
+    type Stage = Stage;
     type Outputs = Outputs;
 
     fn target(&self) -> String {
-        format!("cluster/{}", self.name)
+        super::target(self.name.as_str())
     }
 
     fn idempotency_key(&self) -> Option<&IdempotencyKey> {
         self.idempotency_key.as_ref()
     }
 
-    fn plan(&self) -> Vec<StagePlan> {
-        STAGES.to_vec()
+    fn from_stored(spec: &str) -> Result<Self, serde_json::Error> {
+        CreateCluster::from_stored(spec)
+    }
+
+    /// The name is free in hypd, EKS and HyperPod; the zone, instance types, quota,
+    /// training plans and network fit. Fills in the region and the bucket name.
+    async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
+        let region = cx.region(self.region.as_ref()).await?;
+        let zone = self.availability_zone.as_str();
+        cx.catalogue
+            .check_zone(cx.aws, region.as_str(), zone, "availability_zone")
+            .await?;
+        let name = self.name.as_str();
+        if super::get(cx.store, name).await?.is_some() {
+            return Err(ApiError::field(
+                "name",
+                format!("hypd already manages a cluster named {name}"),
+            ));
+        }
+        if crate::resources::eks::cluster::describe(&cx.aws.eks(region.as_str()), name)
+            .await?
+            .is_some()
+        {
+            return Err(ApiError::field(
+                "name",
+                format!(
+                    "an EKS cluster named {name} already exists in {region}; import it with import_cluster or choose another name"
+                ),
+            ));
+        }
+        hyperpod::check_name_free(cx.aws, region.as_str(), name).await?;
+        hyperpod::check_capacity(
+            cx.aws,
+            region.as_str(),
+            zone,
+            &self.instance_groups,
+            "instance_groups",
+        )
+        .await?;
+        // The node components' images are published per region.
+        components::manifests(region.as_str()).map_err(|e| ApiError::field("region", e))?;
+        network::check(cx.aws, region.as_str(), &self.network).await?;
+        if self.storage.s3_bucket.is_none() {
+            let account = cx.aws.identity().await?.account;
+            let bucket = format!("hypd-{name}-{account}").to_lowercase();
+            self.storage.s3_bucket = Some(
+                bucket
+                    .parse()
+                    .map_err(|e: String| ApiError::field("storage.s3_bucket", e))?,
+            );
+        }
+        self.region = Some(region);
+        Ok(self)
+    }
+
+    /// The record says the creation failed (the operation says where and why).
+    async fn failed(&self, cx: &Context) -> Result<(), ApiError> {
+        super::set_status(&cx.store, self.name.as_str(), &["creating"], "failed").await?;
+        Ok(())
     }
 
     async fn step(
         &self,
         cx: &Context,
-        stage: &str,
+        stage: Stage,
         out: &mut Outputs,
     ) -> Result<Progress, ApiError> {
         let region = self
@@ -136,8 +154,10 @@ impl Pipeline for CreateCluster {
             .map(|r| r.to_string())
             .ok_or_else(|| ApiError::internal("create_cluster stored without a region"))?;
         let name = self.name.as_str();
+        // A retried creation is creating again.
+        super::set_status(&cx.store, name, &["failed"], "creating").await?;
         match stage {
-            "network" => {
+            Stage::Network => {
                 super::record(&cx.store, &record(self, &region, "creating", out)).await?;
                 network::ensure(
                     &cx.aws,
@@ -149,61 +169,62 @@ impl Pipeline for CreateCluster {
                 )
                 .await
             }
-            "iam" => {
-                let iam_client = cx.aws.iam(&region);
-                let bucket = bucket(self)?;
-                out.eks_role_arn = Some(
-                    iam::ensure_role(
-                        &iam_client,
-                        name,
-                        &iam::role_name(name, iam::EKS_ROLE),
-                        "eks.amazonaws.com",
-                        &[iam::EKS_CLUSTER_POLICY],
-                        None,
-                    )
-                    .await?,
-                );
-                out.execution_role_arn = Some(
-                    iam::ensure_role(
-                        &iam_client,
-                        name,
-                        &iam::role_name(name, iam::HYPERPOD_ROLE),
-                        "sagemaker.amazonaws.com",
-                        &[iam::HYPERPOD_INSTANCE_POLICY],
-                        Some(("hypd-hyperpod", iam::hyperpod_inline_policy(bucket))),
-                    )
-                    .await?,
-                );
-                out.s3_csi_role_arn = Some(
-                    iam::ensure_role(
-                        &iam_client,
-                        name,
-                        &iam::role_name(name, iam::S3_CSI_ROLE),
-                        iam::POD_IDENTITY_SERVICE,
-                        &[],
-                        Some(("hypd-s3-csi", iam::s3_csi_inline_policy(bucket))),
-                    )
-                    .await?,
-                );
+            Stage::Iam => {
+                let arns = identity::ensure_roles(&cx.aws, &region, name, bucket(self)?).await?;
+                let [eks, execution, s3_csi] = <[String; 3]>::try_from(arns)
+                    .map_err(|_| ApiError::internal("three cluster roles expected"))?;
+                out.eks_role_arn = Some(eks);
+                out.execution_role_arn = Some(execution);
+                out.s3_csi_role_arn = Some(s3_csi);
                 Ok(Progress::Done)
             }
-            "eks" => ensure_eks(self, cx, &region, out).await,
-            "access" => {
+            Stage::Eks => {
+                let spec = ControlPlaneSpec {
+                    kubernetes_version: self
+                        .kubernetes_version
+                        .as_ref()
+                        .map_or(DEFAULT_KUBERNETES_VERSION, |v| v.as_str())
+                        .to_owned(),
+                    role_arn: out
+                        .eks_role_arn
+                        .clone()
+                        .ok_or_else(|| missing("the EKS role"))?,
+                    subnet_ids: out.network.private_subnet_ids.clone(),
+                    security_group_id: out.network.security_group_id.clone(),
+                };
+                let state = converge(&EksCluster {
+                    eks: cx.aws.eks(&region),
+                    name: name.to_owned(),
+                    want: Want::Present(spec),
+                })
+                .await?;
+                let Some(c) = state else {
+                    return Ok(Progress::wait(
+                        EKS_POLL,
+                        format!("EKS cluster {name} is CREATING"),
+                    ));
+                };
+                out.eks_cluster_arn = c.arn.clone();
+                out.kubernetes_version = c.version.clone();
+                out.oidc_issuer = c.oidc_issuer.clone();
+                Ok(Progress::unless(EKS_POLL, c.progress(name)?))
+            }
+            Stage::Access => {
                 let issuer = out
                     .oidc_issuer
                     .clone()
-                    .ok_or_else(|| ApiError::internal("the eks stage stored no OIDC issuer"))?;
+                    .ok_or_else(|| missing("the OIDC issuer"))?;
                 out.oidc_provider_arn =
-                    Some(iam::ensure_oidc_provider(&cx.aws.iam(&region), name, &issuer).await?);
-                match grant_access(cx, &region, name).await? {
-                    Access::Granted { principal, .. } => {
+                    Some(identity::ensure_oidc_provider(&cx.aws, &region, name, &issuer).await?);
+                match access::grant(&cx.aws, &region, name).await? {
+                    access::Access::Granted { principal, .. } => {
                         out.principal_arn = Some(principal);
                         Ok(Progress::Done)
                     }
-                    Access::Wait(p) => Ok(p),
+                    access::Access::Wait(p) => Ok(p),
                 }
             }
-            "activate" => {
+            Stage::Activate => {
                 super::record_and_activate(
                     &cx.store,
                     &record(self, &region, "creating", out),
@@ -212,48 +233,44 @@ impl Pipeline for CreateCluster {
                 .await?;
                 Ok(Progress::Done)
             }
-            "addons" => {
+            Stage::Addons => {
                 let role = out
                     .s3_csi_role_arn
                     .clone()
-                    .ok_or_else(|| ApiError::internal("the iam stage stored no S3 CSI role"))?;
-                ensure_pod_identity(cx, &region, name, S3_CSI_SERVICE_ACCOUNT, &role).await?;
-                ensure_addons(cx, &region, name, out).await
+                    .ok_or_else(|| missing("the S3 CSI role"))?;
+                addons::ensure(&cx.aws, &region, name, &role, &mut out.addons).await
             }
-            "components" => {
-                let client = kubernetes::connect(&cx.aws, &region, name).await?;
+            Stage::Components => {
+                let client = kube::connect(&cx.aws, &region, name).await?;
                 out.components = components::apply(&client, &region).await?;
                 Ok(Progress::Done)
             }
-            "hyperpod" => {
-                let spec = hyperpod::Spec {
-                    region: &region,
-                    cluster: name,
-                    bucket: bucket(self)?,
-                    instance_type: self.instance_type.as_str(),
-                    instance_count: self.instance_count.get(),
-                    capacity: &self.capacity,
-                    efa_only: self.efa_only,
-                    deep_health_checks: self.deep_health_checks,
-                };
+            Stage::Hyperpod => {
                 let eks_arn = out
                     .eks_cluster_arn
                     .clone()
-                    .ok_or_else(|| ApiError::internal("the eks stage stored no cluster ARN"))?;
+                    .ok_or_else(|| missing("the EKS cluster ARN"))?;
                 let role = out
                     .execution_role_arn
                     .clone()
-                    .ok_or_else(|| ApiError::internal("the iam stage stored no execution role"))?;
+                    .ok_or_else(|| missing("the execution role"))?;
                 let network = out.network.clone();
-                match hyperpod::ensure(&cx.aws, &spec, &eks_arn, &role, &network, &mut out.hyperpod)
-                    .await?
-                {
+                let hcx = hyperpod::Context {
+                    region: &region,
+                    cluster: name,
+                    bucket: bucket(self)?,
+                    groups: &self.instance_groups,
+                    eks_cluster_arn: &eks_arn,
+                    execution_role: &role,
+                    network: &network,
+                };
+                match hyperpod::ensure(&cx.aws, &hcx, &mut out.hyperpod).await? {
                     Progress::Done => nodes_ready(self, cx, &region).await,
                     waiting => Ok(waiting),
                 }
             }
-            "storage" => {
-                let client = kubernetes::connect(&cx.aws, &region, name).await?;
+            Stage::Storage => {
+                let client = kube::connect(&cx.aws, &region, name).await?;
                 let made = storage::ensure(&client, bucket(self)?, &region).await?;
                 let bound = made.phase == "Bound";
                 let message = format!("claim {}/{} is {}", made.namespace, made.claim, made.phase);
@@ -267,9 +284,6 @@ impl Pipeline for CreateCluster {
                 super::observe_nodes(&cx.store, name, &nodes).await?;
                 Ok(Progress::Done)
             }
-            other => Err(ApiError::internal(format!(
-                "create_cluster has no stage {other}"
-            ))),
         }
     }
 }
@@ -299,110 +313,28 @@ fn record<'a>(
     }
 }
 
-async fn ensure_eks(
-    r: &CreateCluster,
-    cx: &Context,
-    region: &str,
-    out: &mut Outputs,
-) -> Result<Progress, ApiError> {
-    let name = r.name.as_str();
-    let eks = cx.aws.eks(region);
-    let cluster = match eks.describe_cluster().name(name).send().await {
-        Ok(o) => o.cluster,
-        Err(e) if e.code() == Some("ResourceNotFoundException") => None,
-        Err(e) => return Err(crate::aws::upstream("eks", "DescribeCluster", e)),
-    };
-    let Some(c) = cluster else {
-        let role = out
-            .eks_role_arn
-            .clone()
-            .ok_or_else(|| ApiError::internal("the iam stage stored no EKS role"))?;
-        let version = r
-            .kubernetes_version
-            .as_ref()
-            .map_or(DEFAULT_KUBERNETES_VERSION, |v| v.as_str());
-        let sg = out.network.security_group_id.clone();
-        let vpc = VpcConfigRequest::builder()
-            .set_subnet_ids(Some(out.network.private_subnet_ids.clone()))
-            .set_security_group_ids(sg.map(|s| vec![s]))
-            .endpoint_public_access(true)
-            .endpoint_private_access(true)
-            .build();
-        match eks
-            .create_cluster()
-            .name(name)
-            .version(version)
-            .role_arn(role)
-            .resources_vpc_config(vpc)
-            .access_config(
-                CreateAccessConfigRequest::builder()
-                    .authentication_mode(AuthenticationMode::ApiAndConfigMap)
-                    .bootstrap_cluster_creator_admin_permissions(true)
-                    .build(),
-            )
-            .tags("hypd:managed", "true")
-            .tags("hypd:cluster", name)
-            // A repeated call after a crash is recognised by EKS as the same request.
-            .client_request_token(format!("hypd-{name}"))
-            .send()
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.code() == Some("ResourceInUseException") => {}
-            Err(e) => return Err(crate::aws::upstream("eks", "CreateCluster", e)),
-        }
-        return Ok(Progress::wait(
-            EKS_POLL,
-            format!("EKS cluster {name} is CREATING"),
-        ));
-    };
-    out.eks_cluster_arn = c.arn().map(str::to_owned);
-    out.kubernetes_version = c.version().map(str::to_owned);
-    out.oidc_issuer = c
-        .identity()
-        .and_then(|i| i.oidc())
-        .and_then(|o| o.issuer())
-        .map(str::to_owned);
-    match c.status() {
-        Some(ClusterStatus::Active) => Ok(Progress::Done),
-        Some(ClusterStatus::Creating | ClusterStatus::Updating | ClusterStatus::Pending) => {
-            Ok(Progress::wait(
-                EKS_POLL,
-                format!(
-                    "EKS cluster {name} is {}",
-                    c.status().map_or("", |s| s.as_str())
-                ),
-            ))
-        }
-        s => Err(ApiError::Upstream {
-            service: "eks".into(),
-            call: "DescribeCluster".into(),
-            code: None,
-            message: format!(
-                "EKS cluster {name} is {}{}",
-                s.map_or("in an unknown state", |s| s.as_str()),
-                c.health()
-                    .map(|h| format!(": {:?}", h.issues()))
-                    .unwrap_or_default()
-            ),
-            request_id: None,
-        }),
-    }
-}
-
-/// HyperPod reports InService once its instances run; the cluster is usable when they
-/// are Ready Kubernetes nodes and every node component runs on each of them.
+/// HyperPod reports InService once its instances run; the cluster is usable when every
+/// group's instances are Ready Kubernetes nodes and every node component runs on each.
 async fn nodes_ready(r: &CreateCluster, cx: &Context, region: &str) -> Result<Progress, ApiError> {
     let name = r.name.as_str();
-    let client = kubernetes::connect(&cx.aws, region, name).await?;
-    let want = usize::try_from(r.instance_count.get()).unwrap_or(usize::MAX);
-    let (ready, seen) = components::hyperpod_nodes(&client, name).await?;
-    if ready < want {
+    let client = kube::connect(&cx.aws, region, name).await?;
+    let ready = components::hyperpod_nodes(&client, name).await?;
+    let short: Vec<String> = r
+        .instance_groups
+        .iter()
+        .filter_map(|g| {
+            let want = g.instance_count.get() as usize;
+            let (got, seen) = ready.get(g.name.as_str()).copied().unwrap_or((0, 0));
+            (got < want).then(|| format!("{}: {got} of {want} Ready ({seen} registered)", g.name))
+        })
+        .collect();
+    if !short.is_empty() {
         return Ok(Progress::wait(
             NODE_POLL,
-            format!("{ready} of {want} HyperPod nodes Ready in Kubernetes ({seen} registered)"),
+            format!("HyperPod nodes in Kubernetes: {}", short.join("; ")),
         ));
     }
+    let total: usize = ready.values().map(|(r, _)| r).sum();
     let waiting: Vec<String> = components::states(&client)
         .await?
         .iter()
@@ -410,186 +342,6 @@ async fn nodes_ready(r: &CreateCluster, cx: &Context, region: &str) -> Result<Pr
         .map(|c| c.describe())
         .collect();
     Ok(Progress::unless_pending(NODE_POLL, &waiting, |w| {
-        format!("{ready} nodes Ready; waiting for {w}")
+        format!("{total} nodes Ready; waiting for {w}")
     }))
-}
-
-/// An EKS Pod Identity association for `service_account`, made once.
-async fn ensure_pod_identity(
-    cx: &Context,
-    region: &str,
-    cluster: &str,
-    (namespace, service_account): (&str, &str),
-    role_arn: &str,
-) -> Result<(), ApiError> {
-    let eks = cx.aws.eks(region);
-    let found = eks
-        .list_pod_identity_associations()
-        .cluster_name(cluster)
-        .namespace(namespace)
-        .service_account(service_account)
-        .send()
-        .await
-        .map_err(|e| crate::aws::upstream("eks", "ListPodIdentityAssociations", e))?;
-    if !found.associations().is_empty() {
-        return Ok(());
-    }
-    match eks
-        .create_pod_identity_association()
-        .cluster_name(cluster)
-        .namespace(namespace)
-        .service_account(service_account)
-        .role_arn(role_arn)
-        .tags("hypd:managed", "true")
-        .tags("hypd:cluster", cluster)
-        .client_request_token(format!("hypd-{cluster}-{namespace}-{service_account}"))
-        .send()
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == Some("ResourceInUseException") => Ok(()),
-        Err(e) => Err(crate::aws::upstream(
-            "eks",
-            "CreatePodIdentityAssociation",
-            e,
-        )),
-    }
-}
-
-/// Creates the missing add-ons of the one table and waits until all are ACTIVE; a failed
-/// one is an error naming it with EKS's health issues.
-async fn ensure_addons(
-    cx: &Context,
-    region: &str,
-    cluster: &str,
-    out: &mut Outputs,
-) -> Result<Progress, ApiError> {
-    let eks = cx.aws.eks(region);
-    let mut pending = Vec::new();
-    for addon in ADDONS {
-        let found = match eks
-            .describe_addon()
-            .cluster_name(cluster)
-            .addon_name(addon.name)
-            .send()
-            .await
-        {
-            Ok(o) => o.addon,
-            Err(e) if e.code() == Some("ResourceNotFoundException") => None,
-            Err(e) => return Err(crate::aws::upstream("eks", "DescribeAddon", e)),
-        };
-        let Some(a) = found else {
-            match eks
-                .create_addon()
-                .cluster_name(cluster)
-                .addon_name(addon.name)
-                .addon_version(addon.version)
-                .tags("hypd:managed", "true")
-                .tags("hypd:cluster", cluster)
-                .client_request_token(format!("hypd-{cluster}-{}", addon.name))
-                .send()
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.code() == Some("ResourceInUseException") => {}
-                Err(e) => return Err(crate::aws::upstream("eks", "CreateAddon", e)),
-            }
-            pending.push(format!("{} CREATING", addon.name));
-            continue;
-        };
-        match a.status() {
-            Some(AddonStatus::Active) => {
-                out.addons.insert(
-                    addon.name.to_owned(),
-                    a.addon_version().unwrap_or(addon.version).to_owned(),
-                );
-            }
-            Some(s @ (AddonStatus::CreateFailed | AddonStatus::Degraded)) => {
-                let issues: Vec<String> = a
-                    .health()
-                    .map(|h| {
-                        h.issues()
-                            .iter()
-                            .map(|i| i.message().unwrap_or_default().to_owned())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                return Err(ApiError::Upstream {
-                    service: "eks".into(),
-                    call: "DescribeAddon".into(),
-                    code: Some(s.as_str().to_owned()),
-                    message: format!(
-                        "add-on {} is {}: {}",
-                        addon.name,
-                        s.as_str(),
-                        issues.join("; ")
-                    ),
-                    request_id: None,
-                });
-            }
-            Some(s) => pending.push(format!("{} {}", addon.name, s.as_str())),
-            None => pending.push(format!("{} in an unknown state", addon.name)),
-        }
-    }
-    Ok(Progress::unless_pending(ADDON_POLL, &pending, |p| {
-        format!("waiting for add-ons: {p}")
-    }))
-}
-
-/// Pre-flight for a new cluster: the name is free in hypd, EKS and HyperPod, the AZ and
-/// instance type exist, the network fits. Fills in the region and the bucket name.
-pub async fn preflight(
-    svc: &crate::service::Service,
-    mut r: CreateCluster,
-    region: String,
-) -> Result<CreateCluster, ApiError> {
-    let name = r.name.as_str();
-    if super::get(&svc.store, name).await?.is_some() {
-        return Err(ApiError::field(
-            "name",
-            format!("hypd already manages a cluster named {name}"),
-        ));
-    }
-    match svc
-        .aws
-        .eks(&region)
-        .describe_cluster()
-        .name(name)
-        .send()
-        .await
-    {
-        Ok(_) => {
-            return Err(ApiError::field(
-                "name",
-                format!(
-                    "an EKS cluster named {name} already exists in {region}; import it with import_cluster or choose another name"
-                ),
-            ));
-        }
-        Err(e) if e.code() == Some("ResourceNotFoundException") => {}
-        Err(e) => return Err(crate::aws::upstream("eks", "DescribeCluster", e)),
-    }
-    hyperpod::check(&svc.aws, &region, &r).await?;
-    hyperpod::check_quota(&svc.aws, &region, &r).await?;
-    // The node components' images are published per region.
-    components::manifests(&region).map_err(|e| ApiError::field("region", e))?;
-    network::check(&svc.aws, &region, &r.network).await?;
-    if r.storage.s3_bucket.is_none() {
-        let account = svc.aws.identity().await?.account;
-        let bucket = format!("hypd-{name}-{account}").to_lowercase();
-        r.storage.s3_bucket = Some(
-            bucket
-                .parse()
-                .map_err(|e: String| ApiError::field("storage.s3_bucket", e))?,
-        );
-    }
-    r.region = Some(
-        region
-            .parse()
-            .map_err(|e: String| ApiError::field("region", e))?,
-    );
-    if let Capacity::TrainingPlan { .. } = &r.capacity {
-        hyperpod::check_training_plan(&svc.aws, &r).await?;
-    }
-    Ok(r)
 }

@@ -8,10 +8,9 @@ use app::api::clusters::{
     AddonInfo, ClusterDescription, ClusterSummary, ComponentStatus, EksInfo, HyperPodInfo,
     InstanceGroupInfo, NodeCounts, NodeHealth, NodeInfo, StorageStatus,
 };
-use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use tokio::task::JoinSet;
 
-use crate::aws::Aws;
+use crate::aws::{Aws, SdkResultExt};
 
 /// Reads everything AWS knows about `cluster` now. A missing EKS or HyperPod cluster is
 /// reported as absent rather than as an error: early in a creation, or for an EKS cluster
@@ -56,7 +55,7 @@ async fn kubernetes_side(
     region: &str,
     name: &str,
 ) -> Result<(Vec<ComponentStatus>, Vec<StorageStatus>), ApiError> {
-    let client = crate::kubernetes::connect(aws, region, name).await?;
+    let client = crate::resources::kube::connect(aws, region, name).await?;
     let components = super::components::states(&client)
         .await?
         .into_iter()
@@ -90,17 +89,17 @@ fn count(n: Option<i32>) -> u32 {
 }
 
 async fn eks_info(aws: &Aws, region: &str, name: &str) -> Result<Option<EksInfo>, ApiError> {
-    match aws.eks(region).describe_cluster().name(name).send().await {
-        Ok(out) => Ok(out.cluster.map(|c| EksInfo {
-            arn: c.arn,
-            status: c.status.map(|s| s.as_str().to_owned()),
-            kubernetes_version: c.version,
-            platform_version: c.platform_version,
-            endpoint: c.endpoint,
-        })),
-        Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
-        Err(e) => Err(crate::aws::upstream("eks", "DescribeCluster", e)),
-    }
+    Ok(
+        crate::resources::eks::cluster::describe(&aws.eks(region), name)
+            .await?
+            .map(|c| EksInfo {
+                arn: c.arn,
+                status: c.status.map(|s| s.as_str().to_owned()),
+                kubernetes_version: c.version,
+                platform_version: c.platform_version,
+                endpoint: c.endpoint,
+            }),
+    )
 }
 
 async fn addons(aws: &Aws, region: &str, cluster: &str) -> Result<Vec<AddonInfo>, ApiError> {
@@ -112,10 +111,9 @@ async fn addons(aws: &Aws, region: &str, cluster: &str) -> Result<Vec<AddonInfo>
         .into_paginator()
         .send();
     while let Some(page) = pages.next().await {
-        match page {
-            Ok(p) => names.extend(p.addons.unwrap_or_default()),
-            Err(e) if e.code() == Some("ResourceNotFoundException") => return Ok(Vec::new()),
-            Err(e) => return Err(crate::aws::upstream("eks", "ListAddons", e)),
+        match page.found("eks", "ListAddons")? {
+            Some(p) => names.extend(p.addons.unwrap_or_default()),
+            None => return Ok(Vec::new()),
         }
     }
     // One DescribeAddon per add-on, at once: a handful of calls, not worth a queue.
@@ -136,12 +134,11 @@ async fn addons(aws: &Aws, region: &str, cluster: &str) -> Result<Vec<AddonInfo>
     let mut found = Vec::new();
     while let Some(joined) = calls.join_next().await {
         let (i, name, answer) = joined.map_err(ApiError::internal)?;
-        let addon = match answer {
-            Ok(out) => out.addon,
-            // Removed between the list and the describe: it is simply not there.
-            Err(e) if e.code() == Some("ResourceNotFoundException") => continue,
-            Err(e) => return Err(crate::aws::upstream("eks", "DescribeAddon", e)),
+        // Removed between the list and the describe: it is simply not there.
+        let Some(out) = answer.found("eks", "DescribeAddon")? else {
+            continue;
         };
+        let addon = out.addon;
         let info = match addon {
             Some(a) => AddonInfo {
                 name: a.addon_name.unwrap_or(name),
@@ -188,12 +185,14 @@ async fn hyperpod(
         return Ok(HyperPodState::default());
     };
     let sm = aws.sagemaker(region);
-    let described = match sm.describe_cluster().cluster_name(cluster).send().await {
-        Ok(c) => c,
-        Err(e) if matches!(e.code(), Some("ResourceNotFound" | "ValidationException")) => {
-            return Ok(HyperPodState::default());
-        }
-        Err(e) => return Err(crate::aws::upstream("sagemaker", "DescribeCluster", e)),
+    let Some(described) = sm
+        .describe_cluster()
+        .cluster_name(cluster)
+        .send()
+        .await
+        .found("sagemaker", "DescribeCluster")?
+    else {
+        return Ok(HyperPodState::default());
     };
     let groups = described
         .instance_groups()
@@ -214,7 +213,7 @@ async fn hyperpod(
         .into_paginator()
         .send();
     while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| crate::aws::upstream("sagemaker", "ListClusterNodes", e))?;
+        let page = page.upstream("sagemaker", "ListClusterNodes")?;
         nodes.extend(page.cluster_node_summaries().iter().map(|n| {
             let status = n
                 .instance_status()

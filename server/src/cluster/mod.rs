@@ -1,17 +1,34 @@
-//! The clusters hypd manages, as stored. Creation and import (which write these rows)
-//! are operations of their own; reads never call AWS.
+//! The clusters hypd manages: their stored records (reads never call AWS), the commands
+//! that read them, and the pipelines that create, import and delete them, composed from
+//! the resources of `crate::resources` by the modules below.
 
+pub mod access;
+pub mod addons;
 pub mod components;
 pub mod create;
 pub mod delete;
 pub mod dependencies;
 pub mod describe;
+pub mod hyperpod;
+pub mod identity;
 pub mod import;
+pub mod network;
 pub mod storage;
 
-use app::api::clusters::{ClusterSummary, NodeCounts, ObservedNodes};
+use app::api::ApiError;
+use app::api::clusters::{
+    ClusterDescription, ClusterList, ClusterSummary, DescribeCluster, GetCluster, ListClusters,
+    NodeCounts, ObservedNodes,
+};
 
+use crate::auth::Actor;
+use crate::service::{Handler, Service};
 use crate::store::{Store, StoreError, on_pool};
+
+/// What operations on cluster `name` lock: one unfinished operation per cluster.
+pub fn target(name: &str) -> String {
+    format!("cluster/{name}")
+}
 
 type Row = (
     String,
@@ -166,6 +183,30 @@ pub async fn observe_nodes(
     Ok(observed)
 }
 
+/// Moves the cluster's status from one of `from` to `to` (a cluster forgotten meanwhile
+/// stays forgotten; one in another status keeps it).
+pub async fn set_status(
+    store: &Store,
+    name: &str,
+    from: &[&str],
+    to: &str,
+) -> Result<(), StoreError> {
+    let now = crate::clock::now();
+    for f in from {
+        on_pool!(store, |pool| sqlx::query(
+            "UPDATE clusters SET status = $3, updated_at = $4 WHERE name = $1 AND status = $2"
+        )
+        .bind(name)
+        .bind(*f)
+        .bind(to)
+        .bind(&now)
+        .execute(pool)
+        .await
+        .map(|_| ()))?;
+    }
+    Ok(())
+}
+
 /// The cluster later commands act on for `actor` when they name none.
 pub async fn active(store: &Store, actor: &str) -> Result<Option<String>, StoreError> {
     let row: Option<(String,)> = on_pool!(store, |pool| sqlx::query_as(
@@ -193,4 +234,37 @@ pub async fn forget(store: &Store, name: &str) -> Result<(), StoreError> {
     }
     .await);
     Ok(done?)
+}
+
+/// The managed cluster `name`, or not found.
+async fn managed(store: &Store, name: &str) -> Result<ClusterSummary, ApiError> {
+    get(store, name).await?.ok_or_else(|| ApiError::NotFound {
+        resource: "cluster".into(),
+        name: name.to_owned(),
+    })
+}
+
+impl Handler<ListClusters> for Service {
+    async fn handle(&self, _: &Actor, _: ListClusters) -> Result<ClusterList, ApiError> {
+        Ok(ClusterList {
+            clusters: list(&self.store).await?,
+        })
+    }
+}
+
+impl Handler<GetCluster> for Service {
+    async fn handle(&self, _: &Actor, r: GetCluster) -> Result<ClusterSummary, ApiError> {
+        managed(&self.store, r.name.as_str()).await
+    }
+}
+
+impl Handler<DescribeCluster> for Service {
+    async fn handle(&self, _: &Actor, r: DescribeCluster) -> Result<ClusterDescription, ApiError> {
+        let stored = managed(&self.store, r.name.as_str()).await?;
+        let mut described = describe::describe(&self.aws, stored).await?;
+        // What the list shows until the next look.
+        let observed = observe_nodes(&self.store, r.name.as_str(), &described.node_counts).await?;
+        described.cluster.nodes = Some(observed);
+        Ok(described)
+    }
 }

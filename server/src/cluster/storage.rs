@@ -9,7 +9,10 @@ use kube::Api;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::kubernetes;
+use crate::resources::converge;
+use crate::resources::kube::object::Applied;
+use crate::resources::kube::{self as kubernetes};
+use crate::resources::tags::K8S_MANAGED_BY;
 
 /// The claim workloads mount, in this namespace, at `MOUNT_PATH`.
 pub const CLAIM: &str = "shared-s3";
@@ -38,7 +41,7 @@ fn volume_name(bucket: &str) -> String {
 /// The PersistentVolume and claim for `bucket` in `region`.
 pub fn manifests(bucket: &str, region: &str) -> (PersistentVolume, PersistentVolumeClaim) {
     let pv_name = volume_name(bucket);
-    let labels = json!({ "app.kubernetes.io/managed-by": "hypd", "hypd/storage": "s3" });
+    let labels = json!({ K8S_MANAGED_BY.0: K8S_MANAGED_BY.1, "hypd/storage": "s3" });
     // Mountpoint ignores capacity; Kubernetes requires one, and the claim must ask for
     // no more than the volume offers.
     let capacity = "1200Gi";
@@ -75,19 +78,17 @@ pub fn manifests(bucket: &str, region: &str) -> (PersistentVolume, PersistentVol
     (pv, pvc)
 }
 
-/// Applies the volume and claim and reads the claim's phase.
+/// Applies the volume and claim where they differ from what the cluster has, and reads
+/// the claim's phase. A bound claim's spec is immutable but for its size, which is why
+/// applying only what differs matters here: the claim as hypd wrote it is what binds.
 pub async fn ensure(
     client: &kube::Client,
     bucket: &str,
     region: &str,
 ) -> Result<Storage, ApiError> {
     let (pv, pvc) = manifests(bucket, region);
-    kubernetes::apply(&Api::<PersistentVolume>::all(client.clone()), &pv).await?;
-    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NAMESPACE);
-    // A bound claim's spec is immutable except for its size; apply only when absent.
-    if kubernetes::get(&claims, CLAIM).await?.is_none() {
-        kubernetes::apply(&claims, &pvc).await?;
-    }
+    converge(&Applied::cluster(client, pv)).await?;
+    converge(&Applied::namespaced(client, pvc)).await?;
     current(client)
         .await?
         .ok_or_else(|| ApiError::internal("the shared claim vanished right after it was applied"))

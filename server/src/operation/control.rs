@@ -66,15 +66,9 @@ pub async fn retry(
             .bind(id)
             .execute(&mut *tx)
             .await?;
-            sqlx::query(
-                "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, NULL, 'pending', $4)",
-            )
-            .bind(clock::sortable_id("ev"))
-            .bind(id)
-            .bind(&now)
-            .bind(format!("retried by {}", actor.name))
-            .execute(&mut *tx)
-            .await?;
+            super::insert_event(id, &now, None, "pending", Some(format!("retried by {}", actor.name)))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(n)
@@ -174,14 +168,13 @@ pub async fn cancel(
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query(
-            "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, NULL, $4, $5)",
+        super::insert_event(
+            id,
+            &now,
+            None,
+            if n == 1 { "cancelled" } else { "cancel_requested" },
+            Some(format!("cancelled by {}", actor.name)),
         )
-        .bind(clock::sortable_id("ev"))
-        .bind(id)
-        .bind(&now)
-        .bind(if n == 1 { "cancelled" } else { "cancel_requested" })
-        .bind(format!("cancelled by {}", actor.name))
         .execute(&mut *tx)
         .await?;
         tx.commit().await

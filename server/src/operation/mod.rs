@@ -3,6 +3,7 @@
 //! live channel); `submit` writes new ones, `worker` advances them, `pipeline` is what
 //! each kind of operation does in each stage.
 
+pub mod commands;
 pub mod control;
 pub mod pipeline;
 pub mod submit;
@@ -31,21 +32,45 @@ const COLUMNS: &str =
     "id, command, target, state, requested_by, created_at, updated_at, outputs, error";
 const LIST_LIMIT: i64 = 200;
 
-type StageRow = (
-    String,
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
+/// One stage as stored: what reads show and what the worker advances.
+#[derive(sqlx::FromRow)]
+pub(crate) struct StageRow {
+    pub operation_id: String,
+    pub idx: i64,
+    pub name: String,
+    pub title: String,
+    pub state: String,
+    pub cancellable: i64,
+    pub attempts: i64,
+    pub retries: i64,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub next_poll_at: Option<String>,
+    pub message: Option<String>,
+    pub error: Option<String>,
+}
 
-const STAGE_COLUMNS: &str = "operation_id, name, title, state, cancellable, attempts, started_at, finished_at, next_poll_at, message, error";
+/// The stages of the operations `ids`, in each one's order.
+pub(crate) async fn stage_rows(store: &Store, ids: &[&str]) -> Result<Vec<StageRow>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One query for every stage asked for; ids are ours (hex), bound as parameters.
+    let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT operation_id, idx, name, title, state, cancellable, attempts, retries, started_at, \
+         finished_at, next_poll_at, message, error FROM operation_stages \
+         WHERE operation_id IN ({}) ORDER BY operation_id, idx",
+        placeholders.join(", ")
+    );
+    Ok(on_pool!(store, |pool| {
+        let mut q = sqlx::query_as(&sql);
+        for id in ids {
+            q = q.bind(*id);
+        }
+        q.fetch_all(pool).await
+    })?)
+}
 
 fn state(s: &str) -> OperationState {
     // The columns' CHECK constraints admit only known states.
@@ -58,18 +83,18 @@ fn error(json: Option<String>) -> Option<ApiError> {
 
 fn stage(r: StageRow) -> (String, Stage) {
     (
-        r.0,
+        r.operation_id,
         Stage {
-            name: r.1,
-            title: r.2,
-            state: state(&r.3),
-            cancellable: r.4 != 0,
-            attempts: u32::try_from(r.5).unwrap_or(0),
-            started_at: r.6,
-            finished_at: r.7,
-            next_poll_at: r.8,
-            message: r.9,
-            error: error(r.10),
+            name: r.name,
+            title: r.title,
+            state: state(&r.state),
+            cancellable: r.cancellable != 0,
+            attempts: u32::try_from(r.attempts).unwrap_or(0),
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            next_poll_at: r.next_poll_at,
+            message: r.message,
+            error: error(r.error),
         },
     )
 }
@@ -103,19 +128,8 @@ async fn with_stages(store: &Store, rows: Vec<Row>) -> Result<Vec<Operation>, St
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    // One query for every stage of the page; ids are ours (hex), bound as parameters.
-    let placeholders: Vec<String> = (1..=rows.len()).map(|i| format!("${i}")).collect();
-    let sql = format!(
-        "SELECT {STAGE_COLUMNS} FROM operation_stages WHERE operation_id IN ({}) ORDER BY operation_id, idx",
-        placeholders.join(", ")
-    );
-    let stage_rows: Vec<StageRow> = on_pool!(store, |pool| {
-        let mut q = sqlx::query_as(&sql);
-        for r in &rows {
-            q = q.bind(&r.0);
-        }
-        q.fetch_all(pool).await
-    })?;
+    let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    let stage_rows = stage_rows(store, &ids).await?;
     let mut by_op: BTreeMap<String, Vec<Stage>> = BTreeMap::new();
     for r in stage_rows {
         let (op, s) = stage(r);
@@ -173,6 +187,33 @@ pub async fn changed_since(store: &Store, cursor: &str) -> Result<Vec<Operation>
         .fetch_all(pool)
         .await)?;
     with_stages(store, rows).await
+}
+
+/// The one statement that records a transition (the engine's audit trail); every writer
+/// of operations calls it inside the transaction of the change it records.
+pub(crate) fn insert_event<'q, DB>(
+    operation_id: &'q str,
+    at: &'q str,
+    stage: Option<&'q str>,
+    state: &'q str,
+    message: Option<String>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    sqlx::query(
+        "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(crate::clock::sortable_id("ev"))
+    .bind(operation_id)
+    .bind(at)
+    .bind(stage)
+    .bind(state)
+    .bind(message)
 }
 
 /// One recorded transition of an operation (the engine's audit trail).

@@ -1,32 +1,81 @@
-//! What a kind of operation is: a command whose request plans a fixed list of stages,
-//! each run by one idempotent step. The worker knows nothing about clusters; it calls
+//! What a kind of operation is: a command whose request plans a fixed list of typed
+//! stages, checks the world in a pre-flight before anything is written, and runs each
+//! stage by one idempotent step. The worker knows nothing about clusters; it calls
 //! [`run_stage`], which finds the pipeline by the stored command name.
 //!
-//! A step must observe before it acts (describe, then create only what is missing,
-//! treating "already exists" as success), because after a crash or a lost lease the same
-//! step runs again with the outputs stored before the crash.
+//! A step observes before it acts (through `crate::resources`: observe, diff, apply the
+//! changes), because after a crash or a lost lease the same step runs again with the
+//! outputs stored before the crash. Stage names are stored with every operation, so a
+//! stage's stored name never changes (the `stages!` tables and their tests fix them).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use app::api::values::IdempotencyKey;
+use app::api::operations::OperationRef;
+use app::api::values::{IdempotencyKey, Region};
 use app::api::{ApiError, Command};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::aws::Aws;
+use crate::inspect::Inspector;
 use crate::store::Store;
 
-/// One stage of a plan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StagePlan {
-    pub name: &'static str,
-    pub title: &'static str,
+/// One pipeline's stages: an enum whose variants are the stages in order.
+pub trait Stage: Copy + Eq + std::fmt::Debug + Send + Sync + 'static {
+    /// Every stage, in the order they run.
+    const ALL: &'static [Self];
+    /// The name stored with the operation. Never renamed: stored operations name it.
+    fn name(self) -> &'static str;
+    fn title(self) -> &'static str;
     /// Stopping the operation before or during this stage leaves nothing half-made.
-    pub cancellable: bool,
+    fn cancellable(self) -> bool;
+
+    fn parse(stored: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|s| s.name() == stored)
+    }
 }
+
+/// Declares a pipeline's stage enum: `Variant = "stored name", "title", cancellable;`.
+macro_rules! stages {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $stored:literal, $title:literal, $cancellable:expr;)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $crate::operation::pipeline::Stage for $name {
+            const ALL: &'static [Self] = &[$($name::$variant),+];
+
+            fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $stored,)+
+                }
+            }
+
+            fn title(self) -> &'static str {
+                match self {
+                    $($name::$variant => $title,)+
+                }
+            }
+
+            fn cancellable(self) -> bool {
+                match self {
+                    $($name::$variant => $cancellable,)+
+                }
+            }
+        }
+    };
+}
+pub(crate) use stages;
 
 /// What one run of a step found.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,6 +107,11 @@ impl Progress {
             Progress::wait(after, say(pending.join(", ")))
         }
     }
+
+    /// Done when `note` is `None`, else wait after `after` saying it.
+    pub fn unless(after: Duration, note: Option<String>) -> Self {
+        note.map_or(Progress::Done, |n| Progress::wait(after, n))
+    }
 }
 
 /// What a step may use.
@@ -69,8 +123,26 @@ pub struct Context {
     pub requested_by: String,
 }
 
+/// What a pre-flight may use: reads of the store and of the account, nothing that
+/// writes. It runs before the operation exists.
+pub struct Preflight<'a> {
+    pub store: &'a Store,
+    pub aws: &'a Aws,
+    pub catalogue: &'a Inspector,
+}
+
+impl Preflight<'_> {
+    /// The region a request names (it must be enabled in the account), or hypd's own.
+    pub async fn region(&self, requested: Option<&Region>) -> Result<Region, ApiError> {
+        let name = self.catalogue.region(self.aws, requested).await?;
+        name.parse()
+            .map_err(|e: String| ApiError::field("region", e))
+    }
+}
+
 /// A command that runs as an operation.
-pub trait Pipeline: Command + Clone {
+pub trait Pipeline: Command<Output = OperationRef> + Clone {
+    type Stage: Stage;
     /// What the stages produce, stored on the operation after every step.
     type Outputs: Serialize + DeserializeOwned + Default + Send + Sync;
 
@@ -82,18 +154,43 @@ pub trait Pipeline: Command + Clone {
     fn idempotency_key(&self) -> Option<&IdempotencyKey>;
 
     /// The stages, in order. Pure: the same request always plans the same stages.
-    fn plan(&self) -> Vec<StagePlan>;
+    fn plan(&self) -> Vec<Self::Stage> {
+        Self::Stage::ALL.to_vec()
+    }
+
+    /// What must hold before anything is written (the name is free, the type is offered
+    /// in the zone, the quota covers it…), as field errors; may fill in defaults (the
+    /// region, a bucket name), which are stored with the request.
+    fn preflight(self, cx: &Preflight<'_>) -> impl Future<Output = Result<Self, ApiError>> + Send;
 
     /// Runs stage `stage` once.
     fn step(
         &self,
         cx: &Context,
-        stage: &str,
+        stage: Self::Stage,
         outputs: &mut Self::Outputs,
     ) -> impl Future<Output = Result<Progress, ApiError>> + Send;
+
+    /// Called once the operation has failed for good (the failure is stored first), so
+    /// the domain's own record can say so; an error here is logged, not raised.
+    fn failed(&self, _cx: &Context) -> impl Future<Output = Result<(), ApiError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Reads the request stored with the operation; a pipeline whose request shape
+    /// changed reads its earlier shapes here.
+    fn from_stored(spec: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(spec)
+    }
 }
 
-/// Calls `$m! { Type, … }` with every pipeline: the one list the worker dispatches on.
+/// Marks a pipeline the worker can run; only [`for_each_pipeline!`] implements it, and
+/// only registered pipelines can be submitted, so a pipeline left out of the list does
+/// not compile rather than failing at run time.
+pub trait Registered: Pipeline {}
+
+/// Calls `$m! { Type, … }` with every pipeline: the one list the worker dispatches on
+/// and the service submits through.
 macro_rules! for_each_pipeline {
     ($m:ident) => {
         $m! {
@@ -102,6 +199,26 @@ macro_rules! for_each_pipeline {
             app::api::clusters::DeleteCluster,
         }
     };
+}
+
+macro_rules! registered {
+    ($($p:ty),* $(,)?) => {
+        $(impl Registered for $p {})*
+    };
+}
+for_each_pipeline!(registered);
+
+/// The stored stage names of every pipeline, by command name.
+pub fn stored_stage_names() -> Vec<(&'static str, Vec<&'static str>)> {
+    macro_rules! names {
+        ($($p:ty),* $(,)?) => {
+            vec![$((
+                <$p as Command>::SPEC.name,
+                <<$p as Pipeline>::Stage as Stage>::ALL.iter().map(|s| s.name()).collect(),
+            )),*]
+        };
+    }
+    for_each_pipeline!(names)
 }
 
 /// Runs one step of the operation of command `command`, from its stored spec and
@@ -127,13 +244,29 @@ pub async fn run_stage(
     for_each_pipeline!(by_command)
 }
 
+/// Tells the pipeline of command `command` that its operation failed for good.
+pub async fn failed(cx: &Context, command: &str, spec: &str) -> Result<(), ApiError> {
+    macro_rules! by_command {
+        ($($p:ty),* $(,)?) => {
+            match command {
+                $(c if c == <$p as Command>::SPEC.name => match <$p as Pipeline>::from_stored(spec) {
+                    Ok(r) => r.failed(cx).await,
+                    Err(e) => Err(ApiError::internal(format!("stored {c} request is unreadable: {e}"))),
+                },)*
+                other => Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
+            }
+        };
+    }
+    for_each_pipeline!(by_command)
+}
+
 async fn typed<P: Pipeline>(
     cx: &Context,
     stage: &str,
     spec: &str,
     outputs: &str,
 ) -> (Result<Progress, ApiError>, Option<Value>) {
-    let request: P = match serde_json::from_str(spec) {
+    let request = match P::from_stored(spec) {
         Ok(r) => r,
         Err(e) => {
             let e = ApiError::internal(format!(
@@ -143,8 +276,72 @@ async fn typed<P: Pipeline>(
             return (Err(e), None);
         }
     };
+    let Some(stage) = P::Stage::parse(stage) else {
+        let e = ApiError::internal(format!("{} has no stage {stage}", P::SPEC.name));
+        return (Err(e), None);
+    };
     let mut out: P::Outputs = serde_json::from_str(outputs).unwrap_or_default();
     let result = request.step(cx, stage, &mut out).await;
     // Outputs are kept even when the step failed: what it made before failing is known.
     (result, serde_json::to_value(&out).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stored operations name their stages: changing one of these breaks every stored
+    /// operation of that kind. Add stages; never rename or remove one.
+    #[test]
+    fn stored_stage_names_never_change() {
+        let names = stored_stage_names();
+        let of = |c: &str| {
+            names
+                .iter()
+                .find(|(n, _)| *n == c)
+                .map(|(_, s)| s.clone())
+                .unwrap()
+        };
+        assert_eq!(
+            of("create_cluster"),
+            [
+                "network",
+                "iam",
+                "eks",
+                "access",
+                "activate",
+                "addons",
+                "components",
+                "hyperpod",
+                "storage"
+            ]
+        );
+        assert_eq!(
+            of("import_cluster"),
+            ["eks", "access", "hyperpod", "register"]
+        );
+        assert_eq!(
+            of("delete_cluster"),
+            [
+                "hyperpod", "addons", "eks", "iam", "network", "bucket", "forget"
+            ]
+        );
+        assert_eq!(names.len(), 3, "a new pipeline: add its stored names here");
+    }
+
+    #[test]
+    fn every_pipeline_is_a_mutating_command_with_a_status_command() {
+        for e in app::api::COMMANDS {
+            let is_pipeline = stored_stage_names().iter().any(|(n, _)| *n == e.spec.name);
+            if is_pipeline {
+                assert_ne!(e.spec.effect, app::api::Effect::ReadOnly, "{}", e.spec.name);
+                assert_eq!(
+                    e.spec.status_command,
+                    Some("get_operation"),
+                    "{}",
+                    e.spec.name
+                );
+            }
+        }
+    }
 }

@@ -3,14 +3,12 @@
 //! answer. The store's unique indexes decide races: ten identical requests sent at once
 //! make one operation, and a different request for a busy target is refused.
 
-use std::future::Future;
-
 use app::api::ApiError;
 use app::api::operations::{OperationRef, OperationState};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::pipeline::Pipeline;
+use super::pipeline::{Pipeline, Preflight, Registered, Stage};
 use crate::auth::Actor;
 use crate::clock;
 use crate::store::{Store, StoreError, on_pool};
@@ -18,27 +16,51 @@ use crate::store::{Store, StoreError, on_pool};
 /// The command that follows any operation.
 pub const STATUS_COMMAND: &str = "get_operation";
 
-/// Starts `request` as an operation, or returns the one it repeats. `preflight` runs only
-/// when a new operation is needed: it checks the world (and may fill in defaults) before
-/// anything is written.
-pub async fn submit<P, F>(
+/// Starts `request` as an operation, or returns the one it repeats. The pipeline's
+/// pre-flight runs only when a new operation is needed: it checks the world (and may fill
+/// in defaults) before anything is written.
+///
+/// An identical request always gets the same operation, however the calls interleave:
+/// the store is asked before the pre-flight and again after it (a pre-flight takes
+/// seconds, and an identical request may have started the operation meanwhile, which can
+/// make this one's pre-flight fail: "the name is taken" by that very operation).
+pub async fn submit<P: Registered>(
     store: &Store,
     actor: &Actor,
     request: P,
-    preflight: impl FnOnce(P) -> F,
-) -> Result<OperationRef, ApiError>
-where
-    P: Pipeline,
-    F: Future<Output = Result<P, ApiError>>,
-{
+    cx: &Preflight<'_>,
+) -> Result<OperationRef, ApiError> {
     let command = P::SPEC.name;
     let target = request.target();
     let key = request.idempotency_key().map(|k| k.to_string());
     let hash = request_hash(command, &target, &request)?;
-    if let Some(found) = existing(store, command, &target, key.as_deref(), &hash).await? {
+    let arrived = clock::now();
+    let again = || async {
+        existing(
+            store,
+            command,
+            &target,
+            key.as_deref(),
+            &hash,
+            Some(&arrived),
+        )
+        .await
+    };
+    if let Some(found) = existing(store, command, &target, key.as_deref(), &hash, None).await? {
         return Ok(found);
     }
-    let request = preflight(request).await?;
+    let request = match request.preflight(cx).await {
+        Ok(r) => r,
+        Err(e) => {
+            return match again().await? {
+                Some(found) => Ok(found),
+                None => Err(e),
+            };
+        }
+    };
+    if let Some(found) = again().await? {
+        return Ok(found);
+    }
     let id = clock::sortable_id("op");
     match insert(store, actor, &request, &id, &target, key.as_deref(), &hash).await {
         Ok(()) => Ok(OperationRef {
@@ -48,11 +70,9 @@ where
             created: true,
         }),
         // Another request won the race for the key or the target: answer as it would.
-        Err(e) if is_unique_violation(&e) => {
-            existing(store, command, &target, key.as_deref(), &hash)
-                .await?
-                .ok_or_else(|| ApiError::internal("operation vanished after a conflicting insert"))
-        }
+        Err(e) if is_unique_violation(&e) => again()
+            .await?
+            .ok_or_else(|| ApiError::internal("operation vanished after a conflicting insert")),
         Err(e) => Err(StoreError::from(e).into()),
     }
 }
@@ -77,12 +97,16 @@ type Found = (String, String, String, String, String);
 
 /// The operation this request repeats, a Conflict if the target is busy with another, or
 /// None when a new operation should start.
+///
+/// With `since`, an identical request's operation created at or after it counts even when
+/// it has finished already: it is the one this request raced with.
 async fn existing(
     store: &Store,
     command: &str,
     target: &str,
     key: Option<&str>,
     hash: &str,
+    since: Option<&str>,
 ) -> Result<Option<OperationRef>, ApiError> {
     const SQL: &str = "SELECT id, command, target, state, request_hash FROM operations WHERE idempotency_key = $1";
     if let Some(key) = key {
@@ -110,6 +134,22 @@ async fn existing(
         .fetch_optional(pool)
         .await)
     .map_err(StoreError::from)?;
+    if let Some(since) = since
+        && row.is_none()
+    {
+        const RACED: &str = "SELECT id, command, target, state, request_hash FROM operations \
+             WHERE target = $1 AND command = $2 AND request_hash = $3 AND created_at >= $4 \
+             ORDER BY created_at LIMIT 1";
+        let raced: Option<Found> = on_pool!(store, |pool| sqlx::query_as(RACED)
+            .bind(target)
+            .bind(command)
+            .bind(hash)
+            .bind(since)
+            .fetch_optional(pool)
+            .await)
+        .map_err(StoreError::from)?;
+        return Ok(raced.map(|(id, _, _, state, _)| reference(id, &state)));
+    }
     match row {
         Some((id, c, _, state, h)) if c == command && h == hash => Ok(Some(reference(id, &state))),
         Some((id, c, _, state, _)) => Err(ApiError::Conflict {
@@ -165,19 +205,19 @@ async fn insert<P: Pipeline>(
             )
             .bind(id)
             .bind(idx as i64)
-            .bind(s.name)
-            .bind(s.title)
-            .bind(i64::from(s.cancellable))
+            .bind(s.name())
+            .bind(s.title())
+            .bind(i64::from(s.cancellable()))
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query(
-            "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, NULL, 'pending', $4)",
+        super::insert_event(
+            id,
+            &now,
+            None,
+            "pending",
+            Some(format!("requested by {}", actor.name)),
         )
-        .bind(clock::sortable_id("ev"))
-        .bind(id)
-        .bind(&now)
-        .bind(format!("requested by {}", actor.name))
         .execute(&mut *tx)
         .await?;
         tx.commit().await

@@ -195,6 +195,22 @@ impl Worker {
                 // Failed or cancelled while this worker held no lease: nothing to run.
                 return op.save(&self.store, &self.owner, None, true).await;
             }
+            if op.stages[i].state == OperationState::Running && !op.resumed {
+                // It was running when its worker stopped (a crash, a lost lease): this
+                // run is another attempt, and the trail says why it happens.
+                op.resumed = true;
+                let s = &mut op.stages[i];
+                s.attempts += 1;
+                s.dirty = true;
+                let name = s.name.clone();
+                op.event(
+                    Some(&name),
+                    "running",
+                    Some("resumed: the previous attempt was interrupted".to_owned()),
+                );
+                op.save(&self.store, &self.owner, Some(clock::now()), false)
+                    .await?;
+            }
             if op.stages[i].state == OperationState::Pending {
                 let s = &mut op.stages[i];
                 s.state = OperationState::Running;
@@ -273,43 +289,27 @@ impl Worker {
                     op.state = OperationState::Failed;
                     op.error = json;
                     op.event(Some(&name), "failed", Some(e.to_string()));
-                    return op.save(&self.store, &self.owner, None, true).await;
+                    op.save(&self.store, &self.owner, None, true).await?;
+                    if let Err(e) = pipeline::failed(&cx, &op.command, &op.spec).await {
+                        tracing::warn!(operation = %op.id, error = %e, "could not record the failure beyond the operation");
+                    }
+                    return Ok(());
                 }
             }
         }
     }
 }
 
-/// Throttling, provider 5xx and transport failures pass; anything else is an answer.
+/// Whether asking again may help is decided where the error is raised (throttling,
+/// provider 5xx and transport failures are; a refusal or a failed resource is not).
 fn is_transient(e: &ApiError) -> bool {
-    let ApiError::Upstream { code, .. } = e else {
-        return false;
-    };
-    match code.as_deref() {
-        None => true,
-        Some(c) => {
-            matches!(
-                c,
-                "Throttling"
-                    | "ThrottlingException"
-                    | "ThrottledException"
-                    | "TooManyRequestsException"
-                    | "RequestLimitExceeded"
-                    | "RequestThrottled"
-                    | "SlowDown"
-                    | "ServiceUnavailable"
-                    | "ServiceUnavailableException"
-                    | "InternalFailure"
-                    | "InternalError"
-                    | "InternalServerError"
-                    | "InternalServerException"
-                    | "ServerException"
-                    // Kubernetes Status reasons.
-                    | "TooManyRequests"
-                    | "Timeout"
-            )
+    matches!(
+        e,
+        ApiError::Upstream {
+            transient: true,
+            ..
         }
-    }
+    )
 }
 
 /// How long a waiting stage sleeps: a quarter of the time it has waited so far, from
@@ -366,6 +366,8 @@ struct Live {
     state: OperationState,
     error: Option<String>,
     cancel_requested: bool,
+    /// The first stage found running at load has been counted as a new attempt.
+    resumed: bool,
     stages: Vec<LiveStage>,
     events: Vec<(Option<String>, &'static str, Option<String>)>,
 }
@@ -396,19 +398,6 @@ type OpRow = (
     i64,
 );
 
-type StageRow = (
-    i64,
-    String,
-    String,
-    i64,
-    i64,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
-
 impl Live {
     async fn load(store: &Store, id: &str) -> Result<Option<Self>, StoreError> {
         let row: Option<OpRow> = on_pool!(store, |pool| {
@@ -420,15 +409,7 @@ impl Live {
         .await
         })?;
         let Some(r) = row else { return Ok(None) };
-        let stages: Vec<StageRow> = on_pool!(store, |pool| {
-            sqlx::query_as(
-            "SELECT idx, name, state, attempts, retries, started_at, finished_at, next_poll_at, message, error \
-             FROM operation_stages WHERE operation_id = $1 ORDER BY idx"
-        )
-        .bind(id)
-        .fetch_all(pool)
-        .await
-        })?;
+        let stages = super::stage_rows(store, &[id]).await?;
         Ok(Some(Live {
             id: r.0,
             command: r.1,
@@ -439,19 +420,20 @@ impl Live {
             state: OperationState::parse(&r.6).unwrap_or(OperationState::Failed),
             error: r.7,
             cancel_requested: r.8 != 0,
+            resumed: false,
             stages: stages
                 .into_iter()
                 .map(|s| LiveStage {
-                    idx: s.0,
-                    name: s.1,
-                    state: OperationState::parse(&s.2).unwrap_or(OperationState::Failed),
-                    attempts: s.3,
-                    retries: s.4,
-                    started_at: s.5,
-                    finished_at: s.6,
-                    next_poll_at: s.7,
-                    message: s.8,
-                    error: s.9,
+                    idx: s.idx,
+                    name: s.name,
+                    state: OperationState::parse(&s.state).unwrap_or(OperationState::Failed),
+                    attempts: s.attempts,
+                    retries: s.retries,
+                    started_at: s.started_at,
+                    finished_at: s.finished_at,
+                    next_poll_at: s.next_poll_at,
+                    message: s.message,
+                    error: s.error,
                     dirty: false,
                 })
                 .collect(),
@@ -535,17 +517,9 @@ impl Live {
                 .await?;
             }
             for (stage, state, message) in &events {
-                sqlx::query(
-                    "INSERT INTO operation_events (id, operation_id, at, stage, state, message) VALUES ($1, $2, $3, $4, $5, $6)",
-                )
-                .bind(clock::sortable_id("ev"))
-                .bind(&self.id)
-                .bind(&now)
-                .bind(stage)
-                .bind(*state)
-                .bind(message)
-                .execute(&mut *tx)
-                .await?;
+                super::insert_event(&self.id, &now, stage.as_deref(), state, message.clone())
+                    .execute(&mut *tx)
+                    .await?;
             }
             tx.commit().await?;
             Ok(true)
@@ -569,19 +543,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_throttling_server_and_transport_failures_are_retried() {
-        let upstream = |code: Option<&str>| ApiError::Upstream {
+    fn only_errors_raised_as_transient_are_retried() {
+        let upstream = |transient: bool| ApiError::Upstream {
             service: "eks".into(),
             call: "CreateAccessEntry".into(),
-            code: code.map(str::to_owned),
+            code: None,
             message: "m".into(),
             request_id: None,
+            transient,
         };
-        assert!(is_transient(&upstream(Some("ThrottlingException"))));
-        assert!(is_transient(&upstream(Some("ServerException"))));
-        assert!(is_transient(&upstream(None)));
-        assert!(!is_transient(&upstream(Some("InvalidParameterException"))));
-        assert!(!is_transient(&upstream(Some("AccessDeniedException"))));
+        assert!(is_transient(&upstream(true)));
+        assert!(!is_transient(&upstream(false)));
         assert!(!is_transient(&ApiError::field("name", "bad")));
     }
 

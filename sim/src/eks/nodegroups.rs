@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Transition, hex_id, phase_status};
+use super::{Transition, check_name, hex_id, phase_status, status_word};
 use crate::world::{ACCOUNT, AwsError, Phase, Shared, World};
 
 pub const NODEGROUP_CREATE_SECS: f64 = 300.0;
@@ -76,12 +76,7 @@ impl Nodegroup {
     }
 
     fn status(&self) -> &'static str {
-        match self.transition.as_ref().map(|t| t.phase) {
-            Some(Phase::Creating) => "CREATING",
-            Some(Phase::Updating) => "UPDATING",
-            Some(Phase::Deleting) => "DELETING",
-            None => "ACTIVE",
-        }
+        status_word(&self.transition)
     }
 
     fn to_json(&self, w: &World) -> Value {
@@ -179,18 +174,7 @@ impl World {
 }
 
 fn check_nodegroup_name(name: &str) -> Result<(), AwsError> {
-    let ok = (1..=63).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(AwsError::invalid_parameter(format!(
-            "Nodegroup name {name:?} is invalid: it must be 1-63 characters, start with an alphanumeric character and contain only alphanumeric characters, hyphens and underscores"
-        )))
-    }
+    check_name("Nodegroup name", name, 63)
 }
 
 fn check_scaling(s: &Scaling) -> Result<(), AwsError> {
@@ -462,11 +446,7 @@ async fn update_config(
 ) -> Response {
     call!(state, "UpdateNodegroupConfig", |w| {
         let now = w.clock.now();
-        w.eks.updates += 1;
-        let update_id = format!(
-            "{:08x}-0000-4000-8000-{:012x}",
-            w.eks.updates, w.eks.updates
-        );
+        let update_id = w.eks.next_update_id();
         let epoch = w.clock.epoch(now);
         let ng = w.nodegroup(&cluster, &name)?;
         if ng.transition.is_some() {

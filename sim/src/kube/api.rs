@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::admission;
 use super::apply;
 use super::auth;
-use super::behaviour;
 use super::discovery::{self, CRD_GR, Resource};
 use super::logs;
 use super::schema;
@@ -257,6 +257,12 @@ async fn handle(
     let Some(target) = route(uri.path()) else {
         return page_not_found();
     };
+    // The fault is taken before the world is locked for the request, so a delay holds
+    // only this call, not the whole cluster.
+    let fault = match fault_operation(&ctx, &method, &target, &q).await {
+        Some(op) => crate::world::injected(&ctx.world, "kubernetes", &op).await,
+        None => None,
+    };
     let mut guard = ctx.world.lock().await;
     let w: &mut World = &mut guard;
     let now = w.clock.epoch(w.clock.now());
@@ -319,7 +325,8 @@ async fn handle(
                 return page_not_found();
             }
             let operation = format!("{} {}", verb(&method, name.is_some(), &q), res.kind);
-            if let Some(kind) = w.take_fault_kind("kubernetes", &operation) {
+            let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
+            if let Some(kind) = fault.filter(|_| !lost) {
                 return injected(kind, &operation).into_response();
             }
             let Some(c) = w.kube_cluster(&ctx.cluster) else {
@@ -340,7 +347,7 @@ async fn handle(
                 dry_run: q.contains_key("dryRun"),
                 q,
             };
-            match (&method, req.name.is_some(), req.sub.as_deref()) {
+            let answer = match (&method, req.name.is_some(), req.sub.as_deref()) {
                 (&Method::GET, false, _) if truthy(&req.q, "watch") => {
                     drop(guard);
                     watch(ctx, req).await
@@ -377,9 +384,38 @@ async fn handle(
                     format!("{method} is not supported here"),
                 )
                 .into_response(),
+            };
+            if lost {
+                // Done, but the caller never hears so.
+                return injected(crate::world::FaultKind::Lost, &operation).into_response();
             }
+            answer
         }
     }
+}
+
+/// The fault-matching name (`<verb> <Kind>`) of a request to a resource, read with the
+/// world briefly locked; `None` for anything else (discovery, health).
+async fn fault_operation(
+    ctx: &Ctx,
+    method: &Method,
+    target: &Target,
+    q: &Query,
+) -> Option<String> {
+    let Target::Resource {
+        group,
+        version,
+        plural,
+        name,
+        ..
+    } = target
+    else {
+        return None;
+    };
+    let mut w = ctx.world.lock().await;
+    let c = w.kube_cluster(&ctx.cluster)?;
+    let res = discovery::find(&c.store, group, version, plural)?;
+    Some(format!("{} {}", verb(method, name.is_some(), q), res.kind))
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -924,22 +960,6 @@ fn cluster_store<'a>(w: &'a mut World, cluster: &str) -> Result<&'a mut Store, S
         .ok_or_else(|| Status::new(503, "ServiceUnavailable", "the cluster is gone"))
 }
 
-fn random_suffix(store: &mut Store) -> String {
-    // Derived from a fresh UID: unique and in the alphabet names allow.
-    let uid = store.uid();
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut n: u64 = uid.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    (0..5)
-        .map(|_| {
-            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
-            n /= ALPHABET.len() as u64;
-            c
-        })
-        .collect()
-}
-
 fn create(
     w: &mut World,
     cluster: &str,
@@ -979,7 +999,7 @@ fn create_object(
     let store = cluster_store(w, cluster)?;
     let name = match (meta_str(&obj, "name"), meta_str(&obj, "generateName")) {
         (Some(n), _) if !n.is_empty() => n.to_owned(),
-        (_, Some(prefix)) => format!("{prefix}{}", random_suffix(store)),
+        (_, Some(prefix)) => format!("{prefix}{}", store.name_suffix()),
         _ => {
             return Err(Status::new(
                 422,
@@ -1066,7 +1086,7 @@ fn create_object(
     if res.gr() == CRD_GR {
         check_crd(&obj)?;
     }
-    behaviour::defaults(res, &mut obj, &now);
+    admission::defaults(res, &mut obj, &now);
     if !managed_done {
         apply::record_update(
             None,
@@ -1110,7 +1130,11 @@ fn injected(kind: crate::world::FaultKind, operation: &str) -> Status {
             "TooManyRequests",
             format!("too many requests for {operation} (injected by hypd-sim)"),
         ),
-        FaultKind::ServerError | FaultKind::Stuck => Status::new(
+        FaultKind::ServerError
+        | FaultKind::Stuck
+        | FaultKind::Lost
+        | FaultKind::Delay { .. }
+        | FaultKind::Fails { .. } => Status::new(
             500,
             "InternalError",
             format!("an error on the server for {operation} (injected by hypd-sim)"),
@@ -1302,7 +1326,7 @@ fn commit(
     if finished {
         store.put(key.clone(), new);
         let gone = store.remove(&key);
-        behaviour::cascade(store, &req.res, &key);
+        admission::cascade(store, &req.res, &key);
         return Ok((
             StatusCode::OK,
             gone.map(|o| (*o).clone()).unwrap_or_default(),
@@ -1566,7 +1590,7 @@ fn delete_object(
         return Ok((StatusCode::OK, (**old).clone()));
     }
     let gone = store.remove(&key);
-    behaviour::cascade(store, &req.res, &key);
+    admission::cascade(store, &req.res, &key);
     Ok((
         StatusCode::OK,
         gone.map(|o| (*o).clone()).unwrap_or_default(),

@@ -227,6 +227,20 @@ pub struct Managed {
     pub subresource: Option<String>,
 }
 
+impl Managed {
+    /// The entry a server-side apply by `manager` leaves: it owns exactly what it applied.
+    fn apply(manager: &str, api_version: String, now: &str, fields: BTreeSet<Path>) -> Self {
+        Self {
+            manager: manager.to_owned(),
+            operation: "Apply".into(),
+            api_version,
+            time: now.to_owned(),
+            fields,
+            subresource: None,
+        }
+    }
+}
+
 pub fn read_managed(obj: &Value) -> Vec<Managed> {
     obj["metadata"]["managedFields"]
         .as_array()
@@ -350,14 +364,7 @@ pub fn server_side_apply(
         }
         write_managed(
             &mut obj,
-            &[Managed {
-                manager: manager.to_owned(),
-                operation: "Apply".into(),
-                api_version,
-                time: now.to_owned(),
-                fields: applied_set,
-                subresource: None,
-            }],
+            &[Managed::apply(manager, api_version, now, applied_set)],
         );
         return Ok(obj);
     };
@@ -424,14 +431,7 @@ pub fn server_side_apply(
                 m.time = now.to_owned();
             }
         }
-        None => managed.push(Managed {
-            manager: manager.to_owned(),
-            operation: "Apply".into(),
-            api_version,
-            time: now.to_owned(),
-            fields: applied_set,
-            subresource: None,
-        }),
+        None => managed.push(Managed::apply(manager, api_version, now, applied_set)),
     }
     write_managed(&mut obj, &managed);
     Ok(obj)

@@ -309,14 +309,17 @@ fn verbs(r: &Resource) -> Vec<&'static str> {
     .collect()
 }
 
-pub fn resource_list(store: &Store, group: &str, version: &str) -> Option<Value> {
+/// The resources served at `group/version`, if any are.
+fn served(store: &Store, group: &str, version: &str) -> Option<Vec<Resource>> {
     let rs: Vec<Resource> = all(store)
         .into_iter()
         .filter(|r| r.group == group && r.version == version)
         .collect();
-    if rs.is_empty() {
-        return None;
-    }
+    (!rs.is_empty()).then_some(rs)
+}
+
+pub fn resource_list(store: &Store, group: &str, version: &str) -> Option<Value> {
+    let rs = served(store, group, version)?;
     let mut resources = Vec::new();
     for r in &rs {
         let mut entry = json!({
@@ -422,13 +425,7 @@ pub fn openapi_index(store: &Store) -> Value {
 /// `/openapi/v3/apis/{g}/{v}`: the operations, with the `fieldValidation` parameter on
 /// PATCH, which is how kubectl learns that the server validates fields itself.
 pub fn openapi_group_version(store: &Store, group: &str, version: &str) -> Option<Value> {
-    let rs: Vec<Resource> = all(store)
-        .into_iter()
-        .filter(|r| r.group == group && r.version == version)
-        .collect();
-    if rs.is_empty() {
-        return None;
-    }
+    let rs = served(store, group, version)?;
     let mut paths = serde_json::Map::new();
     let mut schemas = serde_json::Map::new();
     for r in &rs {

@@ -132,7 +132,7 @@ fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
     let end = state["terminated"]["finishedAt"]
         .as_str()
         .and_then(parse_rfc3339)
-        .or_else(|| super::behaviour::run_seconds(pod).map(|run| start + run));
+        .or_else(|| super::controllers::run_seconds(pod).map(|run| start + run));
     Ok(Source {
         pod: name.to_owned(),
         container,

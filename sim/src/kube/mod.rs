@@ -8,12 +8,14 @@
 //! DescribeCluster reveals its endpoint and CA once the cluster is ACTIVE, as EKS does; it
 //! stops when the cluster is gone (deleted, or the sim reset).
 
+mod admission;
 mod api;
 mod apply;
 mod auth;
-mod behaviour;
+mod controllers;
 mod discovery;
 mod logs;
+mod scheduler;
 mod schema;
 mod store;
 mod table;
@@ -86,9 +88,9 @@ impl Kube {
         let router = api::router(world.clone(), name.to_owned());
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
         tokio::spawn(serve(listener, acceptor, router, stopped.clone()));
-        tokio::spawn(behaviour::run(world, name.to_owned(), stopped));
+        tokio::spawn(controllers::run(world, name.to_owned(), stopped));
         let mut store = Store::new();
-        behaviour::bootstrap(&mut store, &time::rfc3339(now_epoch));
+        admission::bootstrap(&mut store, &time::rfc3339(now_epoch));
         self.clusters.insert(
             name.to_owned(),
             ClusterApi {

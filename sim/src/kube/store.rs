@@ -10,12 +10,20 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::world::fnv1a;
+
 pub type Obj = Arc<Value>;
 
 /// Events kept for watches that resume from a resourceVersion.
 pub const HISTORY: usize = 1024;
 /// Events a watcher may fall behind before it is dropped (it sees 410 Gone).
 pub const FANOUT: usize = 1024;
+
+/// A metadata field (`name`, `namespace`, `uid`, …) as an owned string, empty when absent:
+/// controllers build keys and names from it while they go on mutating the store.
+pub fn meta(o: &Value, k: &str) -> String {
+    o["metadata"][k].as_str().unwrap_or_default().to_owned()
+}
 
 /// Where an object lives: `group/plural` (core group empty), namespace ("" for
 /// cluster-scoped), name.
@@ -104,6 +112,21 @@ impl Store {
     pub fn uid(&mut self) -> String {
         self.uid += 1;
         format!("5157d000-0000-4000-8000-{:012x}", self.uid)
+    }
+
+    /// Five characters for a `generateName` or a controller's child: derived from a fresh
+    /// UID so they never repeat, in the consonants-and-digits alphabet Kubernetes uses so
+    /// no word can be spelled by accident.
+    pub fn name_suffix(&mut self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut n = fnv1a(&self.uid());
+        (0..5)
+            .map(|_| {
+                let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+                n /= ALPHABET.len() as u64;
+                c
+            })
+            .collect()
     }
 
     pub fn get(&self, key: &Key) -> Option<&Obj> {

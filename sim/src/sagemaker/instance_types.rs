@@ -1,6 +1,7 @@
-//! The one table of HyperPod instance-type facts the sim checks requests against (GPUs,
-//! EFA interfaces, CPUs, memory, threads per core, Spot, the default quota). Facts come
-//! from the EC2 instance-type pages; a test replaces rows through
+//! The one table of instance-type facts (GPUs, EFA interfaces, CPUs, memory, threads per
+//! core, Spot, the default quota): HyperPod checks requests against it and the Kubernetes
+//! Nodes of an instance group offer what it says, so the two can never disagree. Facts
+//! come from the EC2 instance-type pages; a test replaces rows through
 //! `PUT /_sim/sagemaker/instance-types` to stage a type AWS would treat differently.
 
 use std::collections::BTreeMap;
@@ -68,6 +69,8 @@ pub fn default_table() -> BTreeMap<String, InstanceType> {
             "ml.p6-b200.48xlarge",
             row(8, 1432, 8, true, 192, 2048, false, 2),
         ),
+        // Twice the B200's EFA: 16 interfaces on network cards 1-16 (card 0 is ENA only),
+        // 6.4 Tbps, and 4 TiB of memory.
         (
             "ml.p6-b300.48xlarge",
             row(8, 2148, 16, true, 192, 4096, false, 2),

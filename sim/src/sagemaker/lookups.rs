@@ -18,7 +18,8 @@ pub struct Lookups {
     security_groups: BTreeMap<String, bool>,
 }
 
-fn strings(v: Option<&Value>) -> impl Iterator<Item = &str> {
+/// The strings of a JSON array (none when it is absent or not an array).
+pub(super) fn strings(v: Option<&Value>) -> impl Iterator<Item = &str> {
     v.and_then(Value::as_array)
         .into_iter()
         .flatten()

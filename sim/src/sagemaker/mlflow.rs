@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::lookups::Lookups;
-use super::{str_field, validation};
-use crate::world::{ACCOUNT, AwsError, Phase, World};
+use super::{check_hyphenated, page, str_field, validation};
+use crate::world::{ACCOUNT, AwsError, Phase, World, fnv1a};
 
 pub const CREATE_SECS: f64 = 1200.0;
 pub const UPDATE_SECS: f64 = 600.0;
@@ -78,12 +78,7 @@ impl Server {
 
 /// A stable 12-character id per ARN, like the one AWS puts in the server's URL.
 fn short_id(seed: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in seed.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")[..12].to_owned()
+    format!("{:016x}", fnv1a(seed))[..12].to_owned()
 }
 
 impl World {
@@ -121,17 +116,12 @@ impl World {
 }
 
 fn check_server_name(name: &str) -> Result<(), AwsError> {
-    let ok = (1..=256).contains(&name.len())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err(validation(format!(
-            "1 validation error detected: Value '{name}' at 'trackingServerName' failed to satisfy constraint: Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){{0,255}}"
-        )))
-    }
+    check_hyphenated(
+        name,
+        "trackingServerName",
+        256,
+        "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}",
+    )
 }
 
 fn check_artifact_store(uri: &str) -> Result<(), AwsError> {
@@ -290,20 +280,9 @@ pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError
         "Status" => servers.sort_by_key(|s| s.status(now, &stuck)),
         _ => servers.sort_by(|a, b| a.created.total_cmp(&b.created)),
     }
-    if str_field(body, "SortOrder").unwrap_or("Descending") == "Descending" {
-        servers.reverse();
-    }
-    let start: usize = str_field(body, "NextToken")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    let max = body
-        .get("MaxResults")
-        .and_then(Value::as_u64)
-        .unwrap_or(100) as usize;
-    let page: Vec<Value> = servers
+    let (servers, next) = page(body, servers);
+    let summaries: Vec<Value> = servers
         .iter()
-        .skip(start)
-        .take(max)
         .map(|s| {
             let status = s.status(now, &stuck);
             json!({
@@ -317,8 +296,7 @@ pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError
             })
         })
         .collect();
-    let next = (start + max < servers.len()).then(|| (start + max).to_string());
-    Ok(json!({ "TrackingServerSummaries": page, "NextToken": next }))
+    Ok(json!({ "TrackingServerSummaries": summaries, "NextToken": next }))
 }
 
 pub fn update(w: &mut World, body: &Value) -> Result<Value, AwsError> {

@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use super::lookups::strings;
 use super::{Cluster, Group, Node, str_field, validation};
 use crate::world::{AwsError, World};
 
@@ -91,15 +92,7 @@ impl World {
 }
 
 fn id_list(body: &Value, key: &str) -> Vec<String> {
-    body.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+    strings(body.get(key)).map(str::to_owned).collect()
 }
 
 /// Where a named node is: (group index, node index) in `cluster`, or which other

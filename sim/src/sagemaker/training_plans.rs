@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::lookups::Lookups;
-use super::{check_name, str_field, validation};
+use super::{check_name, page, str_field, validation};
 use crate::world::{ACCOUNT, AwsError, World};
 
 /// Simulated seconds a new plan stays Pending (payment and capacity allocation).
@@ -370,25 +370,9 @@ pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError
         "Status" => plans.sort_by_key(|p| p.status(now, stuck)),
         _ => plans.sort_by(|a, b| a.offering.start.total_cmp(&b.offering.start)),
     }
-    // AWS lists newest first unless asked otherwise.
-    if str_field(body, "SortOrder").unwrap_or("Descending") == "Descending" {
-        plans.reverse();
-    }
-    let start: usize = str_field(body, "NextToken")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    let max = body
-        .get("MaxResults")
-        .and_then(Value::as_u64)
-        .unwrap_or(100) as usize;
-    let page: Vec<Value> = plans
-        .iter()
-        .skip(start)
-        .take(max)
-        .map(|p| plan_json(w, p, false))
-        .collect();
-    let next = (start + max < plans.len()).then(|| (start + max).to_string());
-    Ok(json!({ "TrainingPlanSummaries": page, "NextToken": next }))
+    let (plans, next) = page(body, plans);
+    let summaries: Vec<Value> = plans.iter().map(|p| plan_json(w, p, false)).collect();
+    Ok(json!({ "TrainingPlanSummaries": summaries, "NextToken": next }))
 }
 
 /// Checks an instance group that names a training plan, as CreateCluster and

@@ -1,0 +1,377 @@
+//! An IAM role hypd makes: its trust policy, the managed policies attached and its inline
+//! policies. Present: whatever is missing or different is put right (a policy someone
+//! else attached is left). Absent: a role carrying hypd's tags for the cluster is emptied
+//! (IAM requires policies detached and deleted first) and deleted; a role of the same name
+//! that hypd did not make is left alone.
+
+use std::collections::BTreeMap;
+
+use app::api::ApiError;
+use app::api::plan::{Action, Change};
+use serde_json::{Value, json};
+
+use super::{Client, cluster_tags, document, pairs};
+use crate::aws::SdkResultExt;
+use crate::resources::{Resource, Want, missing, tags};
+
+const KIND: &str = "iam:Role";
+
+/// Who may assume the role.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Trust {
+    /// An AWS service principal, e.g. `eks.amazonaws.com`.
+    Service(String),
+}
+
+impl Trust {
+    pub fn document(&self) -> Value {
+        match self {
+            Trust::Service(service) => json!({
+                "Version": "2012-10-17",
+                "Statement": [{
+                    "Effect": "Allow",
+                    "Principal": { "Service": service },
+                    "Action": ["sts:AssumeRole", "sts:TagSession"],
+                }],
+            }),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Trust::Service(s) => s.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleSpec {
+    pub trust: Trust,
+    /// ARNs of managed policies to attach.
+    pub managed: Vec<String>,
+    /// Inline policies by name.
+    pub inline: BTreeMap<String, Value>,
+}
+
+pub struct Role {
+    pub iam: Client,
+    pub cluster: String,
+    pub name: String,
+    pub want: Want<RoleSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    pub arn: Option<String>,
+    /// The role carries hypd's tags for this cluster.
+    pub ours: bool,
+    pub trust: Value,
+    pub attached: Vec<String>,
+    pub inline: BTreeMap<String, Value>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Create,
+    UpdateTrust,
+    Attach(String),
+    PutInline(String),
+    Detach(String),
+    DeleteInline(String),
+    Delete,
+}
+
+/// The changes for `want` given what was found. Pure.
+pub fn diff(want: &Want<RoleSpec>, observed: &Observed) -> Vec<Op> {
+    match want {
+        Want::Present(spec) => {
+            let mut ops = Vec::new();
+            if observed.arn.is_none() {
+                ops.push(Op::Create);
+            } else if observed.trust != spec.trust.document() {
+                ops.push(Op::UpdateTrust);
+            }
+            ops.extend(
+                spec.managed
+                    .iter()
+                    .filter(|p| !observed.attached.contains(p))
+                    .cloned()
+                    .map(Op::Attach),
+            );
+            ops.extend(
+                spec.inline
+                    .iter()
+                    .filter(|(name, doc)| observed.inline.get(*name) != Some(doc))
+                    .map(|(name, _)| Op::PutInline(name.clone())),
+            );
+            ops
+        }
+        Want::Absent if observed.arn.is_some() && observed.ours => {
+            let mut ops: Vec<Op> = observed.attached.iter().cloned().map(Op::Detach).collect();
+            ops.extend(observed.inline.keys().cloned().map(Op::DeleteInline));
+            ops.push(Op::Delete);
+            ops
+        }
+        Want::Absent => Vec::new(),
+    }
+}
+
+impl Resource for Role {
+    type Observed = Observed;
+    type Op = Op;
+
+    async fn observe(&self) -> Result<Observed, ApiError> {
+        let Some(found) = self
+            .iam
+            .get_role()
+            .role_name(&self.name)
+            .send()
+            .await
+            .found("iam", "GetRole")?
+        else {
+            return Ok(Observed::default());
+        };
+        let Some(role) = found.role() else {
+            return Ok(Observed::default());
+        };
+        let attached = self
+            .iam
+            .list_attached_role_policies()
+            .role_name(&self.name)
+            .send()
+            .await
+            .upstream("iam", "ListAttachedRolePolicies")?;
+        let names = self
+            .iam
+            .list_role_policies()
+            .role_name(&self.name)
+            .send()
+            .await
+            .upstream("iam", "ListRolePolicies")?;
+        let mut inline = BTreeMap::new();
+        for name in names.policy_names() {
+            if let Some(p) = self
+                .iam
+                .get_role_policy()
+                .role_name(&self.name)
+                .policy_name(name)
+                .send()
+                .await
+                .found("iam", "GetRolePolicy")?
+            {
+                inline.insert(name.clone(), document(p.policy_document()));
+            }
+        }
+        Ok(Observed {
+            arn: Some(role.arn().to_owned()),
+            ours: tags::belongs_to(pairs(role.tags()), &self.cluster),
+            trust: role
+                .assume_role_policy_document()
+                .map(document)
+                .unwrap_or(Value::Null),
+            attached: attached
+                .attached_policies()
+                .iter()
+                .filter_map(|p| p.policy_arn().map(str::to_owned))
+                .collect(),
+            inline,
+        })
+    }
+
+    fn diff(&self, observed: &Observed) -> Result<Vec<Op>, ApiError> {
+        Ok(diff(&self.want, observed))
+    }
+
+    async fn apply(&self, op: &Op, observed: &mut Observed) -> Result<(), ApiError> {
+        let spec = || {
+            self.want
+                .present()
+                .ok_or_else(|| missing("the role's spec"))
+        };
+        let name = self.name.as_str();
+        match op {
+            Op::Create => {
+                let spec = spec()?;
+                let trust = spec.trust.document();
+                let made = self
+                    .iam
+                    .create_role()
+                    .role_name(name)
+                    .assume_role_policy_document(trust.to_string())
+                    .description(format!(
+                        "hypd: {} for cluster {}",
+                        spec.trust.describe(),
+                        self.cluster
+                    ))
+                    .set_tags(Some(cluster_tags(&self.cluster)))
+                    .send()
+                    .await
+                    .allowing("iam", "CreateRole", &["EntityAlreadyExists"])?;
+                let arn = match made.and_then(|m| m.role().map(|r| r.arn().to_owned())) {
+                    Some(arn) => arn,
+                    // Made by a concurrent run of the same step: read it back.
+                    None => {
+                        *observed = self.observe().await?;
+                        return Ok(());
+                    }
+                };
+                *observed = Observed {
+                    arn: Some(arn),
+                    ours: true,
+                    trust,
+                    ..Observed::default()
+                };
+            }
+            Op::UpdateTrust => {
+                let trust = spec()?.trust.document();
+                self.iam
+                    .update_assume_role_policy()
+                    .role_name(name)
+                    .policy_document(trust.to_string())
+                    .send()
+                    .await
+                    .upstream("iam", "UpdateAssumeRolePolicy")?;
+                observed.trust = trust;
+            }
+            Op::Attach(policy) => {
+                self.iam
+                    .attach_role_policy()
+                    .role_name(name)
+                    .policy_arn(policy)
+                    .send()
+                    .await
+                    .upstream("iam", "AttachRolePolicy")?;
+                observed.attached.push(policy.clone());
+            }
+            Op::PutInline(policy) => {
+                let doc = spec()?
+                    .inline
+                    .get(policy)
+                    .cloned()
+                    .ok_or_else(|| missing("the inline policy"))?;
+                self.iam
+                    .put_role_policy()
+                    .role_name(name)
+                    .policy_name(policy)
+                    .policy_document(doc.to_string())
+                    .send()
+                    .await
+                    .upstream("iam", "PutRolePolicy")?;
+                observed.inline.insert(policy.clone(), doc);
+            }
+            Op::Detach(policy) => {
+                self.iam
+                    .detach_role_policy()
+                    .role_name(name)
+                    .policy_arn(policy)
+                    .send()
+                    .await
+                    .found("iam", "DetachRolePolicy")?;
+                observed.attached.retain(|p| p != policy);
+            }
+            Op::DeleteInline(policy) => {
+                self.iam
+                    .delete_role_policy()
+                    .role_name(name)
+                    .policy_name(policy)
+                    .send()
+                    .await
+                    .found("iam", "DeleteRolePolicy")?;
+                observed.inline.remove(policy);
+            }
+            Op::Delete => {
+                self.iam
+                    .delete_role()
+                    .role_name(name)
+                    .send()
+                    .await
+                    .found("iam", "DeleteRole")?;
+                *observed = Observed::default();
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self, op: &Op, observed: &Observed) -> Change {
+        let change = |action| Change::new(action, KIND, &self.name);
+        let trust = || self.want.present().map(|s| s.trust.document());
+        match op {
+            Op::Create => change(Action::Create).field("trust", None, trust()),
+            Op::UpdateTrust => {
+                change(Action::Update).field("trust", Some(observed.trust.clone()), trust())
+            }
+            Op::Attach(p) => change(Action::Update).field("managed_policies", None, Some(json!(p))),
+            Op::Detach(p) => change(Action::Update).field("managed_policies", Some(json!(p)), None),
+            Op::PutInline(p) => change(Action::Update).field(
+                format!("inline_policies.{p}"),
+                observed.inline.get(p).cloned(),
+                self.want.present().and_then(|s| s.inline.get(p).cloned()),
+            ),
+            Op::DeleteInline(p) => change(Action::Update).field(
+                format!("inline_policies.{p}"),
+                observed.inline.get(p).cloned(),
+                None,
+            ),
+            Op::Delete => change(Action::Delete),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RoleSpec {
+        RoleSpec {
+            trust: Trust::Service("eks.amazonaws.com".into()),
+            managed: vec!["arn:aws:iam::aws:policy/A".into()],
+            inline: BTreeMap::from([("p".to_owned(), json!({"Version": "2012-10-17"}))]),
+        }
+    }
+
+    #[test]
+    fn only_what_differs_is_changed() {
+        let want = Want::Present(spec());
+        assert_eq!(
+            diff(&want, &Observed::default()),
+            [
+                Op::Create,
+                Op::Attach("arn:aws:iam::aws:policy/A".into()),
+                Op::PutInline("p".into())
+            ]
+        );
+        let made = Observed {
+            arn: Some("arn:aws:iam::1:role/r".into()),
+            ours: true,
+            trust: spec().trust.document(),
+            attached: spec().managed,
+            inline: spec().inline,
+        };
+        assert!(diff(&want, &made).is_empty());
+        let edited = Observed {
+            inline: BTreeMap::new(),
+            attached: vec![],
+            ..made.clone()
+        };
+        assert_eq!(
+            diff(&want, &edited),
+            [
+                Op::Attach("arn:aws:iam::aws:policy/A".into()),
+                Op::PutInline("p".into())
+            ]
+        );
+        assert_eq!(
+            diff(&Want::Absent, &made),
+            [
+                Op::Detach("arn:aws:iam::aws:policy/A".into()),
+                Op::DeleteInline("p".into()),
+                Op::Delete
+            ]
+        );
+        let theirs = Observed {
+            ours: false,
+            ..made
+        };
+        assert!(diff(&Want::Absent, &theirs).is_empty());
+    }
+}

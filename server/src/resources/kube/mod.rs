@@ -1,0 +1,229 @@
+//! Kubernetes objects hypd applies inside a cluster, and the client that reaches a
+//! cluster's API as EKS clients do: the endpoint and CA come from `DescribeCluster`, the
+//! bearer token is a presigned STS `GetCallerIdentity` URL naming the cluster (what `aws
+//! eks get-token` prints), signed in-process with hypd's own credentials. No kubeconfig,
+//! no `aws` CLI, and the same path against the sim's API servers as against EKS. The
+//! client's own retry layer is off: throttling and server errors come back as transient
+//! errors, which the operations engine waits out with a note and backoff, as for AWS.
+
+pub mod object;
+
+use std::time::{Duration, SystemTime};
+
+use app::api::ApiError;
+use aws_credential_types::provider::ProvideCredentials;
+use base64::Engine;
+use kube::api::Api;
+use serde::de::DeserializeOwned;
+
+use crate::aws::Aws;
+
+/// hypd's field manager for server-side apply: what it applies it owns, and a later
+/// apply of the same object with no change is a no-op.
+pub const FIELD_MANAGER: &str = "hypd";
+
+/// EKS accepts tokens for at most 15 minutes; a client lives for one stage step.
+const TOKEN_LIFETIME: Duration = Duration::from_secs(14 * 60);
+
+/// A client for EKS cluster `cluster` in `region`, authenticated as hypd.
+pub async fn connect(aws: &Aws, region: &str, cluster: &str) -> Result<kube::Client, ApiError> {
+    let c = super::eks::cluster::describe(&aws.eks(region), cluster)
+        .await?
+        .ok_or_else(|| ApiError::NotFound {
+            resource: "EKS cluster".into(),
+            name: cluster.to_owned(),
+        })?;
+    let endpoint = c.endpoint.as_deref().ok_or_else(|| ApiError::Conflict {
+        message: format!(
+            "EKS cluster {cluster} has no API endpoint yet (status {})",
+            c.status.as_ref().map_or("unknown", |s| s.as_str())
+        ),
+        operation_id: None,
+    })?;
+    let ca = c
+        .certificate_authority
+        .as_deref()
+        .ok_or_else(|| ApiError::internal(format!("EKS cluster {cluster} has no CA data")))?;
+    let token = token(aws, region, cluster, SystemTime::now()).await?;
+    client(endpoint, ca, &token)
+}
+
+fn client(endpoint: &str, ca_base64: &str, token: &str) -> Result<kube::Client, ApiError> {
+    // The AWS SDK and kube both link rustls; with more than one crypto provider compiled
+    // in, rustls needs the process default chosen once. A second call is a no-op error.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let pem = b64
+        .decode(ca_base64)
+        .map_err(|e| ApiError::internal(format!("the cluster's CA is not base64: {e}")))?;
+    let pem = String::from_utf8_lossy(&pem);
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = b64.decode(body.trim()).map_err(|e| {
+        ApiError::internal(format!("the cluster's CA is not a PEM certificate: {e}"))
+    })?;
+    let url = endpoint
+        .parse()
+        .map_err(|e| ApiError::internal(format!("the cluster's endpoint {endpoint}: {e}")))?;
+    let mut config = kube::Config::new(url);
+    config.root_cert = Some(vec![der]);
+    config.auth_info.token = Some(token.to_owned().into());
+    config.read_timeout = Some(Duration::from_secs(30));
+    config.default_retry = false;
+    kube::Client::try_from(config)
+        .map_err(|e| ApiError::internal(format!("Kubernetes client for {endpoint}: {e}")))
+}
+
+/// The EKS bearer token: `k8s-aws-v1.` + base64url of an STS `GetCallerIdentity` URL
+/// presigned with the header `x-k8s-aws-id: <cluster>`.
+pub async fn token(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+    at: SystemTime,
+) -> Result<String, ApiError> {
+    use aws_sigv4::http_request::{
+        SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
+    };
+    let provider = aws
+        .sdk_config()
+        .credentials_provider()
+        .ok_or_else(|| ApiError::internal("no AWS credentials are configured"))?;
+    let credentials = provider
+        .provide_credentials()
+        .await
+        .map_err(|e| ApiError::Upstream {
+            service: "sts".into(),
+            call: "credentials".into(),
+            code: None,
+            message: format!("no AWS credentials to sign the EKS token with: {e}"),
+            request_id: None,
+            // Credential providers fail for passing reasons too (an expired SSO token
+            // refreshed by the user, IMDS unreachable for a moment).
+            transient: true,
+        })?;
+    let identity = credentials.into();
+    let mut settings = SigningSettings::default();
+    settings.signature_location = SignatureLocation::QueryParams;
+    settings.expires_in = Some(TOKEN_LIFETIME);
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name("sts")
+        .time(at)
+        .settings(settings)
+        .build()
+        .map_err(|e| ApiError::internal(format!("signing the EKS token: {e}")))?
+        .into();
+    let host = format!("sts.{region}.amazonaws.com");
+    let url = format!("https://{host}/?Action=GetCallerIdentity&Version=2011-06-15");
+    let headers = [("host", host.as_str()), ("x-k8s-aws-id", cluster)];
+    let request = SignableRequest::new("GET", &url, headers.into_iter(), SignableBody::Bytes(&[]))
+        .map_err(|e| ApiError::internal(format!("signing the EKS token: {e}")))?;
+    let (instructions, _) = sign(request, &params)
+        .map_err(|e| ApiError::internal(format!("signing the EKS token: {e}")))?
+        .into_parts();
+    let mut signed = http::Request::builder()
+        .uri(&url)
+        .body(())
+        .map_err(|e| ApiError::internal(format!("signing the EKS token: {e}")))?;
+    instructions.apply_to_request_http1x(&mut signed);
+    Ok(format!(
+        "k8s-aws-v1.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signed.uri().to_string())
+    ))
+}
+
+/// Reads one object; absent is `None`.
+pub async fn get<K>(api: &Api<K>, name: &str) -> Result<Option<K>, ApiError>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    api.get_opt(name)
+        .await
+        .map_err(|e| upstream(&format!("get {}/{name}", K::kind(&Default::default())), e))
+}
+
+/// Status reasons with which the API server says "not now" rather than "no".
+const TRANSIENT_REASONS: &[&str] = &[
+    "TooManyRequests",
+    "Timeout",
+    "ServerTimeout",
+    "InternalError",
+    "ServiceUnavailable",
+];
+
+/// A failed Kubernetes call, kept whole as the API server reported it; throttling, server
+/// errors and transport failures are transient.
+pub fn upstream(call: &str, e: kube::Error) -> ApiError {
+    match e {
+        kube::Error::Api(status) => ApiError::Upstream {
+            service: "kubernetes".into(),
+            call: call.to_owned(),
+            transient: status.code == 429
+                || status.code >= 500
+                || TRANSIENT_REASONS.contains(&status.reason.as_str()),
+            code: Some(status.reason.clone()),
+            message: status.message.clone(),
+            request_id: None,
+        },
+        other => ApiError::Upstream {
+            service: "kubernetes".into(),
+            call: call.to_owned(),
+            code: None,
+            transient: !matches!(
+                other,
+                kube::Error::SerdeError(_)
+                    | kube::Error::BuildRequest(_)
+                    | kube::Error::InferConfig(_)
+            ),
+            message: other.to_string(),
+            request_id: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn token_is_a_presigned_sts_url_naming_the_cluster() {
+        let config = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .credentials_provider(
+                aws_credential_types::provider::SharedCredentialsProvider::new(
+                    aws_credential_types::Credentials::new(
+                        "AKIDEXAMPLE",
+                        "secret",
+                        None,
+                        None,
+                        "t",
+                    ),
+                ),
+            )
+            .build();
+        let aws = Aws::new(config);
+        let t = token(&aws, "eu-west-1", "ml", SystemTime::UNIX_EPOCH)
+            .await
+            .unwrap();
+        let url = t.strip_prefix("k8s-aws-v1.").unwrap();
+        let url = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(url)
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(url.starts_with("https://sts.eu-west-1.amazonaws.com/?Action=GetCallerIdentity"));
+        assert!(
+            url.contains("X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"),
+            "{url}"
+        );
+        assert!(url.contains("X-Amz-Expires=840"), "{url}");
+        assert!(
+            url.contains("X-Amz-Credential=AKIDEXAMPLE%2F19700101%2Feu-west-1%2Fsts"),
+            "{url}"
+        );
+        assert!(!t.ends_with('='), "EKS tokens carry no base64 padding");
+    }
+}

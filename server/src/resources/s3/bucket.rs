@@ -1,0 +1,262 @@
+//! A cluster's shared bucket. Present: created (with hypd's tags) when it does not exist;
+//! a bucket the user named and that exists is used as it is, and one that belongs to
+//! another account is a field error. Absent: deleted only if hypd's tags are on it and it
+//! holds nothing but `keep_prefix` (hypd's own files): data outlives clusters.
+
+use app::api::ApiError;
+use app::api::plan::{Action, Change};
+use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration, Tag, Tagging};
+use serde_json::json;
+
+use super::Client;
+use crate::aws::SdkResultExt;
+use crate::resources::{Resource, Want, tags};
+
+const KIND: &str = "s3:Bucket";
+
+pub struct Bucket {
+    pub s3: Client,
+    pub name: String,
+    pub region: String,
+    pub cluster: String,
+    /// Absent: the key prefix of hypd's own objects, which may be deleted with it.
+    pub want: Want<()>,
+    pub hypd_prefix: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    pub exists: bool,
+    /// Carries hypd's tags for this cluster.
+    pub ours: bool,
+    /// Absent only: every key, to tell hypd's files from data.
+    pub keys: Vec<String>,
+    /// This converge created it.
+    pub created: bool,
+}
+
+impl Observed {
+    /// Keys that are not hypd's own files.
+    pub fn data(&self, hypd_prefix: &str) -> usize {
+        self.keys
+            .iter()
+            .filter(|k| !k.starts_with(hypd_prefix))
+            .count()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Create,
+    DeleteObject(String),
+    Delete,
+}
+
+/// The changes for `want` given what was found. Pure.
+pub fn diff(want: &Want<()>, o: &Observed, hypd_prefix: &str) -> Vec<Op> {
+    match want {
+        Want::Present(()) if !o.exists => vec![Op::Create],
+        Want::Absent if o.exists && o.ours && o.data(hypd_prefix) == 0 => {
+            let mut ops: Vec<Op> = o.keys.iter().cloned().map(Op::DeleteObject).collect();
+            ops.push(Op::Delete);
+            ops
+        }
+        _ => Vec::new(),
+    }
+}
+
+impl Bucket {
+    /// Why a bucket that teardown leaves in place stays, if it does.
+    pub fn kept(&self, o: &Observed) -> Option<String> {
+        let data = o.data(&self.hypd_prefix);
+        (o.exists && o.ours && data > 0).then(|| {
+            format!(
+                "kept bucket {}: it holds {data} objects besides hypd's lifecycle scripts",
+                self.name
+            )
+        })
+    }
+}
+
+impl Resource for Bucket {
+    type Observed = Observed;
+    type Op = Op;
+
+    async fn observe(&self) -> Result<Observed, ApiError> {
+        if self
+            .s3
+            .head_bucket()
+            .bucket(&self.name)
+            .send()
+            .await
+            .found("s3", "HeadBucket")?
+            .is_none()
+        {
+            return Ok(Observed::default());
+        }
+        let ours = self
+            .s3
+            .get_bucket_tagging()
+            .bucket(&self.name)
+            .send()
+            .await
+            .found("s3", "GetBucketTagging")?
+            .is_some_and(|t| {
+                tags::belongs_to(
+                    t.tag_set().iter().map(|t| (t.key(), t.value())),
+                    &self.cluster,
+                )
+            });
+        let mut keys = Vec::new();
+        if self.want == Want::Absent && ours {
+            let mut pages = self
+                .s3
+                .list_objects_v2()
+                .bucket(&self.name)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.upstream("s3", "ListObjectsV2")?;
+                keys.extend(
+                    page.contents()
+                        .iter()
+                        .filter_map(|o| o.key().map(str::to_owned)),
+                );
+            }
+        }
+        Ok(Observed {
+            exists: true,
+            ours,
+            keys,
+            created: false,
+        })
+    }
+
+    fn diff(&self, observed: &Observed) -> Result<Vec<Op>, ApiError> {
+        Ok(diff(&self.want, observed, &self.hypd_prefix))
+    }
+
+    async fn apply(&self, op: &Op, o: &mut Observed) -> Result<(), ApiError> {
+        match op {
+            Op::Create => {
+                let mut req = self.s3.create_bucket().bucket(&self.name);
+                // us-east-1 is the one region that refuses an explicit location.
+                if self.region != "us-east-1" {
+                    req = req.create_bucket_configuration(
+                        CreateBucketConfiguration::builder()
+                            .location_constraint(BucketLocationConstraint::from(
+                                self.region.as_str(),
+                            ))
+                            .build(),
+                    );
+                }
+                match req
+                    .send()
+                    .await
+                    .allowing("s3", "CreateBucket", &["BucketAlreadyOwnedByYou"])
+                {
+                    Ok(_) => {}
+                    Err(ApiError::Upstream { code: Some(c), .. }) if c == "BucketAlreadyExists" => {
+                        return Err(ApiError::field(
+                            "storage.s3_bucket",
+                            format!(
+                                "bucket {} belongs to another account; choose another name",
+                                self.name
+                            ),
+                        ));
+                    }
+                    Err(e) => return Err(e),
+                }
+                let tag_set = tags::of_cluster(&self.cluster)
+                    .iter()
+                    .map(|(k, v)| Tag::builder().key(*k).value(v).build())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ApiError::internal)?;
+                let tagging = Tagging::builder()
+                    .set_tag_set(Some(tag_set))
+                    .build()
+                    .map_err(ApiError::internal)?;
+                self.s3
+                    .put_bucket_tagging()
+                    .bucket(&self.name)
+                    .tagging(tagging)
+                    .send()
+                    .await
+                    .upstream("s3", "PutBucketTagging")?;
+                *o = Observed {
+                    exists: true,
+                    ours: true,
+                    keys: Vec::new(),
+                    created: true,
+                };
+            }
+            Op::DeleteObject(key) => {
+                self.s3
+                    .delete_object()
+                    .bucket(&self.name)
+                    .key(key)
+                    .send()
+                    .await
+                    .found("s3", "DeleteObject")?;
+                o.keys.retain(|k| k != key);
+            }
+            Op::Delete => {
+                self.s3
+                    .delete_bucket()
+                    .bucket(&self.name)
+                    .send()
+                    .await
+                    .found("s3", "DeleteBucket")?;
+                *o = Observed::default();
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self, op: &Op, _: &Observed) -> Change {
+        match op {
+            Op::Create => Change::new(Action::Create, KIND, &self.name).field(
+                "region",
+                None,
+                Some(json!(self.region)),
+            ),
+            Op::DeleteObject(key) => {
+                Change::new(Action::Delete, "s3:Object", format!("{}/{key}", self.name))
+            }
+            Op::Delete => Change::new(Action::Delete, KIND, &self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_with_data_is_kept() {
+        let o = Observed {
+            exists: true,
+            ours: true,
+            keys: vec!["hypd/lifecycle/on_create.sh".into()],
+            created: false,
+        };
+        assert_eq!(
+            diff(&Want::Absent, &o, "hypd/lifecycle"),
+            [
+                Op::DeleteObject("hypd/lifecycle/on_create.sh".into()),
+                Op::Delete
+            ]
+        );
+        let with_data = Observed {
+            keys: vec!["hypd/lifecycle/on_create.sh".into(), "data/x".into()],
+            ..o.clone()
+        };
+        assert!(diff(&Want::Absent, &with_data, "hypd/lifecycle").is_empty());
+        let theirs = Observed { ours: false, ..o };
+        assert!(diff(&Want::Absent, &theirs, "hypd/lifecycle").is_empty());
+        assert_eq!(
+            diff(&Want::Present(()), &Observed::default(), ""),
+            [Op::Create]
+        );
+    }
+}

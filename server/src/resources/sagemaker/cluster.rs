@@ -1,0 +1,543 @@
+//! A HyperPod cluster orchestrated by EKS, with automatic node recovery and continuous
+//! provisioning, and its instance groups. Present: created with every group; once
+//! InService, a group that is missing or whose count or deep health checks differ is
+//! sent again with `UpdateCluster` (which takes every group: all are listed). Settings
+//! HyperPod fixes for a group's life (instance type, training plan, threads per core,
+//! capacity type, network interface) differing is a refusal, never an update. Absent:
+//! deleted if hypd's tags are on it.
+
+use app::api::ApiError;
+use app::api::plan::{Action, Change, FieldChange, KNOWN_AFTER_APPLY};
+use aws_sdk_sagemaker::types::{
+    ClusterCapacityRequirements, ClusterEbsVolumeConfig, ClusterInstanceGroupDetails,
+    ClusterInstanceGroupSpecification, ClusterInstanceStorageConfig, ClusterInstanceType,
+    ClusterInterfaceType, ClusterLifeCycleConfig, ClusterNetworkInterface,
+    ClusterNodeProvisioningMode, ClusterNodeRecovery, ClusterOrchestrator,
+    ClusterOrchestratorEksConfig, ClusterSpotOptions, ClusterStatus, DeepHealthCheckType, Tag,
+    VpcConfig,
+};
+use serde_json::json;
+
+use super::Client;
+use crate::aws::{SdkResultExt, failed_state};
+use crate::resources::{Resource, Want, missing, tags};
+
+const KIND: &str = "sagemaker:Cluster";
+
+/// Where a group's instances come from; fixed for the group's life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupCapacity {
+    OnDemand,
+    Spot,
+    TrainingPlan(String),
+}
+
+/// One instance group as HyperPod takes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupSpec {
+    pub name: String,
+    /// `ml.p5.48xlarge`.
+    pub instance_type: String,
+    pub instance_count: u32,
+    pub execution_role: String,
+    /// `s3://bucket/prefix/` holding the lifecycle scripts.
+    pub lifecycle_source: String,
+    pub on_create: String,
+    pub volume_size_gb: u32,
+    pub threads_per_core: Option<u32>,
+    pub deep_health_checks: bool,
+    pub capacity: GroupCapacity,
+    pub efa_only: bool,
+}
+
+impl GroupSpec {
+    /// The group as CreateCluster and UpdateCluster take it.
+    pub fn specification(&self) -> ClusterInstanceGroupSpecification {
+        let mut g = ClusterInstanceGroupSpecification::builder()
+            .instance_group_name(&self.name)
+            .instance_type(ClusterInstanceType::from(self.instance_type.as_str()))
+            .instance_count(i32::try_from(self.instance_count).unwrap_or(i32::MAX))
+            .execution_role(&self.execution_role)
+            .life_cycle_config(
+                ClusterLifeCycleConfig::builder()
+                    .source_s3_uri(&self.lifecycle_source)
+                    .on_create(&self.on_create)
+                    .build(),
+            )
+            .instance_storage_configs(ClusterInstanceStorageConfig::EbsVolumeConfig(
+                ClusterEbsVolumeConfig::builder()
+                    .volume_size_in_gb(i32::try_from(self.volume_size_gb).unwrap_or(i32::MAX))
+                    .build(),
+            ))
+            .set_threads_per_core(self.threads_per_core.and_then(|t| i32::try_from(t).ok()));
+        if self.deep_health_checks {
+            g = g
+                .on_start_deep_health_checks(DeepHealthCheckType::InstanceStress)
+                .on_start_deep_health_checks(DeepHealthCheckType::InstanceConnectivity);
+        }
+        match &self.capacity {
+            GroupCapacity::OnDemand => {}
+            GroupCapacity::Spot => {
+                g = g.capacity_requirements(
+                    ClusterCapacityRequirements::builder()
+                        .spot(ClusterSpotOptions::builder().build())
+                        .build(),
+                );
+            }
+            GroupCapacity::TrainingPlan(arn) => g = g.training_plan_arn(arn),
+        }
+        if self.efa_only {
+            g = g.network_interface(
+                ClusterNetworkInterface::builder()
+                    .interface_type(ClusterInterfaceType::EfaOnly)
+                    .build(),
+            );
+        }
+        g.build()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HyperPodSpec {
+    pub eks_cluster_arn: String,
+    pub subnet_id: String,
+    pub security_group_id: String,
+    pub groups: Vec<GroupSpec>,
+}
+
+pub struct HyperPodCluster {
+    pub sagemaker: Client,
+    pub name: String,
+    pub want: Want<HyperPodSpec>,
+}
+
+/// One group as HyperPod describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupState {
+    pub name: String,
+    pub instance_type: Option<String>,
+    pub current_count: u32,
+    pub target_count: u32,
+    pub status: Option<String>,
+    pub deep_health_checks: bool,
+    pub training_plan_arn: Option<String>,
+    pub threads_per_core: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    pub arn: Option<String>,
+    pub status: Option<ClusterStatus>,
+    pub failure_message: Option<String>,
+    pub ours: bool,
+    pub groups: Vec<GroupState>,
+}
+
+impl State {
+    /// Ready, still on its way (with a note), or failed for good.
+    pub fn progress(&self, name: &str) -> Result<Option<String>, ApiError> {
+        match &self.status {
+            Some(ClusterStatus::Inservice) => Ok(None),
+            Some(
+                s @ (ClusterStatus::Creating
+                | ClusterStatus::Updating
+                | ClusterStatus::Systemupdating
+                | ClusterStatus::Deleting),
+            ) => {
+                let groups: Vec<String> = self
+                    .groups
+                    .iter()
+                    .map(|g| format!("{} {}/{}", g.name, g.current_count, g.target_count))
+                    .collect();
+                Ok(Some(format!(
+                    "HyperPod cluster {name} is {} ({})",
+                    s.as_str(),
+                    groups.join(", ")
+                )))
+            }
+            s => Err(failed_state(
+                "sagemaker",
+                "DescribeCluster",
+                s.as_ref().map(|s| s.as_str()),
+                format!(
+                    "HyperPod cluster {name} is {}: {}",
+                    s.as_ref().map_or("in an unknown state", |s| s.as_str()),
+                    self.failure_message.as_deref().unwrap_or("no reason given")
+                ),
+            )),
+        }
+    }
+}
+
+fn count(n: Option<i32>) -> u32 {
+    n.and_then(|n| u32::try_from(n).ok()).unwrap_or(0)
+}
+
+fn group_state(g: &ClusterInstanceGroupDetails) -> GroupState {
+    GroupState {
+        name: g.instance_group_name().unwrap_or_default().to_owned(),
+        instance_type: g.instance_type().map(|t| t.as_str().to_owned()),
+        current_count: count(g.current_count()),
+        target_count: count(g.target_count()),
+        status: g.status().map(|s| s.as_str().to_owned()),
+        deep_health_checks: !g.on_start_deep_health_checks().is_empty(),
+        training_plan_arn: g.training_plan_arn().map(str::to_owned),
+        threads_per_core: g.threads_per_core().and_then(|t| u32::try_from(t).ok()),
+    }
+}
+
+/// What HyperPod has now under `name` (a name or an ARN), `None` when nothing; whether
+/// it is hypd's is read (one more call) only when `ownership` is asked for.
+pub async fn describe(
+    sagemaker: &Client,
+    name: &str,
+    ownership: bool,
+) -> Result<Option<State>, ApiError> {
+    let Some(c) = sagemaker
+        .describe_cluster()
+        .cluster_name(name)
+        .send()
+        .await
+        .found("sagemaker", "DescribeCluster")?
+    else {
+        return Ok(None);
+    };
+    let arn = c.cluster_arn().map(str::to_owned);
+    let cluster_name = c.cluster_name().unwrap_or(name);
+    let ours = match &arn {
+        Some(arn) if ownership => sagemaker
+            .list_tags()
+            .resource_arn(arn)
+            .send()
+            .await
+            .upstream("sagemaker", "ListTags")?
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some(tags::CLUSTER) && t.value() == Some(cluster_name)),
+        _ => false,
+    };
+    Ok(Some(State {
+        arn,
+        status: c.cluster_status().cloned(),
+        failure_message: c
+            .failure_message()
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned),
+        ours,
+        groups: c.instance_groups().iter().map(group_state).collect(),
+    }))
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Create,
+    /// UpdateCluster with every group; the groups that change and how.
+    UpdateGroups(Vec<FieldChange>),
+    Delete,
+}
+
+/// The changes for `want` given what was found. Pure.
+pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<Op>, ApiError> {
+    let (spec, state) = match (want, observed) {
+        (Want::Present(_), None) => return Ok(vec![Op::Create]),
+        (Want::Present(spec), Some(state)) => (spec, state),
+        (Want::Absent, Some(s)) if s.ours && s.status != Some(ClusterStatus::Deleting) => {
+            return Ok(vec![Op::Delete]);
+        }
+        (Want::Absent, _) => return Ok(Vec::new()),
+    };
+    let mut changes = Vec::new();
+    for g in &spec.groups {
+        let Some(live) = state.groups.iter().find(|l| l.name == g.name) else {
+            changes.push(FieldChange {
+                field: format!("instance_groups[{}]", g.name),
+                old: None,
+                new: Some(
+                    json!({"instance_type": g.instance_type, "instance_count": g.instance_count}),
+                ),
+            });
+            continue;
+        };
+        let fixed = |field: &str, old: String, new: String| ApiError::Immutable {
+            field: format!("instance_groups[{}].{field}", g.name),
+            message: format!(
+                "HyperPod fixes it for the group's life: it is {old}, asked for {new}"
+            ),
+        };
+        if let Some(t) = &live.instance_type
+            && *t != g.instance_type
+        {
+            return Err(fixed("instance_type", t.clone(), g.instance_type.clone()));
+        }
+        let plan = match &g.capacity {
+            GroupCapacity::TrainingPlan(arn) => Some(arn.clone()),
+            _ => None,
+        };
+        if live.training_plan_arn != plan {
+            return Err(fixed(
+                "capacity",
+                live.training_plan_arn
+                    .clone()
+                    .unwrap_or_else(|| "without a training plan".into()),
+                plan.unwrap_or_else(|| "without a training plan".into()),
+            ));
+        }
+        if live.target_count != g.instance_count {
+            changes.push(FieldChange {
+                field: format!("instance_groups[{}].instance_count", g.name),
+                old: Some(json!(live.target_count)),
+                new: Some(json!(g.instance_count)),
+            });
+        }
+        if live.deep_health_checks != g.deep_health_checks {
+            changes.push(FieldChange {
+                field: format!("instance_groups[{}].deep_health_checks", g.name),
+                old: Some(json!(live.deep_health_checks)),
+                new: Some(json!(g.deep_health_checks)),
+            });
+        }
+    }
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    if let Some(extra) = state
+        .groups
+        .iter()
+        .find(|l| !spec.groups.iter().any(|g| g.name == l.name))
+    {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "HyperPod cluster has instance group {} that this request does not list; UpdateCluster would have to name every group",
+                extra.name
+            ),
+            operation_id: None,
+        });
+    }
+    Ok(vec![Op::UpdateGroups(changes)])
+}
+
+impl Resource for HyperPodCluster {
+    type Observed = Option<State>;
+    type Op = Op;
+
+    async fn observe(&self) -> Result<Option<State>, ApiError> {
+        describe(&self.sagemaker, &self.name, self.want == Want::Absent).await
+    }
+
+    fn diff(&self, observed: &Option<State>) -> Result<Vec<Op>, ApiError> {
+        // A cluster that is changing takes no update until it is InService again.
+        if let (Want::Present(_), Some(s)) = (&self.want, observed)
+            && s.status != Some(ClusterStatus::Inservice)
+        {
+            return Ok(Vec::new());
+        }
+        diff(&self.want, observed)
+    }
+
+    async fn apply(&self, op: &Op, observed: &mut Option<State>) -> Result<(), ApiError> {
+        match op {
+            Op::Create => {
+                let spec = self
+                    .want
+                    .present()
+                    .ok_or_else(|| missing("the HyperPod spec"))?;
+                let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
+                let mut req = self
+                    .sagemaker
+                    .create_cluster()
+                    .cluster_name(&self.name)
+                    .orchestrator(
+                        ClusterOrchestrator::builder()
+                            .eks(
+                                ClusterOrchestratorEksConfig::builder()
+                                    .cluster_arn(&spec.eks_cluster_arn)
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                    .node_recovery(ClusterNodeRecovery::Automatic)
+                    .node_provisioning_mode(ClusterNodeProvisioningMode::Continuous)
+                    .vpc_config(
+                        VpcConfig::builder()
+                            .security_group_ids(&spec.security_group_id)
+                            .subnets(&spec.subnet_id)
+                            .build(),
+                    );
+                for g in &spec.groups {
+                    req = req.instance_groups(g.specification());
+                }
+                for (k, v) in tags::of_cluster(&self.name) {
+                    req = req.tags(tag(k, &v));
+                }
+                // Made by an earlier run of this step whose answer was lost.
+                req.send()
+                    .await
+                    .allowing("sagemaker", "CreateCluster", &["ResourceInUse"])?;
+                *observed = describe(&self.sagemaker, &self.name, false).await?;
+            }
+            Op::UpdateGroups(_) => {
+                let spec = self
+                    .want
+                    .present()
+                    .ok_or_else(|| missing("the HyperPod spec"))?;
+                let mut req = self.sagemaker.update_cluster().cluster_name(&self.name);
+                for g in &spec.groups {
+                    req = req.instance_groups(g.specification());
+                }
+                req.send().await.upstream("sagemaker", "UpdateCluster")?;
+                *observed = describe(&self.sagemaker, &self.name, false).await?;
+            }
+            Op::Delete => {
+                self.sagemaker
+                    .delete_cluster()
+                    .cluster_name(&self.name)
+                    .send()
+                    .await
+                    .found("sagemaker", "DeleteCluster")?;
+                if let Some(s) = observed {
+                    s.status = Some(ClusterStatus::Deleting);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self, op: &Op, _: &Option<State>) -> Change {
+        match op {
+            Op::Create => {
+                let mut c = Change::new(Action::Create, KIND, &self.name)
+                    .field("node_recovery", None, Some(json!("Automatic")))
+                    .field("cluster_arn", None, Some(json!(KNOWN_AFTER_APPLY)));
+                if let Some(spec) = self.want.present() {
+                    for g in &spec.groups {
+                        c = c.field(
+                            format!("instance_groups[{}]", g.name),
+                            None,
+                            Some(json!({
+                                "instance_type": g.instance_type,
+                                "instance_count": g.instance_count,
+                            })),
+                        );
+                    }
+                }
+                c
+            }
+            Op::UpdateGroups(fields) => {
+                let mut c = Change::new(Action::Update, KIND, &self.name);
+                c.fields = fields.clone();
+                c
+            }
+            Op::Delete => Change::new(Action::Delete, KIND, &self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, count: u32) -> GroupSpec {
+        GroupSpec {
+            name: name.into(),
+            instance_type: "ml.g5.8xlarge".into(),
+            instance_count: count,
+            execution_role: "arn:aws:iam::1:role/r".into(),
+            lifecycle_source: "s3://b/hypd/lifecycle/".into(),
+            on_create: "on_create.sh".into(),
+            volume_size_gb: 500,
+            threads_per_core: None,
+            deep_health_checks: false,
+            capacity: GroupCapacity::OnDemand,
+            efa_only: false,
+        }
+    }
+
+    fn live(name: &str, count: u32) -> GroupState {
+        GroupState {
+            name: name.into(),
+            instance_type: Some("ml.g5.8xlarge".into()),
+            current_count: count,
+            target_count: count,
+            status: Some("InService".into()),
+            deep_health_checks: false,
+            training_plan_arn: None,
+            threads_per_core: None,
+        }
+    }
+
+    fn state(groups: Vec<GroupState>) -> Option<State> {
+        Some(State {
+            arn: Some("arn".into()),
+            status: Some(ClusterStatus::Inservice),
+            failure_message: None,
+            ours: true,
+            groups,
+        })
+    }
+
+    fn spec(groups: Vec<GroupSpec>) -> Want<HyperPodSpec> {
+        Want::Present(HyperPodSpec {
+            eks_cluster_arn: "arn:eks".into(),
+            subnet_id: "subnet-1".into(),
+            security_group_id: "sg-1".into(),
+            groups,
+        })
+    }
+
+    #[test]
+    fn groups_as_created_need_nothing_and_a_count_change_is_one_update() {
+        let want = spec(vec![group("a", 2), group("b", 1)]);
+        assert_eq!(diff(&want, &None).unwrap(), [Op::Create]);
+        assert!(
+            diff(&want, &state(vec![live("a", 2), live("b", 1)]))
+                .unwrap()
+                .is_empty()
+        );
+        let ops = diff(&want, &state(vec![live("a", 2), live("b", 3)])).unwrap();
+        let [Op::UpdateGroups(fields)] = ops.as_slice() else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(fields[0].field, "instance_groups[b].instance_count");
+    }
+
+    #[test]
+    fn a_fixed_setting_is_refused_and_unknown_groups_are_not_dropped() {
+        let mut p5 = group("a", 2);
+        p5.instance_type = "ml.p5.48xlarge".into();
+        match diff(&spec(vec![p5]), &state(vec![live("a", 2)])) {
+            Err(ApiError::Immutable { field, .. }) => {
+                assert_eq!(field, "instance_groups[a].instance_type")
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = diff(
+            &spec(vec![group("a", 3)]),
+            &state(vec![live("a", 2), live("other", 1)]),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ApiError::Conflict { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_group_carries_every_decision() {
+        let mut g = group("a", 4);
+        g.instance_type = "ml.p5.48xlarge".into();
+        g.threads_per_core = Some(2);
+        g.deep_health_checks = true;
+        g.capacity = GroupCapacity::Spot;
+        g.efa_only = true;
+        let s = g.specification();
+        assert_eq!(s.instance_count(), Some(4));
+        assert_eq!(s.threads_per_core(), Some(2));
+        assert_eq!(s.on_start_deep_health_checks().len(), 2);
+        assert!(s.capacity_requirements().and_then(|c| c.spot()).is_some());
+        assert_eq!(
+            s.network_interface().and_then(|n| n.interface_type()),
+            Some(&ClusterInterfaceType::EfaOnly)
+        );
+        assert_eq!(
+            s.life_cycle_config().and_then(|l| l.source_s3_uri()),
+            Some("s3://b/hypd/lifecycle/")
+        );
+    }
+}

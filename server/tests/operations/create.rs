@@ -1,0 +1,661 @@
+//! `create_cluster` end to end against moto + hypd-sim (which checks subnets, roles and
+//! buckets against moto as AWS would): the operation succeeds and the world holds exactly
+//! the expected resources; bad inputs are field errors with nothing created; a provider
+//! failure in a stage stops the operation there and `retry_operation` finishes it with
+//! no duplicates.
+
+use crate::common::{Hypd, World};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::FAST;
+
+fn create(hypd: &Hypd, token: &str, body: Value) -> (u16, Value) {
+    hypd.call(token, Method::POST, "/api/v1/clusters", Some(body))
+}
+
+pub fn small(name: &str) -> Value {
+    json!({
+        "name": name,
+        "availability_zone": "us-east-1a",
+        "instance_groups": [{
+            "name": "gpu",
+            "instance_type": "ml.g5.8xlarge",
+            "instance_count": 2,
+            "deep_health_checks": true,
+        }],
+    })
+}
+
+/// Two groups of different capacity types: what a platform team starts with.
+fn two_groups(name: &str) -> Value {
+    let mut body = small(name);
+    body["instance_groups"].as_array_mut().unwrap().push(
+        json!({"name": "spot", "instance_type": "ml.g5.8xlarge", "instance_count": 1,
+                     "capacity": {"type": "spot"}, "volume_size_gb": 200}),
+    );
+    body
+}
+
+/// What moto and the sim hold for cluster `name`, counted by kind.
+pub struct Counts {
+    vpcs: usize,
+    subnets: usize,
+    nat_gateways: usize,
+    addresses: usize,
+    internet_gateways: usize,
+    route_tables: usize,
+    s3_endpoints: usize,
+    security_groups: usize,
+    roles: usize,
+    oidc_providers: usize,
+    lifecycle_scripts: usize,
+    eks_clusters: usize,
+    addons: usize,
+    pod_identities: usize,
+    hyperpod_clusters: usize,
+}
+
+pub fn count(world: &World, name: &str) -> Counts {
+    // The sim is asked with a blocking client, outside the runtime that asks moto.
+    let (_, eks) = world.sim.call(Method::GET, "/clusters", None);
+    let eks_clusters = eks["clusters"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|c| *c == name).count());
+    let (_, addons) = world
+        .sim
+        .call(Method::GET, &format!("/clusters/{name}/addons"), None);
+    let (_, identities) = world.sim.call(
+        Method::GET,
+        &format!("/clusters/{name}/pod-identity-associations"),
+        None,
+    );
+    let hyperpod = hyperpod_clusters(world, name);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conf = world.moto_sdk().await;
+        let ec2 = aws_sdk_ec2::Client::new(&conf);
+        let ours = || {
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:hypd:cluster")
+                .values(name)
+                .build()
+        };
+        let vpcs = ec2.describe_vpcs().filters(ours()).send().await.unwrap();
+        let vpc_ids: Vec<String> = vpcs
+            .vpcs()
+            .iter()
+            .filter_map(|v| v.vpc_id().map(str::to_owned))
+            .collect();
+        let in_vpc = || {
+            aws_sdk_ec2::types::Filter::builder()
+                .name("vpc-id")
+                .set_values(Some(vpc_ids.clone()))
+                .build()
+        };
+        let subnets = ec2.describe_subnets().filters(ours()).send().await.unwrap();
+        let nats = ec2
+            .describe_nat_gateways()
+            .filter(ours())
+            .send()
+            .await
+            .unwrap();
+        // moto ignores tag filters on DescribeNatGateways: match the tags here.
+        let live_nats = nats
+            .nat_gateways()
+            .iter()
+            .filter(|g| g.state() != Some(&aws_sdk_ec2::types::NatGatewayState::Deleted))
+            .filter(|g| {
+                g.tags()
+                    .iter()
+                    .any(|t| t.key() == Some("hypd:cluster") && t.value() == Some(name))
+            })
+            .count();
+        // Tags are matched here: moto ignores tag filters on DescribeAddresses.
+        let eips = ec2.describe_addresses().send().await.unwrap();
+        let eips = eips
+            .addresses()
+            .iter()
+            .filter(|a| {
+                a.tags()
+                    .iter()
+                    .any(|t| t.key() == Some("hypd:cluster") && t.value() == Some(name))
+            })
+            .count();
+        let igws = ec2
+            .describe_internet_gateways()
+            .filters(ours())
+            .send()
+            .await
+            .unwrap();
+        let rts = ec2
+            .describe_route_tables()
+            .filters(ours())
+            .send()
+            .await
+            .unwrap();
+        // Endpoints and the security group are counted in the cluster's VPC: none
+        // when the VPC is gone.
+        let (endpoints, sgs) = if vpc_ids.is_empty() {
+            (0, 0)
+        } else {
+            let endpoints = ec2
+                .describe_vpc_endpoints()
+                .filters(in_vpc())
+                .send()
+                .await
+                .unwrap();
+            let sgs = ec2
+                .describe_security_groups()
+                .filters(in_vpc())
+                .filters(
+                    aws_sdk_ec2::types::Filter::builder()
+                        .name("group-name")
+                        .values(format!("hypd-{name}-efa"))
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap();
+            (endpoints.vpc_endpoints().len(), sgs.security_groups().len())
+        };
+        let iam = aws_sdk_iam::Client::new(&conf);
+        let roles = iam.list_roles().send().await.unwrap();
+        let prefix = format!("hypd-{name}-");
+        let oidc = iam.list_open_id_connect_providers().send().await.unwrap();
+        let mut oidc_providers = 0;
+        for p in oidc.open_id_connect_provider_list() {
+            let tags = iam
+                .list_open_id_connect_provider_tags()
+                .open_id_connect_provider_arn(p.arn().unwrap())
+                .send()
+                .await
+                .unwrap();
+            oidc_providers += usize::from(
+                tags.tags()
+                    .iter()
+                    .any(|t| t.key() == "hypd:cluster" && t.value() == name),
+            );
+        }
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&conf)
+                .force_path_style(true)
+                .build(),
+        );
+        let scripts = s3
+            .list_objects_v2()
+            .bucket(format!("hypd-{name}-123456789012"))
+            .prefix("hypd/lifecycle/")
+            .send()
+            .await
+            .map(|o| o.contents().len())
+            .unwrap_or(0);
+        Counts {
+            vpcs: vpcs.vpcs().len(),
+            subnets: subnets.subnets().len(),
+            nat_gateways: live_nats,
+            addresses: eips,
+            internet_gateways: igws.internet_gateways().len(),
+            route_tables: rts.route_tables().len(),
+            s3_endpoints: endpoints,
+            security_groups: sgs,
+            roles: roles
+                .roles()
+                .iter()
+                .filter(|r| r.role_name().starts_with(&prefix))
+                .count(),
+            oidc_providers,
+            lifecycle_scripts: scripts,
+            eks_clusters,
+            addons: addons["addons"].as_array().map_or(0, Vec::len),
+            pod_identities: identities["associations"].as_array().map_or(0, Vec::len),
+            hyperpod_clusters: hyperpod,
+        }
+    })
+}
+
+/// What a user sees with kubectl on the new cluster: every HyperPod instance of each
+/// group a Ready node with GPUs, the node components running on each, and the shared
+/// claim Bound.
+fn assert_kubernetes_ready(world: &World, name: &str, groups: &[(&str, usize)]) {
+    let nodes: usize = groups.iter().map(|(_, n)| n).sum();
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+    use kube::api::{Api, ListParams};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // hypd's own way in (DescribeCluster's endpoint and CA, an STS-signed token),
+        // against the sim's API server, which checks the token's signature.
+        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&world.sim.url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sts::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .load()
+            .await;
+        let aws = hypd::aws::Aws::new(conf);
+        let client = hypd::resources::kube::connect(&aws, "us-east-1", name)
+            .await
+            .unwrap();
+        let listed = Api::<Node>::all(client.clone())
+            .list(&ListParams::default().labels("sagemaker.amazonaws.com/compute-type=hyperpod"))
+            .await
+            .unwrap();
+        let ready_gpu: Vec<&Node> = listed
+            .items
+            .iter()
+            .filter(|n| {
+                let s = n.status.as_ref().unwrap();
+                s.conditions
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    && s.allocatable
+                        .as_ref()
+                        .unwrap()
+                        .contains_key("nvidia.com/gpu")
+            })
+            .collect();
+        assert_eq!(ready_gpu.len(), nodes, "Ready GPU nodes");
+        for (group, want) in groups {
+            let in_group = ready_gpu
+                .iter()
+                .filter(|n| {
+                    n.metadata.labels.as_ref().unwrap()["sagemaker.amazonaws.com/instance-group-name"]
+                        == *group
+                })
+                .count();
+            assert_eq!(in_group, *want, "Ready GPU nodes in group {group}");
+        }
+        for (ns, ds) in [
+            ("aws-hyperpod", "health-monitoring-agent"),
+            ("kube-system", "nvidia-device-plugin-daemonset"),
+            ("kube-system", "aws-efa-k8s-device-plugin-daemonset"),
+        ] {
+            let d = Api::<DaemonSet>::namespaced(client.clone(), ns)
+                .get(ds)
+                .await
+                .unwrap();
+            let st = d.status.unwrap();
+            assert_eq!(
+                (st.desired_number_scheduled, st.number_ready),
+                (nodes as i32, nodes as i32),
+                "{ds} on every node"
+            );
+            let managers: Vec<String> = d
+                .metadata
+                .managed_fields
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|m| m.manager)
+                .collect();
+            assert!(managers.contains(&"hypd".to_owned()), "{ds}: {managers:?}");
+        }
+        let claim = Api::<PersistentVolumeClaim>::namespaced(client, "default")
+            .get("shared-s3")
+            .await
+            .unwrap();
+        assert_eq!(claim.status.unwrap().phase.as_deref(), Some("Bound"));
+    });
+}
+
+fn hyperpod_clusters(world: &World, name: &str) -> usize {
+    let resp = reqwest::blocking::Client::new()
+        .post(&world.sim.url)
+        .header("x-amz-target", "SageMaker.ListClusters")
+        .header("content-type", "application/x-amz-json-1.1")
+        .body("{}")
+        .send()
+        .unwrap();
+    let body: Value = resp.json().unwrap();
+    body["ClusterSummaries"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|c| c["ClusterName"] == name).count())
+}
+
+pub fn assert_complete(c: &Counts) {
+    assert_eq!(c.vpcs, 1, "VPC");
+    assert_eq!(c.subnets, 5, "2 public, 2 private, 1 compute subnet");
+    assert_eq!(c.nat_gateways, 1, "NAT gateway");
+    assert_eq!(c.addresses, 1, "NAT gateway's Elastic IP");
+    assert_eq!(c.oidc_providers, 1, "OIDC provider");
+    assert_eq!(c.internet_gateways, 1, "Internet gateway");
+    assert_eq!(c.route_tables, 2, "public and private route tables");
+    assert_eq!(c.s3_endpoints, 1, "S3 gateway endpoint");
+    assert_eq!(c.security_groups, 1, "EFA security group");
+    assert_eq!(
+        c.roles, 3,
+        "EKS cluster role, HyperPod execution role, S3 CSI driver role"
+    );
+    assert_eq!(c.pod_identities, 1, "S3 CSI driver's pod identity");
+    assert_eq!(c.lifecycle_scripts, 1, "lifecycle script");
+    assert_eq!(c.eks_clusters, 1, "EKS cluster");
+    assert_eq!(c.addons, 4, "EKS add-ons");
+    assert_eq!(c.hyperpod_clusters, 1, "HyperPod cluster");
+}
+
+/// Nothing of the cluster's is left: what `delete_cluster` promises for a cluster hypd
+/// created.
+pub fn assert_gone(c: &Counts) {
+    let left = [
+        ("VPC", c.vpcs),
+        ("subnets", c.subnets),
+        ("NAT gateways", c.nat_gateways),
+        ("Elastic IPs", c.addresses),
+        ("Internet gateways", c.internet_gateways),
+        ("route tables", c.route_tables),
+        ("S3 endpoints", c.s3_endpoints),
+        ("security groups", c.security_groups),
+        ("roles", c.roles),
+        ("OIDC providers", c.oidc_providers),
+        ("lifecycle scripts", c.lifecycle_scripts),
+        ("EKS clusters", c.eks_clusters),
+        ("add-ons", c.addons),
+        ("pod identities", c.pod_identities),
+        ("HyperPod clusters", c.hyperpod_clusters),
+    ];
+    let left: Vec<_> = left.into_iter().filter(|(_, n)| *n > 0).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn create_through_rest_makes_exactly_the_expected_resources() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    let (status, started) = create(&hypd, &token, two_groups("ml-a"));
+    assert_eq!(status, 200, "{started}");
+    let id = started["operation_id"].as_str().unwrap().to_owned();
+    let op = hypd.finish(&token, &id);
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let names: Vec<&str> = op["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "network",
+            "iam",
+            "eks",
+            "access",
+            "activate",
+            "addons",
+            "components",
+            "hyperpod",
+            "storage"
+        ]
+    );
+
+    let out = &op["outputs"];
+    assert!(
+        out["network"]["vpc_cidr"]
+            .as_str()
+            .unwrap()
+            .ends_with(".0.0/16")
+    );
+    assert_eq!(
+        out["network"]["private_subnet_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(out["network"]["availability_zones"][0], "us-east-1a");
+    assert!(
+        out["hyperpod"]["hyperpod_cluster_arn"]
+            .as_str()
+            .unwrap()
+            .contains(":cluster/")
+    );
+    assert_eq!(out["addons"].as_object().unwrap().len(), 4);
+    assert_eq!(out["components"].as_object().unwrap().len(), 3);
+    assert_eq!(out["storage"]["phase"], "Bound");
+    assert_complete(&count(&world, "ml-a"));
+    assert_kubernetes_ready(&world, "ml-a", &[("gpu", 2), ("spot", 1)]);
+
+    let (_, cluster) = hypd.call(&token, Method::GET, "/api/v1/clusters/ml-a", None);
+    assert_eq!(cluster["status"], "active", "{cluster}");
+    assert!(cluster["hyperpod_cluster_arn"].is_string());
+    // The finished creation recorded its nodes, so the list shows them without AWS.
+    assert_eq!(cluster["nodes"]["counts"]["total"], 3, "{cluster}");
+    assert!(cluster["nodes"]["observed_at"].is_string(), "{cluster}");
+
+    // Its name is now taken: refused before anything is made.
+    let (status, again) = create(&hypd, &token, two_groups("ml-a"));
+    assert_eq!(status, 422, "a created cluster's name is taken: {again}");
+    assert_eq!(again["error"]["errors"][0]["field"], "name");
+
+    // A second cluster gets its own, non-overlapping VPC.
+    let (_, second) = create(&hypd, &token, small("ml-b"));
+    let op_b = hypd.finish(&token, second["operation_id"].as_str().unwrap());
+    assert_eq!(op_b["state"], "succeeded", "{op_b:#}");
+    assert_ne!(
+        op_b["outputs"]["network"]["vpc_cidr"],
+        out["network"]["vpc_cidr"]
+    );
+    assert_complete(&count(&world, "ml-b"));
+}
+
+#[test]
+fn bad_inputs_are_refused_before_anything_is_created() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    // A VPC the user already has.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ec2 = aws_sdk_ec2::Client::new(&world.moto_sdk().await);
+        ec2.create_vpc()
+            .cidr_block("10.7.0.0/16")
+            .send()
+            .await
+            .unwrap();
+    });
+    // (what changes: top-level fields, or the first group's; the field named; words)
+    let cases = [
+        (
+            json!({"network": {"vpc_cidr": "10.7.0.0/16"}}),
+            json!({}),
+            "network.vpc_cidr",
+            "overlaps",
+        ),
+        (
+            json!({}),
+            json!({"efa_only": true}),
+            "instance_groups[0].efa_only",
+            "EFA",
+        ),
+        (
+            json!({"availability_zone": "us-east-1z"}),
+            json!({}),
+            "availability_zone",
+            "not an Availability Zone",
+        ),
+        (
+            json!({}),
+            json!({"instance_count": 0}),
+            "instance_groups[0].instance_count",
+            "at least 1",
+        ),
+        (
+            json!({}),
+            json!({"instance_type": "ml.nope.8xlarge"}),
+            "instance_groups[0].instance_type",
+            "not an instance type",
+        ),
+        // A type EC2 offers but HyperPod cannot build (Graviton).
+        (
+            json!({}),
+            json!({"instance_type": "ml.g5g.xlarge"}),
+            "instance_groups[0].instance_type",
+            "HyperPod clusters support",
+        ),
+        (json!({"name": "bad_name"}), json!({}), "name", ""),
+    ];
+    for (change, group_change, field, words) in cases {
+        let mut body = small("ml-bad");
+        body.as_object_mut()
+            .unwrap()
+            .extend(change.as_object().unwrap().clone());
+        body["instance_groups"][0]
+            .as_object_mut()
+            .unwrap()
+            .extend(group_change.as_object().unwrap().clone());
+        let (status, answer) = create(&hypd, &token, body);
+        assert_eq!(status, 422, "{field}: {answer}");
+        let err = &answer["error"]["errors"][0];
+        assert_eq!(err["field"], field, "{answer}");
+        assert!(err["message"].as_str().unwrap().contains(words), "{answer}");
+    }
+    // The account's cluster-usage quota (Service Quotas) is below the request.
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.g5.8xlarge": 1})),
+    );
+    assert!(status < 300);
+    let (status, answer) = create(&hypd, &token, small("ml-bad"));
+    assert_eq!(status, 422, "{answer}");
+    let err = &answer["error"]["errors"][0];
+    assert_eq!(
+        err["field"], "instance_groups[0].instance_count",
+        "{answer}"
+    );
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"ml.g5.8xlarge for cluster usage\" in us-east-1 is 1"),
+        "{answer}"
+    );
+    let (_, ops) = hypd.call(&token, Method::GET, "/api/v1/operations", None);
+    assert_eq!(ops["operations"].as_array().unwrap().len(), 0, "{ops}");
+    let counts = count(&world, "ml-bad");
+    assert_eq!((counts.vpcs, counts.roles, counts.eks_clusters), (0, 0, 0));
+}
+
+/// Deleting one cluster never depends on another's objects: four clusters deleted at
+/// once all go, each taking exactly its own (issue: the IAM stage listed every OIDC
+/// provider of the account and read each one's tags, failing when a concurrent delete
+/// removed one in between).
+#[test]
+fn concurrent_deletes_each_take_their_own_cluster() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    let names: Vec<String> = (0..4).map(|i| format!("many-{i}")).collect();
+    let created: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let (status, body) = create(&hypd, &token, small(n));
+            assert_eq!(status, 200, "{body}");
+            body["operation_id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    for id in &created {
+        let op = hypd.finish(&token, id);
+        assert_eq!(op["state"], "succeeded", "{op:#}");
+    }
+    let deletes: Vec<String> = std::thread::scope(|s| {
+        let calls: Vec<_> = names
+            .iter()
+            .map(|n| {
+                let (hypd, token) = (&hypd, &token);
+                s.spawn(move || {
+                    let (status, body) = hypd.call(
+                        token,
+                        Method::DELETE,
+                        &format!("/api/v1/clusters/{n}"),
+                        None,
+                    );
+                    assert_eq!(status, 200, "{body}");
+                    body["operation_id"].as_str().unwrap().to_owned()
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    for (id, name) in deletes.iter().zip(&names) {
+        let op = hypd.finish(&token, id);
+        assert_eq!(op["state"], "succeeded", "{name}: {op:#}");
+        assert_gone(&count(&world, name));
+    }
+}
+
+/// A throttled Kubernetes API is the engine's wait, with a note and backoff, as for AWS
+/// (the Kubernetes client's own retries are off: they kept the stage `running` with no
+/// word for up to 90 s).
+#[test]
+fn kubernetes_throttling_is_a_wait_with_a_note() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    let (status, _) = world.sim.call(
+        Method::POST,
+        "/_sim/faults",
+        Some(json!({"service": "kubernetes", "operation": "patch DaemonSet", "kind": "throttle", "times": 2})),
+    );
+    assert!(status < 300);
+    let (_, started) = create(&hypd, &token, small("ml-throttled"));
+    let id = started["operation_id"].as_str().unwrap().to_owned();
+    let mut noted = None;
+    crate::wait_until(
+        "the components stage to wait",
+        std::time::Duration::from_secs(120),
+        || {
+            let op = crate::get_op(&hypd, &token, &id);
+            let s = crate::stage(&op, "components");
+            if s["state"] == "waiting" {
+                noted = s["message"].as_str().map(str::to_owned);
+            }
+            noted.is_some() || op["state"] == "succeeded" || op["state"] == "failed"
+        },
+    );
+    let note = noted.expect("the throttled stage waited");
+    assert!(
+        note.contains("TooManyRequests") && note.contains("trying again in"),
+        "{note}"
+    );
+    let op = hypd.finish(&token, &id);
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+}
+
+/// An EKS control plane that ends FAILED fails the eks stage at once with EKS's health
+/// issue, not after six retries: no retry of the same call can change a failed cluster.
+#[test]
+fn a_failed_control_plane_fails_the_stage_at_once() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[]);
+    let token = hypd.admin_token();
+    let (status, _) = world.sim.call(
+        Method::POST,
+        "/_sim/faults",
+        Some(
+            json!({"service": "eks", "operation": "CreateCluster", "kind": "fails",
+                    "code": "Ec2SubnetInvalidConfiguration",
+                    "message": "One or more Amazon EC2 Subnets for the cluster are invalid"}),
+        ),
+    );
+    assert!(status < 300);
+    let (_, started) = create(&hypd, &token, small("ml-failed"));
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "failed", "{op:#}");
+    let eks = crate::stage(&op, "eks");
+    assert_eq!(eks["state"], "failed", "{op:#}");
+    assert_eq!(eks["error"]["code"], "FAILED", "{eks}");
+    assert_eq!(eks["error"]["transient"], false, "{eks}");
+    assert!(
+        eks["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Ec2SubnetInvalidConfiguration: One or more Amazon EC2 Subnets"),
+        "{eks}"
+    );
+    // Failed on its first look at the finished cluster: no backoff retries.
+    assert!(eks["attempts"].as_u64().unwrap() <= 2, "{eks}");
+}

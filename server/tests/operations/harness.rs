@@ -1,0 +1,368 @@
+//! The generic harness: every pipeline, in every stage that calls a provider, through
+//! three things the world does to operations:
+//! - a provider failure in the stage: the operation fails there, keeping the provider's
+//!   code and message, and `retry_operation` finishes it;
+//! - a SIGKILL of hypd while the stage has a call in flight: a restart on the same store
+//!   resumes it;
+//! - a lost answer: the stage's call is carried out but its answer never arrives (a
+//!   transient failure), so the engine runs the stage again — which must adopt what the
+//!   first run made.
+//!
+//! After each, the world holds exactly what the pipeline makes (no duplicate AWS or
+//! Kubernetes object). A new pipeline gets all three by adding one `Case` to `CASES`.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::common::{Hypd, World};
+use crate::{FAST, eks_status, fault, get_op, stage, wait_until};
+
+/// A call a stage makes: the fault is injected into it (a mutating call where the stage
+/// has one, so a lost answer means "done but not told").
+pub struct Call {
+    pub stage: &'static str,
+    /// As the sim names services: `ec2`, `iam`, `s3` (forwarded to moto), `eks`,
+    /// `sagemaker`, `kubernetes` (`<verb> <Kind>`).
+    pub service: &'static str,
+    pub operation: &'static str,
+}
+
+/// One pipeline as the harness drives it, for a cluster named `name`.
+pub struct Case {
+    pub command: &'static str,
+    /// Makes what the operation needs first (an EKS cluster to import, a cluster to
+    /// delete); `hypd` and `token` are the server under test.
+    pub given: fn(&World, &Hypd, &str, &str),
+    /// Starts the operation; returns the REST answer.
+    pub start: fn(&Hypd, &str, &str) -> (u16, Value),
+    /// What the world must hold once the operation succeeded.
+    pub check: fn(&World, &Hypd, &str, &str),
+    pub calls: &'static [Call],
+}
+
+const fn call(stage: &'static str, service: &'static str, operation: &'static str) -> Call {
+    Call {
+        stage,
+        service,
+        operation,
+    }
+}
+
+pub const CASES: &[Case] = &[
+    Case {
+        command: "create_cluster",
+        given: |_, _, _, _| {},
+        start: |hypd, token, name| {
+            hypd.call(
+                token,
+                Method::POST,
+                "/api/v1/clusters",
+                Some(crate::create::small(name)),
+            )
+        },
+        check: |world, _, _, name| {
+            crate::create::assert_complete(&crate::create::count(world, name))
+        },
+        calls: &[
+            call("network", "ec2", "AuthorizeSecurityGroupEgress"),
+            call("iam", "iam", "PutRolePolicy"),
+            call("eks", "eks", "CreateCluster"),
+            call("access", "eks", "AssociateAccessPolicy"),
+            call("addons", "eks", "CreateAddon"),
+            call("components", "kubernetes", "patch DaemonSet"),
+            call("hyperpod", "sagemaker", "CreateCluster"),
+            call("storage", "kubernetes", "patch PersistentVolumeClaim"),
+        ],
+    },
+    Case {
+        command: "import_cluster",
+        given: |world, _, _, name| existing_eks(world, name),
+        start: |hypd, token, name| {
+            hypd.call(
+                token,
+                Method::POST,
+                "/api/v1/clusters/import",
+                Some(json!({ "name": name })),
+            )
+        },
+        check: |world, hypd, token, name| {
+            assert_eq!(crate::access_entries(world, name).len(), 1, "{name}");
+            let (status, c) = hypd.call(
+                token,
+                Method::GET,
+                &format!("/api/v1/clusters/{name}"),
+                None,
+            );
+            assert_eq!(
+                (status, c["status"].as_str()),
+                (200, Some("imported")),
+                "{c}"
+            );
+        },
+        calls: &[
+            call("eks", "eks", "DescribeCluster"),
+            call("access", "eks", "AssociateAccessPolicy"),
+            call("hyperpod", "sagemaker", "ListClusters"),
+        ],
+    },
+    Case {
+        command: "delete_cluster",
+        given: |world, hypd, token, name| {
+            let (status, started) = hypd.call(
+                token,
+                Method::POST,
+                "/api/v1/clusters",
+                Some(crate::create::small(name)),
+            );
+            assert_eq!(status, 200, "{started}");
+            let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+            assert_eq!(op["state"], "succeeded", "{op:#}");
+            crate::create::assert_complete(&crate::create::count(world, name));
+        },
+        start: |hypd, token, name| {
+            hypd.call(
+                token,
+                Method::DELETE,
+                &format!("/api/v1/clusters/{name}"),
+                None,
+            )
+        },
+        check: |world, hypd, token, name| {
+            crate::create::assert_gone(&crate::create::count(world, name));
+            let (status, _) = hypd.call(
+                token,
+                Method::GET,
+                &format!("/api/v1/clusters/{name}"),
+                None,
+            );
+            assert_eq!(status, 404, "{name} is forgotten");
+        },
+        calls: &[
+            call("hyperpod", "sagemaker", "DeleteCluster"),
+            call("addons", "eks", "DeleteAddon"),
+            call("eks", "eks", "DeleteCluster"),
+            call("iam", "iam", "DeleteRole"),
+            call("network", "ec2", "DeleteVpc"),
+            call("bucket", "s3", "DeleteBucket"),
+        ],
+    },
+];
+
+/// An EKS cluster made outside hypd, on subnets that exist (the world checks them).
+fn existing_eks(world: &World, name: &str) {
+    let role = format!("their-eks-role-{name}");
+    let (role_arn, subnets): (String, Vec<String>) =
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let conf = world.moto_sdk().await;
+            let role_arn = aws_sdk_iam::Client::new(&conf)
+                .create_role()
+                .role_name(&role)
+                .assume_role_policy_document(
+                    json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+                       "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
+                    .to_string(),
+                )
+                .send()
+                .await
+                .unwrap()
+                .role()
+                .unwrap()
+                .arn()
+                .to_owned();
+            let ec2 = aws_sdk_ec2::Client::new(&conf);
+            let vpc = ec2
+                .create_vpc()
+                .cidr_block("10.200.0.0/16")
+                .send()
+                .await
+                .unwrap();
+            let vpc = vpc.vpc().unwrap().vpc_id().unwrap().to_owned();
+            let mut ids = Vec::new();
+            for (i, az) in ["us-east-1a", "us-east-1b"].iter().enumerate() {
+                let s = ec2
+                    .create_subnet()
+                    .vpc_id(&vpc)
+                    .cidr_block(format!("10.200.{i}.0/24"))
+                    .availability_zone(*az)
+                    .send()
+                    .await
+                    .unwrap();
+                ids.push(s.subnet().unwrap().subnet_id().unwrap().to_owned());
+            }
+            (role_arn, ids)
+        });
+    let (status, body) = world.sim.call(
+        Method::POST,
+        "/clusters",
+        Some(json!({
+            "name": name,
+            "roleArn": role_arn,
+            "resourcesVpcConfig": { "subnetIds": subnets },
+            "accessConfig": { "authenticationMode": "API_AND_CONFIG_MAP" },
+        })),
+    );
+    assert_eq!(status, 200, "{body}");
+    wait_until("EKS ACTIVE", std::time::Duration::from_secs(30), || {
+        eks_status(world, name) == "ACTIVE"
+    });
+}
+
+/// A world whose every AWS call goes through the sim (so faults reach EC2, IAM and S3
+/// too), with a hypd in front of it.
+fn world() -> (World, Hypd, String) {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    // Clusters of two, several per test: above the default cluster-usage quota.
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.g5.8xlarge": 200})),
+    );
+    assert!(status < 300);
+    (world, hypd, token)
+}
+
+fn name_for(case: &Case, c: &Call, kind: &str) -> String {
+    let short = case.command.split('_').next().unwrap_or("op");
+    format!("{short}-{kind}-{}", c.stage)
+}
+
+fn started(case: &Case, hypd: &Hypd, token: &str, name: &str) -> String {
+    let (status, body) = (case.start)(hypd, token, name);
+    assert_eq!(status, 200, "{}: {body}", case.command);
+    body["operation_id"].as_str().unwrap().to_owned()
+}
+
+fn clear_faults(world: &World) {
+    let (status, _) = world.sim.call(Method::DELETE, "/_sim/faults", None);
+    assert!(status < 300);
+}
+
+#[test]
+fn a_provider_failure_in_each_stage_fails_it_and_retry_finishes() {
+    let (world, hypd, token) = world();
+    for case in CASES {
+        for c in case.calls {
+            let name = name_for(case, c, "f");
+            (case.given)(&world, &hypd, &token, &name);
+            let message = format!("injected into {}", c.operation);
+            // A refusal: Kubernetes' status reasons are a closed set.
+            let (code, status) = match c.service {
+                "kubernetes" => ("Forbidden", 403),
+                _ => ("InjectedFault", 400),
+            };
+            fault(
+                &world,
+                json!({"service": c.service, "operation": c.operation, "kind": "error",
+                       "code": code, "status": status, "message": message}),
+            );
+            let id = started(case, &hypd, &token, &name);
+            let op = hypd.finish(&token, &id);
+            let at = format!("{} {}", case.command, c.stage);
+            assert_eq!(op["state"], "failed", "{at}: {op:#}");
+            let failed = stage(&op, c.stage);
+            assert_eq!(failed["state"], "failed", "{at}: {op:#}");
+            assert_eq!(failed["error"]["code"], code, "{at}: {op:#}");
+            assert_eq!(failed["error"]["transient"], false, "{at}: {op:#}");
+            assert!(
+                failed["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&message),
+                "{at}: {op:#}"
+            );
+            let (status, _) = hypd.call(
+                &token,
+                Method::POST,
+                &format!("/api/v1/operations/{id}/retry"),
+                Some(json!({})),
+            );
+            assert_eq!(status, 200);
+            let op = hypd.finish(&token, &id);
+            assert_eq!(op["state"], "succeeded", "{at} after retry: {op:#}");
+            (case.check)(&world, &hypd, &token, &name);
+        }
+    }
+}
+
+#[test]
+fn a_crash_in_each_stage_resumes_and_makes_nothing_twice() {
+    let (world, mut hypd, token) = world();
+    for case in CASES {
+        for c in case.calls {
+            let name = name_for(case, c, "k");
+            (case.given)(&world, &hypd, &token, &name);
+            // The call is held in flight; hypd dies while the stage is running it.
+            let hold = fault(
+                &world,
+                json!({"service": c.service, "operation": c.operation, "kind": "delay", "seconds": 30}),
+            );
+            let id = started(case, &hypd, &token, &name);
+            let at = format!("{} {}", case.command, c.stage);
+            wait_until(
+                &format!("{at} under way"),
+                std::time::Duration::from_secs(120),
+                || {
+                    let op = get_op(&hypd, &token, &id);
+                    matches!(
+                        stage(&op, c.stage)["state"].as_str(),
+                        Some("running" | "waiting")
+                    )
+                },
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let data_dir = hypd.kill();
+            let (status, _) = world
+                .sim
+                .call(Method::DELETE, &format!("/_sim/faults/{hold}"), None);
+            assert!(status < 300);
+            hypd = world.hypd(
+                Some(data_dir),
+                &[("AWS_ENDPOINT_URL", world.sim.url.as_str())],
+            );
+            let op = hypd.finish(&token, &id);
+            assert_eq!(op["state"], "succeeded", "{at} after a crash: {op:#}");
+            // What finished before the crash is not run again.
+            let runs = crate::runs_per_stage(&crate::transitions(&crate::sqlite_path(&hypd), &id));
+            for s in op["stages"].as_array().unwrap() {
+                let name = s["name"].as_str().unwrap();
+                if name == c.stage {
+                    break;
+                }
+                assert_eq!(
+                    runs.get(&(name.to_owned(), "succeeded".to_owned())),
+                    Some(&1),
+                    "{at}: {name} ran again: {runs:?}"
+                );
+            }
+            (case.check)(&world, &hypd, &token, &name);
+        }
+    }
+    clear_faults(&world);
+}
+
+#[test]
+fn a_lost_answer_in_each_stage_runs_it_again_and_makes_nothing_new() {
+    let (world, hypd, token) = world();
+    for case in CASES {
+        for c in case.calls {
+            let name = name_for(case, c, "l");
+            (case.given)(&world, &hypd, &token, &name);
+            fault(
+                &world,
+                json!({"service": c.service, "operation": c.operation, "kind": "lost"}),
+            );
+            let id = started(case, &hypd, &token, &name);
+            let op = hypd.finish(&token, &id);
+            let at = format!("{} {}", case.command, c.stage);
+            assert_eq!(op["state"], "succeeded", "{at}: {op:#}");
+            let s = stage(&op, c.stage);
+            assert!(
+                s["attempts"].as_u64().unwrap() >= 2,
+                "{at}: the stage ran again after the lost answer: {s}"
+            );
+            (case.check)(&world, &hypd, &token, &name);
+        }
+    }
+}

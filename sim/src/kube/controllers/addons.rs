@@ -1,0 +1,138 @@
+//! EKS add-ons' workloads: each ACTIVE add-on gets the Deployments and DaemonSets (and the
+//! namespace) it runs on a real cluster, labelled with the add-on so they go when it
+//! goes; the training operator also installs the HyperPodPyTorchJob CRD. Workloads are
+//! created once and then left to their own controllers, as EKS leaves them.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::kube::admission::{crd_status, namespace, object};
+use crate::kube::discovery::CRD_GR;
+use crate::kube::store::Key;
+use crate::world::World;
+
+pub const PYTORCHJOB_CRD: &str =
+    include_str!("../../../crds/sagemaker.amazonaws.com_hyperpodpytorchjobs.yaml");
+pub const TRAINING_OPERATOR: &str = "amazon-sagemaker-hyperpod-training-operator";
+
+/// The workloads an EKS add-on runs: namespace, kind, name, replicas (DaemonSets: 0).
+fn addon_workloads(addon: &str) -> &'static [(&'static str, &'static str, &'static str, u32)] {
+    match addon {
+        "coredns" => &[("kube-system", "Deployment", "coredns", 2)],
+        "kube-proxy" => &[("kube-system", "DaemonSet", "kube-proxy", 0)],
+        "vpc-cni" => &[("kube-system", "DaemonSet", "aws-node", 0)],
+        "eks-pod-identity-agent" => &[("kube-system", "DaemonSet", "eks-pod-identity-agent", 0)],
+        "metrics-server" => &[("kube-system", "Deployment", "metrics-server", 2)],
+        "aws-mountpoint-s3-csi-driver" => &[
+            ("kube-system", "DaemonSet", "s3-csi-node", 0),
+            ("kube-system", "Deployment", "s3-csi-controller", 1),
+        ],
+        "aws-fsx-csi-driver" => &[
+            ("kube-system", "DaemonSet", "fsx-csi-node", 0),
+            ("kube-system", "Deployment", "fsx-csi-controller", 2),
+        ],
+        "cert-manager" => &[
+            ("cert-manager", "Deployment", "cert-manager", 1),
+            ("cert-manager", "Deployment", "cert-manager-cainjector", 1),
+            ("cert-manager", "Deployment", "cert-manager-webhook", 1),
+        ],
+        "amazon-cloudwatch-observability" => &[
+            ("amazon-cloudwatch", "DaemonSet", "cloudwatch-agent", 0),
+            (
+                "amazon-cloudwatch",
+                "Deployment",
+                "amazon-cloudwatch-observability-controller-manager",
+                1,
+            ),
+        ],
+        TRAINING_OPERATOR => &[(
+            "aws-hyperpod",
+            "Deployment",
+            "hp-training-operator-hp-training-controller-manager",
+            1,
+        )],
+        "amazon-sagemaker-hyperpod-inference" => &[(
+            "hyperpod-inference-system",
+            "Deployment",
+            "hyperpod-inference-operator-controller-manager",
+            1,
+        )],
+        "amazon-sagemaker-hyperpod-taskgovernance" => {
+            &[("kueue-system", "Deployment", "kueue-controller-manager", 1)]
+        }
+        _ => &[],
+    }
+}
+
+const ADDON_LABEL: &str = "eks.amazonaws.com/addon";
+
+pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
+    let active = w.eks_active_addons(cluster);
+    let Some(c) = w.kube_cluster(cluster) else {
+        return;
+    };
+    let store = &mut c.store;
+    let mut wanted = BTreeSet::new();
+    for addon in &active {
+        for (ns, kind, name, replicas) in addon_workloads(addon) {
+            let (gr, api) = if *kind == "Deployment" {
+                ("apps/deployments", "apps/v1")
+            } else {
+                ("apps/daemonsets", "apps/v1")
+            };
+            wanted.insert(Key::new(gr, ns, name));
+            let ns_key = Key::new("/namespaces", "", ns);
+            if store.get(&ns_key).is_none() {
+                let o = namespace(store, ns, now);
+                store.put(ns_key, o);
+            }
+            let key = Key::new(gr, ns, name);
+            if store.get(&key).is_some() {
+                continue;
+            }
+            let mut o = object(store, api, kind, ns, name, now);
+            let labels = json!({ "app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "EKS", ADDON_LABEL: addon });
+            o["metadata"]["labels"] = labels.clone();
+            let mut template_spec = json!({ "containers": [{ "name": name, "image": format!("602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/{name}:latest"),
+                "resources": { "requests": { "cpu": "100m", "memory": "128Mi" } } }] });
+            if *kind == "DaemonSet" {
+                template_spec["tolerations"] = json!([{ "operator": "Exists" }]);
+            }
+            o["spec"] = json!({
+                "selector": { "matchLabels": { "app.kubernetes.io/name": name } },
+                "template": { "metadata": { "labels": labels }, "spec": template_spec },
+            });
+            if *kind == "Deployment" {
+                o["spec"]["replicas"] = json!(replicas);
+            }
+            store.put(key, o);
+        }
+        if addon == TRAINING_OPERATOR {
+            let key = Key::new(CRD_GR, "", "hyperpodpytorchjobs.sagemaker.amazonaws.com");
+            if store.get(&key).is_none()
+                && let Ok(mut crd) = serde_yaml::from_str::<Value>(PYTORCHJOB_CRD)
+            {
+                crd["metadata"]["uid"] = json!(store.uid());
+                crd["metadata"]["creationTimestamp"] = json!(now);
+                crd["metadata"]["labels"][ADDON_LABEL] = json!(addon);
+                crd["status"] = crd_status(&crd, now);
+                store.put(key, crd);
+            }
+        }
+    }
+    let stale: Vec<Key> = store
+        .keys()
+        .filter(|k| k.gr == "apps/deployments" || k.gr == "apps/daemonsets")
+        .filter(|k| !wanted.contains(k))
+        .filter(|k| {
+            store
+                .get(k)
+                .is_some_and(|o| o["metadata"]["labels"][ADDON_LABEL].is_string())
+        })
+        .cloned()
+        .collect();
+    for k in stale {
+        store.remove(&k);
+    }
+}

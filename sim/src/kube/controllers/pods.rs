@@ -1,0 +1,201 @@
+//! Pods' lifecycle: each pending pod goes to the [`Scheduler`], and a bound pod's status is
+//! then a function of the time it was scheduled: ContainerCreating for [`START_SECS`],
+//! Running, and, if it has a run time, Succeeded or Failed by its exit code. Pods are
+//! bound and advanced in one pass so a tick writes each pod at most once.
+
+use serde_json::{Value, json};
+
+use super::{is_terminal, snapshot, upsert};
+use crate::kube::scheduler::Scheduler;
+use crate::kube::store::{Key, Store, meta};
+use crate::kube::time::{parse_rfc3339, rfc3339};
+use crate::world::fnv1a;
+
+/// Pod or template annotation: sim seconds a container runs before it exits (jobs default
+/// to [`DEFAULT_RUN_SECS`]; long-running pods without it run until deleted).
+pub const RUN_ANNOTATION: &str = "sim.hypd.dev/run-seconds";
+/// Pod or template annotation: the exit code of a container that finishes (default 0).
+pub const EXIT_ANNOTATION: &str = "sim.hypd.dev/exit-code";
+pub const DEFAULT_RUN_SECS: f64 = 60.0;
+/// Sim seconds from scheduling to a running container (image pull and start).
+pub const START_SECS: f64 = 5.0;
+
+/// Binds pending pods (through the scheduler) and moves bound pods through their phases.
+pub(super) fn pods(store: &mut Store, epoch_now: f64, now: &str) {
+    let mut scheduler = Scheduler::new(store);
+    for mut pod in snapshot(store, "/pods") {
+        let ns = meta(&pod, "namespace");
+        let name = meta(&pod, "name");
+        let key = Key::new("/pods", &ns, &name);
+        if pod["metadata"]["deletionTimestamp"].is_string() || is_terminal(&pod) {
+            continue;
+        }
+        if pod["spec"]["nodeName"].is_null() && !scheduler.bind(&mut pod, now) {
+            upsert(store, key, pod);
+            continue;
+        }
+        advance(&mut pod, epoch_now, scheduler.nodes());
+        upsert(store, key, pod);
+    }
+}
+
+/// Sim seconds a pod's containers run before they exit, if they ever do.
+pub fn run_seconds(pod: &Value) -> Option<f64> {
+    let restart = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    pod["metadata"]["annotations"][RUN_ANNOTATION]
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
+        .or((restart != "Always").then_some(DEFAULT_RUN_SECS))
+}
+
+/// A bound pod's status at sim time `now` from when it was scheduled.
+fn advance(pod: &mut Value, now: f64, nodes: &[Value]) {
+    let scheduled = pod["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled"))
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .and_then(parse_rfc3339)
+        .unwrap_or(now);
+    let start = scheduled + START_SECS;
+    let annotations = &pod["metadata"]["annotations"];
+    let run = run_seconds(pod);
+    let exit: i64 = annotations[EXIT_ANNOTATION]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let node = pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let host_ip = nodes
+        .iter()
+        .find(|n| n["metadata"]["name"] == node.as_str())
+        .and_then(|n| n["status"]["addresses"][0]["address"].as_str())
+        .unwrap_or("10.1.0.1")
+        .to_owned();
+    let h = fnv1a(&meta(pod, "uid"));
+    let pod_ip = format!("10.1.{}.{}", 100 + (h >> 8) % 150, h % 250 + 2);
+    let ts = |t: f64| rfc3339(t);
+    let scheduled_at = ts(scheduled);
+    let containers: Vec<(String, String)> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or("main").to_owned(),
+                c["image"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let (phase, state, ready) = if now < start {
+        (
+            "Pending",
+            json!({ "waiting": { "reason": "ContainerCreating" } }),
+            false,
+        )
+    } else if let Some(run) = run.filter(|r| now >= start + r) {
+        let finished = ts(start + run);
+        let reason = if exit == 0 { "Completed" } else { "Error" };
+        (
+            if exit == 0 { "Succeeded" } else { "Failed" },
+            json!({ "terminated": { "exitCode": exit, "reason": reason, "startedAt": ts(start), "finishedAt": finished } }),
+            false,
+        )
+    } else {
+        (
+            "Running",
+            json!({ "running": { "startedAt": ts(start) } }),
+            true,
+        )
+    };
+    let statuses: Vec<Value> = containers
+        .iter()
+        .map(|(name, image)| {
+            json!({ "name": name, "image": image, "imageID": "", "ready": ready, "restartCount": 0,
+                    "started": state.get("running").is_some(), "state": state,
+                    "containerID": format!("containerd://{:016x}", h) })
+        })
+        .collect();
+    let ready_since = if ready {
+        ts(start)
+    } else {
+        scheduled_at.clone()
+    };
+    let started = now >= start;
+    pod["status"] = json!({
+        "phase": phase,
+        "hostIP": host_ip,
+        "podIP": if started { json!(pod_ip) } else { Value::Null },
+        "startTime": scheduled_at,
+        "qosClass": "BestEffort",
+        "conditions": [
+            { "type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at },
+            { "type": "Initialized", "status": "True", "lastTransitionTime": scheduled_at },
+            { "type": "ContainersReady", "status": if ready { "True" } else { "False" }, "lastTransitionTime": ready_since },
+            { "type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": ready_since },
+        ],
+        "containerStatuses": statuses,
+    });
+    if !started && let Some(s) = pod["status"].as_object_mut() {
+        s.remove("podIP");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::admission::bootstrap;
+
+    #[test]
+    fn pods_are_scheduled_by_gpu_requests_and_run_to_completion() {
+        let mut store = Store::new();
+        bootstrap(&mut store, "2026-01-01T00:00:00Z");
+        let t0 = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
+            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "192"},
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        store.put(Key::new("/nodes", "", "n1"), node);
+        for (name, gpus) in [("a", 6), ("b", 4)] {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": name,
+                "annotations": {RUN_ANNOTATION: "10"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}});
+            store.put(Key::new("/pods", "default", name), pod);
+        }
+        pods(&mut store, t0, "2026-01-01T00:00:00Z");
+        let a = store
+            .get(&Key::new("/pods", "default", "a"))
+            .unwrap()
+            .clone();
+        let b = store
+            .get(&Key::new("/pods", "default", "b"))
+            .unwrap()
+            .clone();
+        assert_eq!(a["spec"]["nodeName"], "n1");
+        assert_eq!(a["status"]["phase"], "Pending");
+        assert!(b["spec"]["nodeName"].is_null());
+        assert_eq!(
+            b["status"]["conditions"][0]["message"],
+            "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        );
+        let rv = store.rv();
+        pods(&mut store, t0, "2026-01-01T00:00:00Z");
+        assert_eq!(store.rv(), rv, "nothing changed, nothing written");
+        pods(&mut store, t0 + 6.0, "2026-01-01T00:00:06Z");
+        assert_eq!(
+            store.get(&Key::new("/pods", "default", "a")).unwrap()["status"]["phase"],
+            "Running"
+        );
+        pods(&mut store, t0 + 16.0, "2026-01-01T00:00:16Z");
+        assert_eq!(
+            store.get(&Key::new("/pods", "default", "a")).unwrap()["status"]["phase"],
+            "Succeeded"
+        );
+        pods(&mut store, t0 + 17.0, "2026-01-01T00:00:17Z");
+        assert_eq!(
+            store.get(&Key::new("/pods", "default", "b")).unwrap()["spec"]["nodeName"],
+            "n1",
+            "room freed by the finished pod"
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! The default scheduler: binds a pending pod to the first ready, schedulable node whose
+//! labels, taints and free allocatable (GPUs, EFA interfaces, CPU) admit it, or says why
+//! none does in kube-scheduler's words. What a bound pod requests counts at once, so two
+//! pods bound in the same tick never share a GPU.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::controllers::{is_terminal, node_ready, selector_matches};
+use super::store::{Store, meta};
+
+/// A quantity in milli-units (`"500m"`, `"2"`), for CPU; integers for devices.
+fn milli(q: &Value) -> u64 {
+    let s = match q {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return 0,
+    };
+    match s.strip_suffix('m') {
+        Some(m) => m.parse().unwrap_or(0),
+        None => s.parse::<f64>().map(|f| (f * 1000.0) as u64).unwrap_or(0),
+    }
+}
+
+const RESOURCES: [&str; 3] = ["nvidia.com/gpu", "vpc.amazonaws.com/efa", "cpu"];
+
+fn requests(pod: &Value) -> [u64; 3] {
+    let mut out = [0; 3];
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        for (i, r) in RESOURCES.iter().enumerate() {
+            let q = &c["resources"]["requests"][*r];
+            let q = if q.is_null() {
+                &c["resources"]["limits"][*r]
+            } else {
+                q
+            };
+            out[i] += milli(q);
+        }
+    }
+    out
+}
+
+fn tolerates(pod: &Value, node: &Value) -> bool {
+    let tolerations = pod["spec"]["tolerations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|t| {
+            t["effect"] != "NoSchedule"
+                || tolerations.iter().any(|tol| {
+                    (tol["key"].is_null() && tol["operator"] == "Exists")
+                        || (tol["key"] == t["key"]
+                            && (tol["operator"] == "Exists" || tol["value"] == t["value"]))
+                })
+        })
+}
+
+/// The nodes as stored at the start of a tick and what the live pods bound to each
+/// already request.
+pub struct Scheduler {
+    nodes: Vec<Value>,
+    used: BTreeMap<String, [u64; 3]>,
+}
+
+impl Scheduler {
+    pub fn new(store: &Store) -> Self {
+        let nodes: Vec<Value> = store.list("/nodes", None).map(|n| (**n).clone()).collect();
+        let mut used: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+        for p in store.list("/pods", None) {
+            if let Some(n) = p["spec"]["nodeName"].as_str()
+                && !is_terminal(p)
+            {
+                let r = requests(p);
+                let u = used.entry(n.to_owned()).or_default();
+                for i in 0..3 {
+                    u[i] += r[i];
+                }
+            }
+        }
+        Self { nodes, used }
+    }
+
+    pub fn nodes(&self) -> &[Value] {
+        &self.nodes
+    }
+
+    /// Binds `pod` to a node with room for its GPU/EFA/CPU requests, or marks it
+    /// Unschedulable with the reasons (keeping the condition's time while they stay the
+    /// same); whether it was bound.
+    pub fn bind(&mut self, pod: &mut Value, now: &str) -> bool {
+        let nodes = &self.nodes;
+        let used = &mut self.used;
+        let need = requests(pod);
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut chosen = None;
+        for n in nodes {
+            let node = meta(n, "name");
+            if !node_ready(n) {
+                *reasons.entry("node(s) were not ready".into()).or_default() += 1;
+                continue;
+            }
+            if n["spec"]["unschedulable"] == Value::Bool(true) {
+                *reasons
+                    .entry("node(s) were unschedulable".into())
+                    .or_default() += 1;
+                continue;
+            }
+            if !selector_matches(&pod["spec"]["nodeSelector"], &n["metadata"]["labels"]) {
+                *reasons
+                    .entry("node(s) didn't match Pod's node affinity/selector".into())
+                    .or_default() += 1;
+                continue;
+            }
+            if !tolerates(pod, n) {
+                *reasons
+                    .entry("node(s) had untolerated taint(s)".into())
+                    .or_default() += 1;
+                continue;
+            }
+            let u = used.get(&node).copied().unwrap_or_default();
+            let mut fits = true;
+            for (i, r) in RESOURCES.iter().enumerate() {
+                let have = milli(&n["status"]["allocatable"][*r]);
+                if need[i] > 0 && u[i] + need[i] > have {
+                    fits = false;
+                    *reasons.entry(format!("Insufficient {r}")).or_default() += 1;
+                }
+            }
+            if fits {
+                chosen = Some(node);
+                break;
+            }
+        }
+        match chosen {
+            Some(node) => {
+                let u = used.entry(node.clone()).or_default();
+                for i in 0..3 {
+                    u[i] += need[i];
+                }
+                pod["spec"]["nodeName"] = json!(node);
+                pod["status"]["conditions"] = json!([{ "type": "PodScheduled", "status": "True", "lastTransitionTime": now }]);
+                true
+            }
+            None => {
+                let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                let message = format!(
+                    "0/{} nodes are available: {}.",
+                    nodes.len(),
+                    if detail.is_empty() {
+                        "no nodes available to schedule pods".to_owned()
+                    } else {
+                        detail.join(", ")
+                    }
+                );
+                let old = pod["status"]["conditions"][0].clone();
+                let since = if old["message"] == message.as_str() {
+                    old["lastTransitionTime"].clone()
+                } else {
+                    json!(now)
+                };
+                pod["status"]["conditions"] = json!([{ "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                      "message": message, "lastTransitionTime": since }]);
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse() {
+        assert_eq!(milli(&json!("500m")), 500);
+        assert_eq!(milli(&json!("2")), 2000);
+        assert_eq!(milli(&json!(8)), 8000);
+    }
+}

@@ -1,0 +1,315 @@
+//! The real `aws-sdk-sagemaker` client drives HyperPod node actions against hypd-sim:
+//! reboot, replace and delete with per-node failures (unknown nodes, nodes of another
+//! cluster, nodes already busy), a platform software update rolling over the nodes,
+//! and a throttled call absorbed by the SDK's retry.
+
+use aws_sdk_sagemaker::Client;
+use aws_sdk_sagemaker::error::ProvideErrorMetadata;
+use aws_sdk_sagemaker::types::{
+    CapacitySizeConfig, ClusterInstanceStatus, ClusterInstanceType, ClusterStatus,
+    DeploymentConfiguration, InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy,
+    UpdateClusterSoftwareInstanceGroupSpecification,
+};
+use serde_json::json;
+use crate::support::{
+    active_eks_cluster, control, eks_client, hyperpod_create, hyperpod_group, hyperpod_ready,
+    inject, moto, network, sagemaker_client, set_time_scale, sim, wait_for,
+};
+
+const SCALE: f64 = 600.0;
+
+async fn node_ids(sm: &Client, cluster: &str) -> Vec<(String, String)> {
+    sm.list_cluster_nodes()
+        .cluster_name(cluster)
+        .send()
+        .await
+        .unwrap()
+        .cluster_node_summaries
+        .unwrap_or_default()
+        .into_iter()
+        .map(|n| (n.instance_id.unwrap(), n.node_logical_id.unwrap()))
+        .collect()
+}
+
+async fn node_status(sm: &Client, cluster: &str, id: &str) -> ClusterInstanceStatus {
+    sm.describe_cluster_node()
+        .cluster_name(cluster)
+        .node_id(id)
+        .send()
+        .await
+        .unwrap()
+        .node_details
+        .unwrap()
+        .instance_status
+        .unwrap()
+        .status
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_actions_and_software_update() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, SCALE);
+    let eks = eks_client(&sim_url).await;
+    let sm = sagemaker_client(&sim_url).await;
+    let eks_arn = active_eks_cluster(&eks, &net, "ml").await;
+
+    let mut old = hyperpod_group(&net, 3, ClusterInstanceType::MlP548Xlarge);
+    old.image_release_version = Some("2025.06.04".into());
+    hyperpod_create(&sm, "hp-a", &eks_arn, &net)
+        .instance_groups(old)
+        .send()
+        .await
+        .unwrap();
+    hyperpod_create(&sm, "hp-b", &eks_arn, &net)
+        .instance_groups(hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge))
+        .send()
+        .await
+        .unwrap();
+    hyperpod_ready(&sm, "hp-a").await;
+    hyperpod_ready(&sm, "hp-b").await;
+    let a = node_ids(&sm, "hp-a").await;
+    let b = node_ids(&sm, "hp-b").await;
+    assert_eq!((a.len(), b.len()), (3, 1));
+
+    // A throttled reboot is retried by the SDK and goes through.
+    inject(
+        &sim_url,
+        json!({"service": "sagemaker", "operation": "BatchRebootClusterNodes", "kind": "throttle"}),
+    )
+    .await;
+    set_time_scale(&sim_url, 0.0).await;
+    let out = sm
+        .batch_reboot_cluster_nodes()
+        .cluster_name("hp-a")
+        .node_ids(&a[0].0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.successful(), [a[0].0.clone()]);
+    assert!(out.failed().is_empty());
+    let faults = control(&sim_url, reqwest::Method::GET, "/_sim/faults", json!({})).await;
+    assert_eq!(faults["faults"], json!([]), "the throttle was consumed");
+    assert_eq!(
+        node_status(&sm, "hp-a", &a[0].0).await,
+        ClusterInstanceStatus::Pending
+    );
+
+    // A node already rebooting, an unknown node and another cluster's node fail one by one.
+    let out = sm
+        .batch_reboot_cluster_nodes()
+        .cluster_name("hp-a")
+        .node_ids(&a[0].0)
+        .node_ids("i-0000000000000dead")
+        .node_ids(&b[0].0)
+        .send()
+        .await
+        .unwrap();
+    assert!(out.successful().is_empty());
+    let failed: Vec<(String, String)> = out
+        .failed()
+        .iter()
+        .map(|f| {
+            (
+                f.node_id().unwrap().to_owned(),
+                f.error_code().unwrap().as_str().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            (a[0].0.clone(), "InstanceIdInUse".to_owned()),
+            (
+                "i-0000000000000dead".to_owned(),
+                "InstanceIdNotFound".to_owned()
+            ),
+            (b[0].0.clone(), "InstanceIdNotFound".to_owned()),
+        ]
+    );
+    assert!(
+        out.failed()[2].message().unwrap().contains("hp-b"),
+        "{:?}",
+        out.failed()[2].message()
+    );
+
+    // Replace: the node shuts down, then comes back as a new instance in the same slot.
+    let out = sm
+        .batch_replace_cluster_nodes()
+        .cluster_name("hp-a")
+        .node_ids(&a[1].0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.successful(), [a[1].0.clone()]);
+    assert_eq!(
+        node_status(&sm, "hp-a", &a[1].0).await,
+        ClusterInstanceStatus::ShuttingDown
+    );
+    set_time_scale(&sim_url, SCALE).await;
+    hyperpod_ready(&sm, "hp-a").await;
+    let after = node_ids(&sm, "hp-a").await;
+    assert_eq!(after.len(), 3);
+    assert!(after.contains(&a[0]), "the rebooted node keeps its id");
+    assert!(!after.iter().any(|(id, _)| *id == a[1].0), "{after:?}");
+    let replaced = after.iter().find(|(_, l)| *l == a[1].1).unwrap();
+    assert_ne!(replaced.0, a[1].0, "a replaced node gets a new instance id");
+
+    // Delete by instance id and by logical id; the group shrinks.
+    let out = sm
+        .batch_delete_cluster_nodes()
+        .cluster_name("hp-a")
+        .node_ids(&a[2].0)
+        .node_ids("i-0000000000000beef")
+        .node_logical_ids(&a[0].1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.successful(), [a[2].0.clone()]);
+    assert_eq!(out.successful_node_logical_ids(), [a[0].1.clone()]);
+    assert_eq!(out.failed().len(), 1);
+    assert_eq!(out.failed()[0].code().unwrap().as_str(), "NodeIdNotFound");
+    assert_eq!(out.failed()[0].node_id(), Some("i-0000000000000beef"));
+    let remaining = node_ids(&sm, "hp-a").await;
+    assert_eq!(remaining.as_slice(), std::slice::from_ref(replaced));
+    let d = sm
+        .describe_cluster()
+        .cluster_name("hp-a")
+        .send()
+        .await
+        .unwrap();
+    let g = &d.instance_groups()[0];
+    assert_eq!((g.target_count, g.current_count), (Some(1), Some(1)));
+    let err = sm
+        .batch_delete_cluster_nodes()
+        .cluster_name("hp-a")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ValidationException"));
+    let err = sm
+        .batch_replace_cluster_nodes()
+        .cluster_name("hp-a")
+        .node_ids("i-nope")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ValidationException"));
+    assert!(
+        err.message().unwrap().contains("at 'nodeIds'"),
+        "{:?}",
+        err.message()
+    );
+
+    // The platform software update rolls the group to a newer release.
+    set_time_scale(&sim_url, 0.0).await;
+    sm.update_cluster_software()
+        .cluster_name("hp-a")
+        .instance_groups(
+            UpdateClusterSoftwareInstanceGroupSpecification::builder()
+                .instance_group_name("gpu")
+                .image_release_version("2025.11.20")
+                .build(),
+        )
+        .deployment_config(
+            DeploymentConfiguration::builder()
+                .rolling_update_policy(
+                    RollingDeploymentPolicy::builder()
+                        .maximum_batch_size(
+                            CapacitySizeConfig::builder()
+                                .r#type(NodeUnavailabilityType::CapacityPercentage)
+                                .value(50)
+                                .build(),
+                        )
+                        .build(),
+                )
+                .wait_interval_in_seconds(0)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let d = sm
+        .describe_cluster()
+        .cluster_name("hp-a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(d.cluster_status, Some(ClusterStatus::Systemupdating));
+    let g = &d.instance_groups()[0];
+    assert_eq!(g.status, Some(InstanceGroupStatus::Systemupdating));
+    assert_eq!(
+        g.current_image_release_version.as_deref(),
+        Some("2025.06.04")
+    );
+    assert_eq!(
+        g.desired_image_release_version.as_deref(),
+        Some("2025.11.20")
+    );
+    assert_eq!(
+        node_status(&sm, "hp-a", &replaced.0).await,
+        ClusterInstanceStatus::SystemUpdating
+    );
+    let err = sm
+        .update_cluster_software()
+        .cluster_name("hp-a")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ConflictException"), "{:?}", err.message());
+    let err = sm
+        .update_cluster_software()
+        .cluster_name("hp-b")
+        .instance_groups(
+            UpdateClusterSoftwareInstanceGroupSpecification::builder()
+                .instance_group_name("cpu")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some("ValidationException"),
+        "{:?}",
+        err.message()
+    );
+    set_time_scale(&sim_url, SCALE).await;
+    hyperpod_ready(&sm, "hp-a").await;
+    wait_for("release applied", || async {
+        let d = sm
+            .describe_cluster()
+            .cluster_name("hp-a")
+            .send()
+            .await
+            .unwrap();
+        d.instance_groups()[0]
+            .current_image_release_version
+            .as_deref()
+            == Some("2025.11.20")
+    })
+    .await;
+    let node = sm
+        .describe_cluster_node()
+        .cluster_name("hp-a")
+        .node_id(&replaced.0)
+        .send()
+        .await
+        .unwrap()
+        .node_details
+        .unwrap();
+    assert_eq!(
+        node.current_image_release_version.as_deref(),
+        Some("2025.11.20")
+    );
+
+    let err = sm
+        .batch_reboot_cluster_nodes()
+        .cluster_name("absent")
+        .node_ids(&a[0].0)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ResourceNotFound"));
+}
