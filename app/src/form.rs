@@ -560,18 +560,22 @@ pub fn FieldInput(
     field: &'static Field,
     #[prop(optional, into)] options: Option<Signal<Vec<(String, String)>>>,
     #[prop(optional, into)] empty: Option<String>,
-) -> impl IntoView {
+) -> AnyView {
     let shown = move || {
         field
             .when
             .is_none_or(|(other, value)| record.value(other).with(|v| v == value))
     };
     let options = options.unwrap_or_else(|| Signal::stored(Vec::new()));
+    // Erased once here, at the component's edge (the four kinds still branch with
+    // `Either`): a page of many inputs otherwise nests past the compiler's type depth
+    // limit in the server crate, which renders every page too.
     view! {
         <Show when=shown>
             <ShownField form record field options empty=empty.clone()/>
         </Show>
     }
+    .into_any()
 }
 
 #[component]

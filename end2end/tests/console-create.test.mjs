@@ -162,6 +162,10 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   );
   await page.click('button[type="submit"]');
   await page.waitForSelector('fieldset.group >> nth=1 >> .field.invalid .field-error p');
+  assert.match(
+    await page.textContent('#instance_groups-1-capacity-training_plan_arn-error'),
+    /no training plan no-such-plan/,
+  );
   assert.equal(await page.locator('fieldset.group >> nth=0 >> .field.invalid').count(), 0);
   assert.equal(await page.locator('.form-alert').count(), 0);
   await shot(page, 'create-form-group-server-error');
