@@ -350,12 +350,22 @@ impl Record {
 }
 
 /// Something on the page that shows errors: an input (with its value), or a list's own
-/// line for errors about the list as a whole.
+/// line for errors about the list as a whole. Only the form's own state is kept here, so
+/// a place outlives nothing it points to.
 #[derive(Clone, Copy)]
 struct Place {
     key: u64,
-    path: Signal<String>,
+    /// The record the path is relative to; none for a list's own line.
+    record: Option<Record>,
+    path: &'static str,
     value: Option<(Field, RwSignal<String>)>,
+}
+
+impl Place {
+    fn path(&self) -> String {
+        self.record
+            .map_or_else(|| self.path.to_owned(), |r| r.path(self.path))
+    }
 }
 
 /// A form: its state (errors beside inputs, the line at the top, whether it is
@@ -420,7 +430,7 @@ impl FormState {
     fn place_paths(&self) -> Vec<String> {
         let mut paths: Vec<String> = self.fixed.iter().map(|p| (*p).to_owned()).collect();
         self.places
-            .with_value(|places| paths.extend(places.iter().map(|p| p.path.get_untracked())));
+            .with_value(|places| paths.extend(places.iter().map(Place::path)));
         paths
     }
 
@@ -432,7 +442,7 @@ impl FormState {
                 .iter()
                 .filter_map(|p| {
                     let (field, value) = p.value?;
-                    Some((p.path.get_untracked(), field.input(value.get_untracked())))
+                    Some((p.path(), field.input(value.get_untracked())))
                 })
                 .collect()
         });
@@ -440,11 +450,22 @@ impl FormState {
     }
 
     /// Adds a place for as long as the current component is on the page.
-    fn mount(&self, path: Signal<String>, value: Option<(Field, RwSignal<String>)>) {
+    fn mount(
+        &self,
+        record: Option<Record>,
+        path: &'static str,
+        value: Option<(Field, RwSignal<String>)>,
+    ) {
         let key = self.next_key.get_value();
         self.next_key.set_value(key + 1);
-        self.places
-            .update_value(|places| places.push(Place { key, path, value }));
+        self.places.update_value(|places| {
+            places.push(Place {
+                key,
+                record,
+                path,
+                value,
+            })
+        });
         let places = self.places;
         on_cleanup(move || {
             // The form may be gone first, when the whole page is.
@@ -506,8 +527,8 @@ impl List {
     /// Removes an item; the last one stays.
     pub fn remove(&self, key: u64) {
         if self.items.with_untracked(Vec::len) > 1 {
-            self.items.update(|i| i.retain(|(k, _)| *k != key));
             self.form.clear();
+            self.items.update(|i| i.retain(|(k, _)| *k != key));
         }
     }
 
@@ -543,10 +564,9 @@ impl List {
 /// Where errors about a list as a whole (`instance_groups`: none, too many) are shown.
 #[component]
 pub fn ListErrors(form: FormState, list: List) -> impl IntoView {
-    form.mount(Signal::stored(list.path.to_owned()), None);
-    let id = input_id(list.path);
+    form.mount(None, list.path, None);
     view! {
-        <FieldErrors id errors=Signal::derive(move || form.errors_for(list.path))/>
+        <FieldErrors id=move || input_id(list.path) errors=move || form.errors_for(list.path)/>
     }
 }
 
@@ -587,17 +607,20 @@ fn ShownField(
     empty: Option<String>,
 ) -> impl IntoView {
     let value = record.value(field.path);
-    let path = Signal::derive(move || record.path(field.path));
-    form.mount(path, Some((*field, value)));
-    let id = Signal::derive(move || input_id(&path.get()));
-    let errors = Signal::derive(move || form.errors_for(&path.get()));
-    let invalid = move || !errors.with(Vec::is_empty);
+    form.mount(Some(record), field.path, Some((*field, value)));
+    // Closures over the form's own state, not signals of this input's: when an item of a
+    // list is removed, its effects may run once more as it goes, and must find nothing
+    // of its own disposed.
+    let path = move || record.path(field.path);
+    let id = move || input_id(&path());
+    let errors = move || form.errors_for(&path());
+    let invalid = move || !errors().is_empty();
     let aria_invalid = move || if invalid() { "true" } else { "false" };
-    let described = move || format!("{0}-hint {0}-error", id.get());
+    let described = move || format!("{0}-hint {0}-error", id());
     let hint = move || {
         field
             .hint
-            .map(|h| view! { <p class="hint" id=move || format!("{}-hint", id.get())>{h}</p> })
+            .map(|h| view! { <p class="hint" id=move || format!("{}-hint", id())>{h}</p> })
     };
     match field.kind {
         Kind::Text | Kind::Integer => {
@@ -645,12 +668,12 @@ fn ShownField(
         }),
         Kind::Choice(choices) => EitherOf4::C(view! {
             <fieldset class="field choice" class:invalid=invalid data-field=path
-                aria-describedby=move || format!("{}-error", id.get())>
+                aria-describedby=move || format!("{}-error", id())>
                 <legend>{field.label}</legend>
                 {choices
                     .iter()
                     .map(|c| {
-                        let option_id = move || format!("{}-{}", id.get(), c.value);
+                        let option_id = move || format!("{}-{}", id(), c.value);
                         view! {
                             <div class="choice-option">
                                 <input
@@ -703,10 +726,13 @@ fn ShownField(
 }
 
 #[component]
-fn FieldErrors(#[prop(into)] id: Signal<String>, errors: Signal<Vec<String>>) -> impl IntoView {
+fn FieldErrors(
+    id: impl Fn() -> String + Copy + Send + Sync + 'static,
+    errors: impl Fn() -> Vec<String> + Copy + Send + Sync + 'static,
+) -> impl IntoView {
     view! {
-        <div class="field-error" id=move || format!("{}-error", id.get()) role="alert" aria-live="polite">
-            <For each=move || errors.get() key=|m| m.clone() let:m>
+        <div class="field-error" id=move || format!("{}-error", id()) role="alert" aria-live="polite">
+            <For each=errors key=|m| m.clone() let:m>
                 <p>{m}</p>
             </For>
         </div>
@@ -1090,14 +1116,14 @@ mod tests {
         assert_eq!(form.request(), json!({}));
         let child = owner.child();
         child.with(|| {
-            form.mount(
-                Signal::stored("name".into()),
-                Some((FIELDS[0], top.value("name"))),
-            );
+            form.mount(Some(top), "name", Some((FIELDS[0], top.value("name"))));
             for (_, record) in list.items() {
                 for field in ITEM {
-                    let path = Signal::derive(move || record.path(field.path));
-                    form.mount(path, Some((*field, record.value(field.path))));
+                    form.mount(
+                        Some(record),
+                        field.path,
+                        Some((*field, record.value(field.path))),
+                    );
                 }
             }
         });
