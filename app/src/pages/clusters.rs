@@ -210,8 +210,11 @@ pub fn ClusterList() -> impl IntoView {
 #[component]
 pub(crate) fn NodeHealthSummary(nodes: Option<ObservedNodes>) -> impl IntoView {
     match nodes {
-        None => Either::Left(view! {
+        None => EitherOf3::A(view! {
             <span class="muted" title="Not observed yet: the cluster's page asks AWS">"—"</span>
+        }),
+        Some(n) if n.counts.total == 0 => EitherOf3::B(view! {
+            <span class="muted" title=format!("As of {}", short(&n.observed_at))>"no nodes"</span>
         }),
         Some(n) => {
             let c = n.counts;
@@ -222,7 +225,7 @@ pub(crate) fn NodeHealthSummary(nodes: Option<ObservedNodes>) -> impl IntoView {
                     " · " <span class=format!("health health-{what}")>{format!("{k} {what}")}</span>
                 })
                 .collect_view();
-            Either::Right(view! {
+            EitherOf3::C(view! {
                 <span
                     class="node-counts"
                     data-total=c.total
