@@ -1,7 +1,8 @@
 // What a browser downloads to hydrate each console page: opens every page, signed in, in
 // a fresh headless Chromium context (empty cache), waits until it is hydrated, and sums
-// the gzip -9 size of each wasm and JS file it fetched from /pkg/. The console is built
-// with `cargo leptos build --split`, so a page costs the entry bundle plus its own chunks.
+// the gzip -9 size of each wasm and JS file it fetched from /pkg/ (and, for reference,
+// the uncompressed size). The console is built with `cargo leptos build --split`, so a
+// page costs the entry bundle plus its own chunks.
 //
 //   node end2end/measure-bundle.mjs        (run by scripts/measure-console)
 import { readFileSync } from 'node:fs';
@@ -26,11 +27,15 @@ const aim = 400_000;
 const server = await startHypd({ sandbox: true });
 const browser = await launchBrowser();
 const site = process.env.HYPD_SITE_ROOT;
-const gzipped = new Map();
-function gz(file) {
-  if (!gzipped.has(file)) gzipped.set(file, gzipSync(readFileSync(path.join(site, file)), { level: 9 }).length);
-  return gzipped.get(file);
+const sizes = new Map();
+function size(file) {
+  if (!sizes.has(file)) {
+    const bytes = readFileSync(path.join(site, file));
+    sizes.set(file, { raw: bytes.length, gz: gzipSync(bytes, { level: 9 }).length });
+  }
+  return sizes.get(file);
 }
+const gz = (file) => size(file).gz;
 
 try {
   const login = await fetch(new URL('/auth/login', server.url), {
@@ -61,14 +66,17 @@ try {
     const entry = files.filter((f) => /\/(hypd\.(wasm|js)|__wasm_split[^/]*\.js)$/.test(f));
     const entryBytes = entry.reduce((n, f) => n + gz(f), 0);
     const total = files.reduce((n, f) => n + gz(f), 0);
-    rows.push({ route, files: files.length, entryBytes, chunkBytes: total - entryBytes, total });
+    const raw = files.reduce((n, f) => n + size(f).raw, 0);
+    rows.push({ route, files: files.length, entryBytes, chunkBytes: total - entryBytes, total, raw });
   }
 
   const kB = (n) => (n / 1000).toFixed(1).padStart(7);
   console.log('== hydrate download per page (wasm + JS, gzip -9, empty cache)');
-  console.log('  page                   files     entry    chunks     total');
+  console.log('  page                   files     entry    chunks     total   (uncompressed)');
   for (const r of rows) {
-    console.log(`  ${r.route.padEnd(22)} ${String(r.files).padStart(5)} ${kB(r.entryBytes)} kB ${kB(r.chunkBytes)} kB ${kB(r.total)} kB`);
+    console.log(
+      `  ${r.route.padEnd(22)} ${String(r.files).padStart(5)} ${kB(r.entryBytes)} kB ${kB(r.chunkBytes)} kB ${kB(r.total)} kB ${kB(r.raw)} kB`,
+    );
   }
   const worst = rows.reduce((a, b) => (b.total > a.total ? b : a));
   const all = [...everything].reduce((n, f) => n + gz(f), 0);

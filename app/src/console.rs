@@ -1,12 +1,11 @@
-//! The console shell (document, top bar, navigation, theme, routes) and its overview
+//! The console shell (document, top bar, navigation, theme, routes) and its not-found
 //! page. The shell is the same markup on the server and in the browser: hydration fails
 //! on any difference, so nothing here reads a browser-only value while rendering.
 
-use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
-use leptos_router::{Lazy, path};
+use leptos_router::{Lazy, SsrMode, path};
 use serde::{Deserialize, Serialize};
 
 use crate::api::call::call;
@@ -95,6 +94,14 @@ pub fn App() -> impl IntoView {
     let theme = RwSignal::new(Theme::System);
     let me: Me = Resource::new(|| (), |_| call(&Whoami {}));
     provide_context(me);
+    // A render without the server's context (its not-found page) cannot tell who is
+    // signed in: the browser asks again once the page has hydrated.
+    live::after_hydration(move || {
+        if matches!(me.get_untracked(), Some(Err(e)) if !matches!(e, ApiError::Unauthorized { .. }))
+        {
+            me.refetch();
+        }
+    });
     let live = Live::new();
     provide_context(live);
     // The live channel needs a session: open it once someone is signed in.
@@ -139,7 +146,8 @@ pub fn App() -> impl IntoView {
                 <SandboxBanner/>
                 <main class="content" id="main">
                     <Routes fallback=|| view! { <NotFound/> }>
-                        <Route path=path!("/") view={Lazy::<pages::OverviewRoute>::new()}/>
+                        // Rendered whole before answering, so an unsigned visitor gets a redirect.
+                        <Route path=path!("/") view={Lazy::<pages::OverviewRoute>::new()} ssr=SsrMode::Async/>
                         <Route path=path!("/login") view={Lazy::<pages::SignInRoute>::new()}/>
                         <Route path=path!("/clusters") view={Lazy::<pages::ClusterListRoute>::new()}/>
                         <Route path=path!("/clusters/import") view={Lazy::<pages::ImportClusterRoute>::new()}/>
@@ -161,6 +169,11 @@ pub fn App() -> impl IntoView {
 #[component]
 fn SandboxBanner() -> impl IntoView {
     let info = Resource::new(|| (), |_| get_console_info());
+    live::after_hydration(move || {
+        if matches!(info.get_untracked(), Some(Err(_))) {
+            info.refetch();
+        }
+    });
     view! {
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
@@ -178,44 +191,6 @@ fn SandboxBanner() -> impl IntoView {
                 }
             })}
         </Suspense>
-    }
-}
-
-#[component]
-pub(crate) fn Overview() -> impl IntoView {
-    let info = Resource::new(|| (), |_| get_console_info());
-    view! {
-        <section class="panel">
-            <h1>"Console"</h1>
-            <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match info.await {
-                        Ok(info) => {
-                            Either::Left(view! {
-                                <dl class="facts">
-                                    <dt>"Version"</dt>
-                                    <dd>{info.version}</dd>
-                                    <dt>"Mode"</dt>
-                                    <dd>{if info.sandbox { "sandbox (moto + sim)" } else { "AWS" }}</dd>
-                                    <dt>"Region"</dt>
-                                    <dd>{info.region.unwrap_or_else(|| "not configured".to_owned())}</dd>
-                                </dl>
-                                <p class="home-links">
-                                    <a class="button" href="/clusters">"Clusters"</a>
-                                    " "
-                                    <a class="button" href="/operations">"Operations"</a>
-                                </p>
-                            }
-                                )
-                        }
-                        Err(e) => {
-                            Either::Right(view! { <p class="error">"The server did not answer: " {e.to_string()}</p> }
-                                )
-                        }
-                    }
-                })}
-            </Suspense>
-        </section>
     }
 }
 

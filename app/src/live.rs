@@ -3,6 +3,12 @@
 //! operation snapshot in a signal that pages merge over what they loaded. The server sends
 //! only changes made after it accepted the socket, so each (re)connect bumps `epoch` and
 //! pages reload what they show: nothing that happened while disconnected is missed.
+//!
+//! Hydration must reproduce the server's markup from the server's data, and it finishes
+//! asynchronously (the page's wasm chunk is fetched first, slowly on a loaded machine).
+//! So the channel and the clock start only once the page has hydrated: a snapshot pushed
+//! earlier would make the browser render something the server did not, which Leptos
+//! cannot recover from.
 
 use std::collections::BTreeMap;
 
@@ -117,20 +123,79 @@ pub fn use_live() -> Live {
     use_context::<Live>().unwrap_or_default()
 }
 
-/// Starts the channel and the clock. Browser only; a no-op in the server's render.
+/// Starts the channel and the clock once the page has hydrated. Browser only; a no-op in
+/// the server's render.
 pub fn start(live: Live) {
+    after_hydration(move || {
+        #[cfg(feature = "hydrate")]
+        {
+            live.now.set(Some(crate::time::browser_now()));
+            // The handle is dropped on purpose: the clock lives as long as the tab.
+            let _ = set_interval_with_handle(
+                move || live.now.set(Some(crate::time::browser_now())),
+                std::time::Duration::from_secs(1),
+            );
+            leptos::task::spawn_local(browser::run(live));
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = live;
+    });
+}
+
+/// Runs `f` in the browser once the page has hydrated (at once if it has); never on the
+/// server. For anything that would change what the first render shows.
+pub fn after_hydration(f: impl FnOnce() + 'static) {
     #[cfg(feature = "hydrate")]
-    {
-        live.now.set(Some(crate::time::browser_now()));
-        // The handle is dropped on purpose: the clock lives as long as the tab.
-        let _ = set_interval_with_handle(
-            move || live.now.set(Some(crate::time::browser_now())),
-            std::time::Duration::from_secs(1),
-        );
-        leptos::task::spawn_local(browser::run(live));
-    }
+    leptos::task::spawn_local(async move {
+        gate::opened().await;
+        f();
+    });
     #[cfg(not(feature = "hydrate"))]
-    let _ = live;
+    let _ = f;
+}
+
+/// Called by the wasm entry when hydration has finished: what waited for it runs now.
+#[cfg(feature = "hydrate")]
+pub fn page_hydrated() {
+    gate::open();
+}
+
+/// The browser's "hydrated yet?" gate: one per tab (wasm has one thread), open for good
+/// once opened.
+#[cfg(feature = "hydrate")]
+mod gate {
+    use std::cell::RefCell;
+
+    use futures::channel::oneshot;
+
+    thread_local! {
+        /// Who waits; `None` once open.
+        static WAITING: RefCell<Option<Vec<oneshot::Sender<()>>>> =
+            const { RefCell::new(Some(Vec::new())) };
+    }
+
+    pub fn open() {
+        for waiter in WAITING
+            .with(|w| w.borrow_mut().take())
+            .into_iter()
+            .flatten()
+        {
+            let _ = waiter.send(());
+        }
+    }
+
+    pub async fn opened() {
+        let waiting = WAITING.with(|w| {
+            w.borrow_mut().as_mut().map(|list| {
+                let (tx, rx) = oneshot::channel();
+                list.push(tx);
+                rx
+            })
+        });
+        if let Some(rx) = waiting {
+            let _ = rx.await;
+        }
+    }
 }
 
 #[cfg(feature = "hydrate")]

@@ -1,8 +1,9 @@
 // Creating a cluster through the console in headless Chromium against a sandbox hypd:
-// the form's choices come from inspection, a bad field is refused beside it (by the
-// request type's own rules in the browser, and by the server's pre-flight), the progress
-// panel reaches "succeeded" live, and the cluster's page shows its instance group and
-// nodes. A viewer is offered no create button and the server refuses the call anyway.
+// the form's choices come from inspection, instance groups are added and removed, a bad
+// field is refused beside it (by the request type's own rules in the browser, and by the
+// server's pre-flight), also inside the second group, the progress panel reaches
+// "succeeded" live, and the cluster's page shows both instance groups and their nodes.
+// A viewer is offered no create button and the server refuses the call anyway.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -81,9 +82,9 @@ async function fillForm(page, name) {
   await page.fill('#name', name);
   await page.selectOption('#availability_zone', 'us-east-1a');
   // Instance types follow the zone: only what it offers, with GPU and EFA facts.
-  await page.waitForSelector('#instance_type option[value="ml.g5.8xlarge"]', { state: 'attached' });
-  await page.selectOption('#instance_type', 'ml.g5.8xlarge');
-  await page.fill('#instance_count', '2');
+  await page.waitForSelector('#instance_groups-0-instance_type option[value="ml.g5.8xlarge"]', { state: 'attached' });
+  await page.selectOption('#instance_groups-0-instance_type', 'ml.g5.8xlarge');
+  await page.fill('#instance_groups-0-instance_count', '2');
 }
 
 test('an admin creates a cluster through the form and watches it succeed live', async () => {
@@ -98,12 +99,16 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForURL(/\/clusters\/new$/);
   await hydrated(page);
   await fillForm(page, 'e2e-ml');
-  const label = await page.textContent('#instance_type option[value="ml.g5.8xlarge"]');
+  const label = await page.textContent('#instance_groups-0-instance_type option[value="ml.g5.8xlarge"]');
   assert.match(label, /NVIDIA A10G/);
   assert.match(label, /EFA/);
-  assert.match(await page.textContent('.type-facts'), /vCPU/);
+  assert.match(await page.textContent('fieldset.group .type-facts'), /vCPU/);
   // g5.8xlarge has one EFA card: EFA-only is not offered for it.
-  assert.equal(await page.locator('#efa_only').count(), 0);
+  assert.equal(await page.locator('#instance_groups-0-efa_only').count(), 0);
+  // One group to start with, which cannot be removed.
+  assert.equal(await page.locator('fieldset.group').count(), 1);
+  assert.equal(await page.locator('button.remove-group').count(), 0);
+  assert.equal(await page.inputValue('#instance_groups-0-name'), 'accelerated-1');
   await shot(page, 'create-form');
 
   assert.ok(fetched.some((p) => p.includes('create_cluster_route')));
@@ -111,21 +116,65 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   assert.ok(!fetched.some((p) => p.includes('check_create')), 'the check loaded before a submit');
 
   // Checked in the browser by CreateCluster's own rules, shown beside the field.
-  await page.fill('#instance_count', '0');
+  await page.fill('#instance_groups-0-instance_count', '0');
   const before = fetched.length;
   await page.click('button[type="submit"]');
-  await page.waitForSelector('.field[data-field="instance_count"].invalid #instance_count-error p');
+  await page.waitForSelector(
+    '.field[data-field="instance_groups[0].instance_count"].invalid #instance_groups-0-instance_count-error p',
+  );
   const submitted = fetched.slice(before);
   assert.ok(submitted.some((p) => /^\/pkg\/split_check_create_\w+\.wasm$/.test(p)), submitted.join(' '));
   assert.ok(!submitted.some((p) => p.startsWith('/fn/')), 'a browser-checked mistake reached the server');
-  assert.match(await page.textContent('#instance_count-error'), /at least 1/);
-  assert.equal(await page.getAttribute('#instance_count', 'aria-invalid'), 'true');
+  assert.match(await page.textContent('#instance_groups-0-instance_count-error'), /at least 1/);
+  assert.equal(await page.getAttribute('#instance_groups-0-instance_count', 'aria-invalid'), 'true');
   assert.equal(await page.locator('.field.invalid').count(), 1);
   await shot(page, 'create-form-error');
+  await page.fill('#instance_groups-0-instance_count', '2');
+
+  // A second group: its own inputs under instance_groups[1], each group removable while
+  // there are two. A name the first group has is refused beside the second's name.
+  await page.click('button:text("Add another group")');
+  await page.waitForSelector('fieldset.group >> nth=1');
+  assert.equal(await page.inputValue('#instance_groups-1-name'), 'accelerated-2');
+  assert.equal(await page.locator('button.remove-group').count(), 2);
+  await page.click('button[aria-label="Remove instance group 2"]');
+  // The last group cannot be removed: its button goes.
+  await page.waitForSelector('button.remove-group', { state: 'detached' });
+  assert.equal(await page.locator('fieldset.group').count(), 1);
+  await page.click('button:text("Add another group")');
+  await page.waitForSelector('#instance_groups-1-instance_type option[value="ml.g5.8xlarge"]', { state: 'attached' });
+  await page.selectOption('#instance_groups-1-instance_type', 'ml.g5.8xlarge');
+  await page.fill('#instance_groups-1-name', 'accelerated-1');
+  const beforeSecond = fetched.length;
+  await page.click('button[type="submit"]');
+  await page.waitForSelector('.field[data-field="instance_groups[1].name"].invalid #instance_groups-1-name-error p');
+  assert.match(await page.textContent('#instance_groups-1-name-error'), /already named accelerated-1/);
+  assert.ok(!fetched.slice(beforeSecond).some((p) => p.startsWith('/fn/')), 'a browser-checked mistake reached the server');
+  assert.equal(await page.locator('.field.invalid').count(), 1);
+  await page.fill('#instance_groups-1-name', 'spot-1');
+  await page.check('#instance_groups-1-capacity-type-spot');
+  await page.fill('#instance_groups-1-instance_count', '1');
+  // A training plan the account does not have: the server's pre-flight names a field of
+  // the second group, and the error is shown inside that group.
+  await page.check('#instance_groups-1-capacity-type-training_plan');
+  await page.fill(
+    '#instance_groups-1-capacity-training_plan_arn',
+    'arn:aws:sagemaker:us-east-1:123456789012:training-plan/no-such-plan',
+  );
+  await page.click('button[type="submit"]');
+  await page.waitForSelector('fieldset.group >> nth=1 >> .field.invalid .field-error p');
+  assert.match(
+    await page.textContent('#instance_groups-1-capacity-training_plan_arn-error'),
+    /no training plan no-such-plan/,
+  );
+  assert.equal(await page.locator('fieldset.group >> nth=0 >> .field.invalid').count(), 0);
+  assert.equal(await page.locator('.form-alert').count(), 0);
+  await shot(page, 'create-form-group-server-error');
+  await page.check('#instance_groups-1-capacity-type-spot');
+  assert.equal(await page.locator('#instance_groups-1-capacity-training_plan_arn').count(), 0);
 
   // The server's pre-flight refuses a VPC block that overlaps one of the region's (moto's
   // default VPC): beside the field, inside the disclosure, which opens to show it.
-  await page.fill('#instance_count', '2');
   await page.click('details.advanced summary');
   await page.fill('#network-vpc_cidr', '172.31.0.0/16');
   await page.click('details.advanced summary');
@@ -160,15 +209,17 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   const group = await page.textContent('.instance-groups tr[data-group="accelerated-1"]');
   assert.match(group, /ml\.g5\.8xlarge/);
   assert.match(group, /\/ 2/);
+  assert.match(await page.textContent('.instance-groups tr[data-group="spot-1"]'), /\/ 1/);
   // The nodes finish starting a little after the cluster is InService.
   for (let i = 0; i < 60; i++) {
-    if ((await page.locator('.nodes tr[data-health="healthy"]').count()) === 2) break;
+    if ((await page.locator('.nodes tr[data-health="healthy"]').count()) === 3) break;
     await page.waitForTimeout(500);
     await page.click('button:text("Refresh")');
   }
-  assert.equal(await page.locator('.nodes tr[data-health="healthy"]').count(), 2);
-  assert.match(await page.textContent('.nodes tbody tr'), /accelerated-1/);
-  assert.equal(await page.getAttribute('.node-counts', 'data-healthy'), '2');
+  assert.equal(await page.locator('.nodes tr[data-health="healthy"]').count(), 3);
+  assert.match(await page.textContent('.nodes tbody'), /accelerated-1/);
+  assert.match(await page.textContent('.nodes tbody'), /spot-1/);
+  assert.equal(await page.getAttribute('.node-counts', 'data-healthy'), '3');
   assert.ok((await page.locator('.addons tr[data-addon]').count()) >= 4);
   await page.waitForSelector('.cluster-facts');
   await shot(page, 'cluster-detail-live');
@@ -191,8 +242,8 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector('tr[data-cluster="e2e-ml"] .state-active');
   // Node health as last observed, shown in the list without an AWS call per row.
   const counts = page.locator('tr[data-cluster="e2e-ml"] .node-counts');
-  assert.equal(await counts.getAttribute('data-total'), '2');
-  assert.equal(await counts.getAttribute('data-healthy'), '2');
+  assert.equal(await counts.getAttribute('data-total'), '3');
+  assert.equal(await counts.getAttribute('data-healthy'), '3');
   await shot(page, 'clusters-created');
   assert.deepEqual(errors, []);
 });
@@ -204,14 +255,15 @@ test('a viewer is offered no create button, and the server refuses it anyway', a
   assert.equal(await page.locator('a:text("Create cluster")').count(), 0);
   await page.goto(new URL('/clusters/new', server.url).href);
   await page.waitForSelector('[data-error="forbidden"]');
+  // The shell's refusal is the command's own role, in the server's words.
+  assert.match(await page.textContent('[data-error="forbidden"]'), /create_cluster needs the operator role; token e2e-create-viewer has viewer/);
   assert.equal(await page.locator('form').count(), 0);
   await shot(page, 'create-viewer');
 
   const request = {
     name: 'e2e-viewer-ml',
     availability_zone: 'us-east-1a',
-    instance_type: 'ml.g5.8xlarge',
-    instance_count: 1,
+    instance_groups: [{ name: 'accelerated-1', instance_type: 'ml.g5.8xlarge', instance_count: 1 }],
   };
   const [status, body] = await rest(server, viewer, 'POST', '/api/v1/clusters', request);
   assert.equal(status, 403, JSON.stringify(body));

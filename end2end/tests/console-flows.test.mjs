@@ -177,6 +177,10 @@ test('import a cluster through the form and watch it succeed live', async () => 
     els.map((e) => e.getAttribute('data-state')),
   );
   assert.deepEqual(stages, ['succeeded', 'succeeded', 'succeeded', 'succeeded']);
+  // Screen readers are told each change as it comes, in a polite live region.
+  const announcer = page.locator('.progress [aria-live="polite"].announcer');
+  assert.equal(await announcer.getAttribute('role'), 'status');
+  await page.waitForFunction(() => /Import cluster succeeded\./.test(document.querySelector('.announcer')?.textContent));
   assert.equal(await page.locator('button:text("Cancel")').count(), 0);
   await shot(page, 'operation-succeeded');
   await fitsWidth(page, 1024);
@@ -305,6 +309,11 @@ test('a viewer is offered no import, and the server refuses it anyway', async ()
   assert.equal(await page.locator('a:text("Import cluster")').count(), 0);
   assert.equal(await page.locator('nav a:text("Tokens")').count(), 0);
   await shot(page, 'clusters-viewer');
+  // The import page is gated like the create page: on the command's own role.
+  await page.goto(new URL('/clusters/import', server.url).href);
+  await page.waitForSelector('[data-error="forbidden"]');
+  assert.match(await page.textContent('[data-error="forbidden"]'), /import_cluster needs the operator role; token e2e-viewer has viewer/);
+  assert.equal(await page.locator('form').count(), 0);
 
   // The console's own call path, as a crafted request from the viewer's session.
   const refused = await page.evaluate(async () => {

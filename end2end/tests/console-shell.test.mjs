@@ -1,9 +1,11 @@
 // The console shell renders on the server and hydrates in the browser: the theme toggle
-// only reacts once the wasm bundle has taken over the server's markup.
+// only reacts once the wasm bundle has taken over the server's markup. `/` sends a
+// visitor without a session to sign in; a page that does not exist keeps the session;
+// queued (pending) and running work look different.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { artifacts, launchBrowser, startHypd } from './support.mjs';
+import { artifacts, hydrated, launchBrowser, signedInPage, startHypd } from './support.mjs';
 
 let server;
 let browser;
@@ -18,19 +20,25 @@ after(async () => {
   await server?.stop();
 });
 
-test('server-rendered page hydrates and the theme toggle works', async () => {
+test('/ without a session redirects to sign-in, which hydrates; the theme toggle works', async () => {
+  // A plain redirect, before any script runs.
+  const res = await fetch(server.url, { redirect: 'manual', headers: { accept: 'text/html' } });
+  assert.equal(res.status, 302);
+  assert.equal(res.headers.get('location'), '/login?next=/');
+
   const page = await browser.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   page.on('console', (m) => m.type() === 'error' && errors.push(m.text()));
-
   const response = await page.goto(server.url);
   assert.equal(response.status(), 200);
+  assert.equal(new URL(page.url()).pathname + new URL(page.url()).search, '/login?next=/');
   // Server-rendered before any script runs.
   const html = await response.text();
   assert.match(html, /<a class="brand" href="\/">hypd<\/a>/);
+  assert.match(html, /<h1>Sign in<\/h1>/);
 
-  await page.waitForSelector('html[data-hydrated="true"]', { timeout: 30_000 });
+  await hydrated(page);
   const toggle = page.locator('button.theme-toggle');
   assert.equal(await toggle.textContent(), 'Theme: system');
   await toggle.click();
@@ -38,12 +46,61 @@ test('server-rendered page hydrates and the theme toggle works', async () => {
   await toggle.click();
   await page.waitForSelector('.console[data-theme="dark"]');
   assert.equal(await toggle.textContent(), 'Theme: dark');
-
-  // The sandbox is announced, and the overview got its facts from a server function.
   await page.waitForSelector('.sandbox-banner');
-  assert.match(await page.locator('.facts').textContent(), /sandbox \(moto \+ sim\)/);
-
   await page.screenshot({ path: path.join(artifacts, 'console-shell.png'), fullPage: true });
+
+  // Signing in from there lands on the overview, with the console's facts.
+  await page.fill('#token', server.adminToken());
+  await Promise.all([page.waitForURL(new URL('/', server.url).href), page.click('button[type="submit"]')]);
+  await hydrated(page);
+  await page.waitForSelector('.overview .attention');
+  assert.match(await page.locator('.facts.about').textContent(), /sandbox \(moto \+ sim\)/);
+  assert.deepEqual(errors, []);
+});
+
+test('a page that does not exist keeps the session: who, Live, the sandbox banner', async () => {
+  const { page, errors } = await signedInPage(browser, server, server.adminToken(), {
+    allow: /status of 404/,
+  });
+  const response = await page.goto(new URL('/no-such-page', server.url).href);
+  assert.equal(response.status(), 404);
+  await hydrated(page);
+  await page.waitForSelector('h1:text("Not found")');
+  await page.waitForSelector('.user-name:text("admin")');
+  await page.waitForSelector('.link-connected');
+  await page.waitForSelector('.sandbox-banner');
+  assert.equal(await page.locator('a.button:text("Sign in")').count(), 0);
+  await page.screenshot({ path: path.join(artifacts, 'not-found.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+});
+
+test('pending and running badges look different, in both themes', async () => {
+  const { page, errors } = await signedInPage(browser, server, server.adminToken());
+  await page.goto(new URL('/operations', server.url).href);
+  await hydrated(page);
+  for (const scheme of ['light', 'dark']) {
+    await page.emulateMedia({ colorScheme: scheme });
+    const looks = await page.evaluate(() => {
+      const host = document.querySelector('.console');
+      const look = (state) => {
+        const badge = document.createElement('span');
+        badge.className = `badge state state-${state}`;
+        badge.textContent = state;
+        host.appendChild(badge);
+        const s = getComputedStyle(badge);
+        const dot = getComputedStyle(badge, '::before');
+        const seen = { background: s.backgroundColor, color: s.color, outline: s.boxShadow, dot: dot.content };
+        badge.remove();
+        return seen;
+      };
+      return { pending: look('pending'), running: look('running') };
+    });
+    assert.notEqual(looks.pending.background, looks.running.background, `${scheme}: ${JSON.stringify(looks)}`);
+    assert.notEqual(looks.pending.color, looks.running.color, `${scheme}: ${JSON.stringify(looks)}`);
+    // Running work carries a dot; queued work does not.
+    assert.equal(looks.running.dot, '""', scheme);
+    assert.equal(looks.pending.dot, 'none', scheme);
+  }
   assert.deepEqual(errors, []);
 });
 

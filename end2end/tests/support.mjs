@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import assert from 'node:assert/strict';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const targetDir = process.env.CARGO_TARGET_DIR || path.join(repo, 'target');
@@ -103,4 +104,65 @@ export function pythonHelper(script, args) {
     timeout: 120_000,
   });
   return JSON.parse(out);
+}
+
+export async function hydrated(page) {
+  await page.waitForSelector('html[data-hydrated="true"]', { timeout: 60_000 });
+}
+
+// A page in a fresh browser context (empty cache) signed in with `token`'s session cookie,
+// and the errors it logs. `allow` matches console errors a test provokes on purpose.
+export async function signedInPage(browser, server, token, { allow, viewport } = {}) {
+  const login = await fetch(new URL('/auth/login', server.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ token }),
+  });
+  assert.equal(login.status, 200, 'sign-in');
+  const [name, value] = login.headers.get('set-cookie').split(';')[0].split('=');
+  const context = await browser.newContext({ viewport: viewport || { width: 1280, height: 800 } });
+  await context.addCookies([{ name, value, domain: new URL(server.url).hostname, path: '/' }]);
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => m.type() === 'error' && !(allow && allow.test(m.text())) && errors.push(m.text()));
+  return { page, errors, context };
+}
+
+// Polls an operation through REST until `done(operation)` holds (or the time is up).
+export async function waitForOperation(server, token, id, done, { seconds = 180 } = {}) {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const [status, op] = await rest(server, token, 'GET', `/api/v1/operations/${id}`);
+    assert.equal(status, 200, JSON.stringify(op));
+    if (done(op)) return op;
+    if (Date.now() > deadline) throw new Error(`operation ${id} is still ${op.state}: ${JSON.stringify(op.stages.map((s) => [s.name, s.state]))}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+// Sets the sim's clock: simulated seconds per real second.
+export async function simClock(server, timeScale) {
+  const res = await fetch(new URL('/_sim/clock', server.world.simUrl), {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ time_scale: timeScale }),
+  });
+  assert.equal(res.status, 200);
+}
+
+// Adds a fault to the sim; returns its id.
+export async function simFault(server, fault) {
+  const res = await fetch(new URL('/_sim/faults', server.world.simUrl), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(fault),
+  });
+  assert.equal(res.status, 200);
+  return (await res.json()).id;
+}
+
+export async function clearSimFault(server, id) {
+  const res = await fetch(new URL(`/_sim/faults/${id}`, server.world.simUrl), { method: 'DELETE' });
+  assert.equal(res.status, 200);
 }

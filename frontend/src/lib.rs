@@ -17,6 +17,8 @@ pub fn hydrate() {
         let body = document().body().expect("the page has a body");
         let app = hydrate_from_async(body, app::App).await;
         app.forget();
+        // Only now may live changes reach the page: it has rendered the server's data.
+        app::live::page_hydrated();
         // The mark tests (and anything else) wait for before they interact: every
         // handler of the page is attached once this is set, chunk included.
         if let Some(root) = document().document_element() {

@@ -2,25 +2,120 @@
 //! overview show what the store knows (`list_clusters`, `get_cluster`: no AWS call per
 //! row; node health as last observed); the page adds the cluster's live state
 //! (`describe_cluster`: instance groups, nodes and their health, add-ons, components,
-//! storage) and the operations on it.
+//! storage) and the operations on it. The store says `creating` until a creation ends,
+//! failed or not, so both read a cluster's state with its latest operation: a failed
+//! creation reads "create failed", with the stage and Retry / Delete on its page.
 
 use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_navigate, use_params_map};
 
 use super::{StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
-    ClusterDescription, DescribeCluster, GetCluster, ListClusters, ObservedNodes,
+    ClusterDescription, DeleteCluster, DescribeCluster, GetCluster, ListClusters, ObservedNodes,
 };
-use crate::api::operations::ListOperations;
+use crate::api::operations::{ListOperations, Operation, OperationState, RetryOperation};
 use crate::api::values::{ClusterName, EksClusterName};
-use crate::live::use_live;
+use crate::api::{ApiError, Command};
+use crate::live::{Live, use_live};
 use crate::pages::create::CreateButton;
 use crate::pages::import::ImportButton;
-use crate::pages::operations::OperationsTable;
-use crate::session::ErrorPanel;
+use crate::pages::operations::{OperationsTable, merged};
+use crate::pages::progress::{ErrorDetail, command_title};
+use crate::session::{ErrorPanel, IfRole};
 use crate::time::short;
+
+/// A cluster's state as a person should read it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ClusterState {
+    /// The badge's word: the store's status (`active`, `creating`, …), or `create
+    /// failed` (`delete failed`, …) when the latest operation on the cluster failed.
+    pub word: String,
+    pub failed: Option<Failure>,
+}
+
+/// The failed operation a cluster's state comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Failure {
+    pub operation_id: String,
+    pub command: String,
+    /// The title of the stage that failed.
+    pub stage: Option<String>,
+    pub error: Option<ApiError>,
+    pub retryable: bool,
+}
+
+/// The latest operation on `target` (`cluster/<name>`), by when it was asked for.
+pub(crate) fn latest_on<'a>(operations: &'a [Operation], target: &str) -> Option<&'a Operation> {
+    operations
+        .iter()
+        .filter(|o| o.target == target)
+        .max_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.operation_id.cmp(&b.operation_id))
+        })
+}
+
+/// Reads a cluster's stored `status` with the operations on it: when the latest failed,
+/// its verb and "failed" (`create_cluster` → `create failed`), else the status.
+pub(crate) fn cluster_state(status: &str, name: &str, operations: &[Operation]) -> ClusterState {
+    match latest_on(operations, &format!("cluster/{name}")) {
+        Some(op) if op.state == OperationState::Failed => {
+            let verb = op.command.split('_').next().unwrap_or("operation");
+            let stage = op.stages.iter().find(|s| s.state == OperationState::Failed);
+            ClusterState {
+                word: format!("{verb} failed"),
+                failed: Some(Failure {
+                    operation_id: op.operation_id.clone(),
+                    command: op.command.clone(),
+                    stage: stage.map(|s| s.title.clone()),
+                    error: stage
+                        .and_then(|s| s.error.clone())
+                        .or_else(|| op.error.clone()),
+                    retryable: op.retryable,
+                }),
+            }
+        }
+        _ => ClusterState {
+            word: status.to_owned(),
+            failed: None,
+        },
+    }
+}
+
+/// What a cluster the store has no record of is, by its latest operation: `creating`
+/// while a creation runs (the record comes a few stages in), `deleted` after a deletion.
+fn unrecorded_status(operations: &[Operation], name: &str) -> String {
+    match latest_on(operations, &format!("cluster/{name}")) {
+        Some(op) if !op.state.is_terminal() => {
+            let verb = op.command.split('_').next().unwrap_or("operation");
+            format!("{}ing", verb.trim_end_matches('e'))
+        }
+        Some(op)
+            if op.command == DeleteCluster::SPEC.name && op.state == OperationState::Succeeded =>
+        {
+            "deleted".to_owned()
+        }
+        _ => "not recorded".to_owned(),
+    }
+}
+
+/// Loaded operations with the snapshots pushed since (on `target` only, when given):
+/// what a cluster's state is read from, following the live channel.
+fn live_operations(
+    live: Live,
+    loaded: Vec<Operation>,
+    target: Option<String>,
+) -> Memo<Vec<Operation>> {
+    Memo::new(move |_| {
+        live.operations.with(|m| {
+            let pushed: Vec<Operation> = m.values().cloned().collect();
+            merged(&loaded, &pushed, target.as_deref())
+        })
+    })
+}
 
 #[component]
 pub fn ClusterList() -> impl IntoView {
@@ -39,6 +134,11 @@ pub fn ClusterList() -> impl IntoView {
         move || (live.epoch.get(), finished.get()),
         |_| call(&ListClusters {}),
     );
+    // One read for every row's latest operation: no call per cluster.
+    let operations = Resource::new(
+        move || live.epoch.get(),
+        |_| async move { call(&ListOperations::default()).await },
+    );
     view! {
         <section class="page">
             <header class="page-head">
@@ -49,7 +149,10 @@ pub fn ClusterList() -> impl IntoView {
             </header>
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
-                    match clusters.await {
+                    let (clusters, operations) = (clusters.await, operations.await);
+                    let loaded = operations.map(|l| l.operations).unwrap_or_default();
+                    let operations = live_operations(live, loaded, None);
+                    match clusters {
                         Ok(list) if list.clusters.is_empty() => {
                             EitherOf3::A(view! {
                                 <div class="panel empty">
@@ -72,12 +175,16 @@ pub fn ClusterList() -> impl IntoView {
                                         .clusters
                                         .into_iter()
                                         .map(|c| {
+                                            let word = {
+                                                let (status, name) = (c.status.clone(), c.name.clone());
+                                                Signal::derive(move || operations.with(|o| cluster_state(&status, &name, o).word))
+                                            };
                                             view! {
-                                                <tr data-cluster=c.name.clone()>
+                                                <tr data-cluster=c.name.clone() data-state=word>
                                                     <th scope="row">
                                                         <a href=format!("/clusters/{}", c.name)>{c.name.clone()}</a>
                                                     </th>
-                                                    <td><StateBadge state=c.status/></td>
+                                                    <td><StateBadge state=word/></td>
                                                     <td>{c.region}</td>
                                                     <td>{c.kubernetes_version.unwrap_or_else(|| "—".into())}</td>
                                                     <td>{if c.hyperpod_cluster_arn.is_some() { "attached" } else { "—" }}</td>
@@ -101,10 +208,13 @@ pub fn ClusterList() -> impl IntoView {
 
 /// A list row's node health, as last observed (the list asks AWS nothing per row).
 #[component]
-fn NodeHealthSummary(nodes: Option<ObservedNodes>) -> impl IntoView {
+pub(crate) fn NodeHealthSummary(nodes: Option<ObservedNodes>) -> impl IntoView {
     match nodes {
-        None => Either::Left(view! {
+        None => EitherOf3::A(view! {
             <span class="muted" title="Not observed yet: the cluster's page asks AWS">"—"</span>
+        }),
+        Some(n) if n.counts.total == 0 => EitherOf3::B(view! {
+            <span class="muted" title=format!("As of {}", short(&n.observed_at))>"no nodes"</span>
         }),
         Some(n) => {
             let c = n.counts;
@@ -115,7 +225,7 @@ fn NodeHealthSummary(nodes: Option<ObservedNodes>) -> impl IntoView {
                     " · " <span class=format!("health health-{what}")>{format!("{k} {what}")}</span>
                 })
                 .collect_view();
-            Either::Right(view! {
+            EitherOf3::C(view! {
                 <span
                     class="node-counts"
                     data-total=c.total
@@ -135,16 +245,9 @@ pub fn ClusterDetail() -> impl IntoView {
     let params = use_params_map();
     let name = move || params.with(|p| p.get("name").unwrap_or_default());
     let live = use_live();
-    let cluster = Resource::new(
-        move || (name(), live.epoch.get()),
-        |(name, _)| async move {
-            let name =
-                ClusterName::parse(&name).map_err(|m| crate::api::ApiError::field("name", m))?;
-            call(&GetCluster { name }).await
-        },
-    );
     // The live state is asked of AWS again whenever an operation on this cluster moves
-    // (a creation brings its nodes up stage by stage), on each reconnect, and on demand.
+    // (a creation brings its nodes up stage by stage), on each reconnect, and on demand;
+    // the stored record too, since operations change it.
     let target = move || format!("cluster/{}", name());
     let moved = Memo::new(move |_| {
         let target = target();
@@ -155,6 +258,14 @@ pub fn ClusterDetail() -> impl IntoView {
                 .max()
         })
     });
+    let cluster = Resource::new(
+        move || (name(), live.epoch.get(), moved.get()),
+        |(name, ..)| async move {
+            let name =
+                ClusterName::parse(&name).map_err(|m| crate::api::ApiError::field("name", m))?;
+            call(&GetCluster { name }).await
+        },
+    );
     let refreshed = RwSignal::new(0u32);
     let described = Resource::new(
         move || (name(), live.epoch.get(), moved.get(), refreshed.get()),
@@ -183,13 +294,19 @@ pub fn ClusterDetail() -> impl IntoView {
             </nav>
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
-                    match cluster.await {
+                    let (record, on_it) = (cluster.await, operations.await);
+                    let loaded = on_it.map(|l| l.operations).unwrap_or_default();
+                    let any_operation = !loaded.is_empty();
+                    let operations = live_operations(live, loaded, Some(target()));
+                    let status = match &record {
+                        Ok(c) => Some(c.status.clone()),
+                        Err(_) => None,
+                    };
+                    let head = view! { <ClusterHead name=name() status operations/> };
+                    match record {
                         Ok(c) => {
                             Either::Left(view! {
-                                <header class="page-head">
-                                    <h1>{c.name.clone()}</h1>
-                                    <StateBadge state=c.status.clone()/>
-                                </header>
+                                {head}
                                 <div class="panel">
                                     <h2>"Overview"</h2>
                                     <dl class="facts cluster-facts">
@@ -210,7 +327,9 @@ pub fn ClusterDetail() -> impl IntoView {
                             }
                                 )
                         }
-                        Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
+                        // Operations on a cluster the store does not know: a creation
+                        // that has not recorded it yet, or failed before it could.
+                        Err(e) => Either::Right(view! { {any_operation.then_some(head)} <ErrorPanel error=e/> }),
                     }
                 })}
             </Transition>
@@ -248,6 +367,136 @@ pub fn ClusterDetail() -> impl IntoView {
                 </Transition>
             </div>
         </section>
+    }
+}
+
+/// The cluster's name and state, and when its latest operation failed, what failed and
+/// what to do about it. `status` is `None` for a cluster the store has not recorded (a
+/// creation that failed before the cluster existed).
+#[component]
+fn ClusterHead(
+    name: String,
+    status: Option<String>,
+    operations: Memo<Vec<Operation>>,
+) -> impl IntoView {
+    let recorded = status.is_some();
+    let state = {
+        let name = name.clone();
+        Memo::new(move |_| {
+            operations.with(|o| {
+                let status = status
+                    .clone()
+                    .unwrap_or_else(|| unrecorded_status(o, &name));
+                cluster_state(&status, &name, o)
+            })
+        })
+    };
+    view! {
+        <header class="page-head" data-state=move || state.with(|s| s.word.clone())>
+            <h1>{name.clone()}</h1>
+            <StateBadge state=Signal::derive(move || state.with(|s| s.word.clone()))/>
+        </header>
+        {move || {
+            state
+                .with(|s| s.failed.clone())
+                .map(|failure| view! { <FailurePanel name=name.clone() failure recorded/> })
+        }}
+    }
+}
+
+/// A failed operation on the cluster: where it failed, the provider's message, and Retry
+/// (from the failed stage) and Delete for callers whose role allows them.
+#[component]
+fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView {
+    let navigate = use_navigate();
+    let busy = RwSignal::new(false);
+    let problem = RwSignal::new(None::<String>);
+    let confirming = RwSignal::new(false);
+    let id = failure.operation_id.clone();
+    // Either way the page to follow is an operation's: the retried one, or the deletion.
+    let follow = move |started: Result<String, ApiError>| match started {
+        Ok(operation_id) => navigate(&format!("/operations/{operation_id}"), Default::default()),
+        Err(e) => {
+            busy.set(false);
+            problem.set(Some(e.to_string()));
+        }
+    };
+    // Callbacks are Copy: the buttons that run them sit inside views rendered again and
+    // again (role check, confirmation).
+    let retry = {
+        let (id, follow) = (id.clone(), follow.clone());
+        Callback::new(move |()| {
+            let (operation_id, follow) = (id.clone(), follow.clone());
+            busy.set(true);
+            problem.set(None);
+            leptos::task::spawn_local(async move {
+                let started = call(&RetryOperation { operation_id }).await;
+                follow(started.map(|r| r.operation_id));
+            });
+        })
+    };
+    let delete = {
+        let name = name.clone();
+        Callback::new(move |()| {
+            let (name, follow) = (name.clone(), follow.clone());
+            busy.set(true);
+            problem.set(None);
+            leptos::task::spawn_local(async move {
+                let started = match EksClusterName::parse(&name) {
+                    Ok(name) => {
+                        call(&DeleteCluster {
+                            name,
+                            idempotency_key: None,
+                        })
+                        .await
+                    }
+                    Err(m) => Err(ApiError::field("name", m)),
+                };
+                follow(started.map(|r| r.operation_id));
+            });
+        })
+    };
+    let what = command_title(&failure.command);
+    let question = StoredValue::new(format!("Delete {name} and everything hypd created for it?"));
+    let heading = match &failure.stage {
+        Some(stage) => format!("{what} failed at: {stage}"),
+        None => format!("{what} failed"),
+    };
+    view! {
+        <div class="panel failure cluster-failure" role="alert" data-operation=id.clone()>
+            <h2>{heading}</h2>
+            {failure.error.map(|error| view! { <ErrorDetail error/> })}
+            <p class="muted">
+                {failure.retryable.then_some("Retry resumes from the failed stage; stages that succeeded are not repeated. ")}
+                {recorded.then_some("Delete removes everything hypd created for the cluster.")}
+            </p>
+            {move || problem.get().map(|p| view! { <div class="form-alert" role="alert">{p}</div> })}
+            <div class="actions">
+                {failure.retryable.then(|| view! {
+                    <IfRole role=RetryOperation::SPEC.role>
+                        <button class="primary" type="button" on:click=move |_| retry.run(()) disabled=move || busy.get()>"Retry"</button>
+                    </IfRole>
+                })}
+                {recorded.then(|| view! {
+                    <IfRole role=DeleteCluster::SPEC.role>
+                        <Show
+                            when=move || confirming.get()
+                            fallback=move || view! {
+                                <button class="danger" type="button" on:click=move |_| confirming.set(true)>"Delete"</button>
+                            }
+                        >
+                            <span class="confirm" role="group" aria-label="Confirm deletion">
+                                {question.get_value()}
+                                " "
+                                <button class="danger" type="button" on:click=move |_| delete.run(()) disabled=move || busy.get()>"Delete cluster"</button>
+                                <button type="button" on:click=move |_| confirming.set(false)>"Keep it"</button>
+                            </span>
+                        </Show>
+                    </IfRole>
+                })}
+                <a class="button" href=format!("/operations/{id}")>"Open the operation"</a>
+            </div>
+        </div>
     }
 }
 

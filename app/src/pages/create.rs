@@ -1,114 +1,132 @@
-//! The create-cluster form, built on `crate::form` like the import form: its inputs are
-//! `CreateCluster`'s fields by path, checked in the browser by the request type's own
-//! decoding and `validate()`; regions, zones and instance types (with their GPU and EFA
-//! facts) come from the inspection commands, so only what the account offers is offered.
+//! The create-cluster form: `CreateCluster`'s fields declared once on `crate::form`, its
+//! instance groups a list of them (`instance_groups[1].name`), in the page shell gated on
+//! the command's own role. The checks are the request type's own decoding and
+//! `validate()`, in a chunk fetched on the first submit; regions, zones and instance
+//! types (with their GPU and EFA facts) come from the inspection commands, so only what
+//! the account offers is offered.
 
-use leptos::either::EitherOf3;
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
-use super::loading;
+use super::{CommandLink, CommandPage, loading};
 use crate::api::call::call;
 use crate::api::clusters::CreateCluster;
 use crate::api::inspect::{
-    InstanceTypeInfo, ListAvailabilityZones, ListInstanceTypes, ListRegions,
+    InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
 };
 use crate::api::values::{AzName, Region};
 use crate::api::{ApiError, Command};
 use crate::form::{
-    CheckField, ChoiceField, FormAlert, FormState, Input, SelectField, TextField, check, request,
+    Choice, Field, FieldInput, FormAlert, FormState, List, ListErrors, Record, check,
 };
-use crate::session::{ErrorPanel, IfRole, use_me};
 
-const FIELDS: &[&str] = &[
-    "name",
-    "region",
-    "availability_zone",
-    "instance_type",
-    "instance_count",
-    "capacity",
-    "capacity.type",
-    "capacity.training_plan_arn",
-    "efa_only",
-    "deep_health_checks",
-    "storage.s3_bucket",
-    "network.vpc_cidr",
-    "network.vpc_id",
-    "kubernetes_version",
+const NAME: Field = Field::text("name", "Cluster name")
+    .required()
+    .placeholder("ml-cluster-1")
+    .hint("Used for the EKS and the HyperPod cluster: letters, digits and hyphens.");
+const REGION: Field =
+    Field::select("region", "Region").hint("Where every part of the cluster is created.");
+const ZONE: Field = Field::select("availability_zone", "Availability Zone").hint(
+    "Where the accelerated instances run; the zone id matches training plans across accounts.",
+);
+const BUCKET: Field = Field::text("storage.s3_bucket", "Shared bucket")
+    .placeholder("hypd-<cluster>-<account>")
+    .hint("For data and checkpoints, mounted through Mountpoint for S3; created if missing.");
+const VPC_CIDR: Field = Field::text("network.vpc_cidr", "VPC CIDR")
+    .placeholder("10.1.0.0/16")
+    .hint("A /16 that overlaps no VPC of the region; hypd chooses one when empty.");
+const VPC_ID: Field = Field::text("network.vpc_id", "Existing VPC id")
+    .placeholder("vpc-0123456789abcdef0")
+    .hint("Instead of a new VPC: hypd adds its subnets to this one.");
+const VERSION: Field = Field::text("kubernetes_version", "Kubernetes version")
+    .placeholder("1.33")
+    .hint("hypd's tested default when empty.");
+const FIELDS: &[Field] = &[NAME, REGION, ZONE, BUCKET, VPC_CIDR, VPC_ID, VERSION];
+/// Fields behind the "Advanced network" disclosure: it opens when one of them is wrong.
+const ADVANCED: &[Field] = &[VPC_CIDR, VPC_ID, VERSION];
+
+const CAPACITY_CHOICES: &[Choice] = &[
+    Choice {
+        value: "on_demand",
+        label: "On-demand",
+        hint: "Pay as you go, within the account's SageMaker quota for the type.",
+    },
+    Choice {
+        value: "spot",
+        label: "Spot",
+        hint: "Spare capacity at a discount; instances can be reclaimed.",
+    },
+    Choice {
+        value: "training_plan",
+        label: "Training plan",
+        hint: "Capacity reserved with a training plan; the plan fixes the zone.",
+    },
 ];
 
-/// Fields behind the "Advanced network" disclosure: it opens when one of them is wrong.
-const ADVANCED: &[&str] = &["network.vpc_cidr", "network.vpc_id", "kubernetes_version"];
-
-const CAPACITY: &[(&str, &str, &str)] = &[
-    (
-        "on_demand",
-        "On-demand",
-        "Pay as you go, within the account's SageMaker quota for the type.",
-    ),
-    (
-        "spot",
-        "Spot",
-        "Spare capacity at a discount; instances can be reclaimed.",
-    ),
-    (
-        "training_plan",
-        "Training plan",
-        "Capacity reserved with a training plan; the plan fixes the zone.",
-    ),
+/// The fields of one instance group, paths relative to `instance_groups[i]`.
+const GROUP_NAME: Field = Field::text("name", "Group name")
+    .required()
+    .default("accelerated-1")
+    .hint("Unique in the cluster: letters, digits and hyphens.");
+const INSTANCE_TYPE: Field = Field::select("instance_type", "Instance type")
+    .hint("Accelerated types offered in the chosen zone, with their GPUs and EFA.");
+const COUNT: Field = Field::integer("instance_count", "Instance count")
+    .required()
+    .default("1")
+    .hint("The cluster needs at least 1 instance in one of its groups.");
+const CAPACITY: Field =
+    Field::choice("capacity.type", "Capacity", CAPACITY_CHOICES).default("on_demand");
+const PLAN: Field = Field::text("capacity.training_plan_arn", "Training plan ARN")
+    .required()
+    .placeholder("arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week")
+    .when("capacity.type", "training_plan");
+const EFA_ONLY: Field = Field::flag("efa_only", "EFA-only network interfaces").hint(
+    "Every EFA card carries collective traffic; IP traffic uses the primary interface. Cannot change later.",
+);
+const DEEP_CHECKS: Field = Field::flag("deep_health_checks", "Deep health checks").hint(
+    "Stress and connectivity checks on every new instance before it joins (adds time to each launch).",
+);
+const VOLUME: Field = Field::integer("volume_size_gb", "Volume size (GB)")
+    .required()
+    .default("500")
+    .hint("The EBS volume each instance gets at /opt/sagemaker.");
+const GROUP: &[Field] = &[
+    GROUP_NAME,
+    INSTANCE_TYPE,
+    COUNT,
+    CAPACITY,
+    PLAN,
+    EFA_ONLY,
+    DEEP_CHECKS,
+    VOLUME,
 ];
 
 #[component]
 pub fn CreateClusterPage() -> impl IntoView {
-    let me = use_me();
     view! {
-        <section class="page">
-            <nav class="crumbs" aria-label="Breadcrumb">
-                <a href="/clusters">"Clusters"</a>
-                " / "
-                <span aria-current="page">"Create"</span>
-            </nav>
-            <header class="page-head">
-                <h1>"Create a cluster"</h1>
-            </header>
-            <Suspense fallback=loading>
-                {move || Suspend::new(async move {
-                    let who = match me {
-                        Some(me) => me.await,
-                        None => Err(crate::api::ApiError::internal("no session context")),
-                    };
-                    match who {
-                        Ok(w) if w.role >= CreateCluster::SPEC.role => EitherOf3::A(view! { <CreateForm/> }),
-                        Ok(w) => {
-                            EitherOf3::B(view! {
-                                <div class="panel narrow" data-error="forbidden">
-                                    <p>
-                                        {format!(
-                                            "Creating a cluster needs the operator role; token {} has {}.",
-                                            w.token_name,
-                                            w.role.as_str(),
-                                        )}
-                                    </p>
-                                </div>
-                            }
-                                )
-                        }
-                        Err(e) => EitherOf3::C(view! { <ErrorPanel error=e/> }),
-                    }
-                })}
-            </Suspense>
-        </section>
+        <CommandPage
+            spec=CreateCluster::SPEC
+            parent=("/clusters", "Clusters")
+            crumb="Create"
+            title="Create a cluster"
+        >
+            <CreateForm/>
+        </CommandPage>
     }
 }
 
 /// The "Create cluster" button of the clusters page, for callers allowed to create.
 #[component]
 pub fn CreateButton() -> impl IntoView {
-    view! {
-        <IfRole role=CreateCluster::SPEC.role>
-            <a class="button primary" href="/clusters/new">"Create cluster"</a>
-        </IfRole>
-    }
+    view! { <CommandLink spec=CreateCluster::SPEC href="/clusters/new" label="Create cluster"/> }
+}
+
+/// The first `accelerated-<n>` no other group has.
+fn next_group_name(taken: &[String]) -> String {
+    (1..)
+        .map(|n| format!("accelerated-{n}"))
+        .find(|name| !taken.contains(name))
+        .unwrap_or_default()
 }
 
 /// `p5.48xlarge` facts for a person: accelerators, their memory, EFA.
@@ -152,22 +170,14 @@ fn check_create(input: serde_json::Value) -> Result<CreateCluster, ApiError> {
     check::<CreateCluster>(input)
 }
 
+type Types = Resource<Result<InstanceTypeList, ApiError>>;
+
 #[component]
 fn CreateForm() -> impl IntoView {
-    let form = FormState::new(FIELDS);
-    let name = RwSignal::new(String::new());
-    let region = RwSignal::new(String::new());
-    let zone = RwSignal::new(String::new());
-    let instance_type = RwSignal::new(String::new());
-    let count = RwSignal::new("1".to_owned());
-    let capacity = RwSignal::new("on_demand".to_owned());
-    let plan = RwSignal::new(String::new());
-    let efa_only = RwSignal::new(false);
-    let deep_checks = RwSignal::new(false);
-    let bucket = RwSignal::new(String::new());
-    let vpc_cidr = RwSignal::new(String::new());
-    let vpc_id = RwSignal::new(String::new());
-    let version = RwSignal::new(String::new());
+    let (form, top) = FormState::declared(FIELDS);
+    let groups = List::new(form, "instance_groups", GROUP);
+    let region = top.value(REGION.path);
+    let zone = top.value(ZONE.path);
 
     let regions = Resource::new(|| (), |_| call(&ListRegions { refresh: false }));
     // Zones follow the region, instance types the zone: only what is offered there.
@@ -181,7 +191,7 @@ fn CreateForm() -> impl IntoView {
             .await
         },
     );
-    let types = Resource::new(
+    let types: Types = Resource::new(
         move || (region.get(), zone.get()),
         |(region, zone)| async move {
             call(&ListInstanceTypes {
@@ -192,59 +202,30 @@ fn CreateForm() -> impl IntoView {
             .await
         },
     );
-    // The facts of the chosen type, kept beside the choice: they decide whether EFA-only
-    // is offered at all.
+    // The facts of the offered types, kept beside the choices: they decide whether
+    // EFA-only is offered at all.
     let offered = RwSignal::new(Vec::<InstanceTypeInfo>::new());
-    let chosen = Memo::new(move |_| {
-        instance_type.with(|t| {
-            offered.with(|all| all.iter().find(|i| i.hyperpod_instance_type == *t).cloned())
-        })
-    });
-    let efa_eligible = move || chosen.with(|c| c.as_ref().is_some_and(|t| t.efa_only_allowed));
-    Effect::new(move || {
-        if !efa_eligible() {
-            efa_only.set(false);
-        }
-    });
     // Opened (never closed) when an error lands inside it, so the error is seen.
     let advanced = NodeRef::<leptos::html::Details>::new();
     Effect::new(move || {
         let invalid = form
             .errors
-            .with(|e| e.iter().any(|e| ADVANCED.contains(&e.field.as_str())));
+            .with(|e| e.iter().any(|e| ADVANCED.iter().any(|f| f.path == e.field)));
         if let (true, Some(details)) = (invalid, advanced.get()) {
             details.set_open(true);
         }
     });
+    let add_group = move |_| {
+        let taken = groups.values_of(GROUP_NAME.path);
+        let added = groups.add();
+        added.value(GROUP_NAME.path).set(next_group_name(&taken));
+    };
 
     let navigate = use_navigate();
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         form.clear();
-        let mut inputs = vec![
-            ("name", Input::Text(name.get_untracked())),
-            ("region", Input::Text(region.get_untracked())),
-            ("availability_zone", Input::Text(zone.get_untracked())),
-            ("instance_type", Input::Text(instance_type.get_untracked())),
-            ("instance_count", Input::Integer(count.get_untracked())),
-            ("capacity.type", Input::Text(capacity.get_untracked())),
-            ("efa_only", Input::Flag(efa_only.get_untracked())),
-            (
-                "deep_health_checks",
-                Input::Flag(deep_checks.get_untracked()),
-            ),
-            ("storage.s3_bucket", Input::Text(bucket.get_untracked())),
-            ("network.vpc_cidr", Input::Text(vpc_cidr.get_untracked())),
-            ("network.vpc_id", Input::Text(vpc_id.get_untracked())),
-            ("kubernetes_version", Input::Text(version.get_untracked())),
-        ];
-        if capacity.get_untracked() == "training_plan" {
-            inputs.push((
-                "capacity.training_plan_arn",
-                Input::Text(plan.get_untracked()),
-            ));
-        }
-        let input = request(&inputs);
+        let input = form.request();
         form.busy.set(true);
         let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
@@ -271,15 +252,7 @@ fn CreateForm() -> impl IntoView {
             <p id="create-intro" class="muted">
                 "hypd creates a VPC, IAM roles, the EKS control plane with its add-ons, the HyperPod cluster with automatic node recovery, and the shared bucket. It takes 15 to 30 minutes on AWS; the operation's page follows it live."
             </p>
-            <TextField
-                form
-                name="name"
-                label="Cluster name"
-                value=name
-                required=true
-                placeholder="ml-cluster-1"
-                hint="Used for the EKS and the HyperPod cluster: letters, digits and hyphens."
-            />
+            <FieldInput form record=top field=&NAME/>
             <Suspense fallback=loading>
                 {move || Suspend::new(async move {
                     let (choices, problem) = match regions.await {
@@ -287,9 +260,7 @@ fn CreateForm() -> impl IntoView {
                         Err(e) => (Vec::new(), Some(format!("Regions could not be listed: {e}"))),
                     };
                     view! {
-                        <SelectField form name="region" label="Region" value=region
-                            options=Signal::stored(choices) empty="hypd's own region"
-                            hint="Where every part of the cluster is created."/>
+                        <FieldInput form record=top field=&REGION options=Signal::stored(choices) empty="hypd's own region"/>
                         {problem.map(|p| view! { <p class="hint error">{p}</p> })}
                     }
                 })}
@@ -307,65 +278,30 @@ fn CreateForm() -> impl IntoView {
                         Err(e) => (Vec::new(), Some(format!("Zones could not be listed: {e}"))),
                     };
                     view! {
-                        <SelectField form name="availability_zone" label="Availability Zone" value=zone
-                            options=Signal::stored(choices) empty="Choose a zone"
-                            hint="Where the accelerated instances run; the zone id matches training plans across accounts."/>
+                        <FieldInput form record=top field=&ZONE options=Signal::stored(choices) empty="Choose a zone"/>
                         {problem.map(|p| view! { <p class="hint error">{p}</p> })}
                     }
                 })}
             </Transition>
-            <Transition fallback=loading>
-                {move || Suspend::new(async move {
-                    let (list, problem) = match types.await {
-                        Ok(list) => (list.instance_types, None),
-                        Err(e) => (Vec::new(), Some(format!("Instance types could not be listed: {e}"))),
-                    };
-                    let choices = list
-                        .iter()
-                        .map(|t| (t.hyperpod_instance_type.clone(), type_label(t)))
-                        .collect();
-                    let empty = if list.is_empty() {
-                        "No accelerated type is offered here"
-                    } else {
-                        "Choose an instance type"
-                    };
-                    offered.set(list);
-                    view! {
-                        <SelectField form name="instance_type" label="Instance type" value=instance_type
-                            options=Signal::stored(choices) empty
-                            hint="Accelerated types offered in the chosen zone, with their GPUs and EFA."/>
-                        {problem.map(|p| view! { <p class="hint error">{p}</p> })}
-                    }
-                })}
-            </Transition>
-            <p class="type-facts muted" aria-live="polite">
-                {move || chosen.get().map(|t| type_facts(&t))}
-            </p>
-            <TextField form name="instance_count" label="Instance count" value=count required=true numeric=true
-                hint="Instances in the first instance group (at least 1)."/>
-            <ChoiceField form name="capacity.type" label="Capacity" value=capacity options=CAPACITY/>
-            <Show when=move || capacity.with(|c| c == "training_plan")>
-                <TextField form name="capacity.training_plan_arn" label="Training plan ARN" value=plan required=true
-                    placeholder="arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week"/>
-            </Show>
-            {move || form.errors_for("capacity").first().map(|m| view! { <p class="hint error">{m.clone()}</p> })}
-            <Show when=efa_eligible>
-                <CheckField form name="efa_only" label="EFA-only network interfaces" checked=efa_only
-                    hint="Every EFA card carries collective traffic; IP traffic uses the primary interface. Cannot change later."/>
-            </Show>
-            <CheckField form name="deep_health_checks" label="Deep health checks" checked=deep_checks
-                hint="Stress and connectivity checks on every new instance before it joins (adds time to each launch)."/>
-            <TextField form name="storage.s3_bucket" label="Shared bucket" value=bucket
-                placeholder="hypd-<cluster>-<account>"
-                hint="For data and checkpoints, mounted through Mountpoint for S3; created if missing."/>
+            <section class="groups" aria-labelledby="groups-title">
+                <h2 id="groups-title">"Instance groups"</h2>
+                <p class="hint">"Each group has its own instance type, count and capacity (for example an on-demand group beside a spot one). Type, capacity and EFA-only cannot change for a group's life."</p>
+                <ListErrors form list=groups/>
+                <For
+                    each=move || groups.items()
+                    key=|(key, _)| *key
+                    children=move |(key, record)| view! { <GroupFields form groups key record types offered/> }
+                />
+                <div class="actions">
+                    <button type="button" class="add-group" on:click=add_group>"Add another group"</button>
+                </div>
+            </section>
+            <FieldInput form record=top field=&BUCKET/>
             <details class="advanced" node_ref=advanced>
                 <summary>"Advanced network"</summary>
-                <TextField form name="network.vpc_cidr" label="VPC CIDR" value=vpc_cidr placeholder="10.1.0.0/16"
-                    hint="A /16 that overlaps no VPC of the region; hypd chooses one when empty."/>
-                <TextField form name="network.vpc_id" label="Existing VPC id" value=vpc_id placeholder="vpc-0123456789abcdef0"
-                    hint="Instead of a new VPC: hypd adds its subnets to this one."/>
-                <TextField form name="kubernetes_version" label="Kubernetes version" value=version placeholder="1.33"
-                    hint="hypd's tested default when empty."/>
+                <FieldInput form record=top field=&VPC_CIDR/>
+                <FieldInput form record=top field=&VPC_ID/>
+                <FieldInput form record=top field=&VERSION/>
             </details>
             <FormAlert form/>
             <div class="actions">
@@ -378,10 +314,93 @@ fn CreateForm() -> impl IntoView {
     }
 }
 
+/// One instance group's inputs, with the chosen type's facts; EFA-only is offered only
+/// where that type allows it.
+#[component]
+fn GroupFields(
+    form: FormState,
+    groups: List,
+    key: u64,
+    record: Record,
+    types: Types,
+    offered: RwSignal<Vec<InstanceTypeInfo>>,
+) -> impl IntoView {
+    let number = move || groups.index_of(key) + 1;
+    let instance_type = record.value(INSTANCE_TYPE.path);
+    let chosen = Memo::new(move |_| {
+        instance_type.with(|t| {
+            offered.with(|all| all.iter().find(|i| i.hyperpod_instance_type == *t).cloned())
+        })
+    });
+    let efa_eligible = move || chosen.with(|c| c.as_ref().is_some_and(|t| t.efa_only_allowed));
+    let efa_only = record.value(EFA_ONLY.path);
+    Effect::new(move || {
+        if !efa_eligible() {
+            efa_only.set("false".to_owned());
+        }
+    });
+    view! {
+        <fieldset class="group" data-group=move || groups.index_of(key)>
+            <legend>{move || format!("Instance group {}", number())}</legend>
+            <Show when=move || { groups.len() > 1 }>
+                <button
+                    type="button"
+                    class="remove-group"
+                    aria-label=move || format!("Remove instance group {}", number())
+                    on:click=move |_| groups.remove(key)
+                >
+                    "Remove"
+                </button>
+            </Show>
+            <FieldInput form record field=&GROUP_NAME/>
+            <Transition fallback=loading>
+                {move || Suspend::new(async move {
+                    let (facts, problem) = match types.await {
+                        Ok(list) => (list.instance_types, None),
+                        Err(e) => (Vec::new(), Some(format!("Instance types could not be listed: {e}"))),
+                    };
+                    let choices = facts
+                        .iter()
+                        .map(|t| (t.hyperpod_instance_type.clone(), type_label(t)))
+                        .collect();
+                    let empty = if facts.is_empty() {
+                        "No accelerated type is offered here"
+                    } else {
+                        "Choose an instance type"
+                    };
+                    offered.set(facts);
+                    view! {
+                        <FieldInput form record field=&INSTANCE_TYPE options=Signal::stored(choices) empty/>
+                        {problem.map(|p| view! { <p class="hint error">{p}</p> })}
+                    }
+                })}
+            </Transition>
+            <p class="type-facts muted" aria-live="polite">
+                {move || chosen.get().map(|t| type_facts(&t))}
+            </p>
+            <FieldInput form record field=&COUNT/>
+            <FieldInput form record field=&CAPACITY/>
+            <FieldInput form record field=&PLAN/>
+            <Show when=efa_eligible>
+                <FieldInput form record field=&EFA_ONLY/>
+            </Show>
+            <FieldInput form record field=&DEEP_CHECKS/>
+            <FieldInput form record field=&VOLUME/>
+        </fieldset>
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::inspect::{Accelerator, AcceleratorKind};
+
+    #[test]
+    fn new_groups_get_a_name_not_taken() {
+        assert_eq!(next_group_name(&[]), "accelerated-1");
+        let taken = ["accelerated-1".to_owned(), "accelerated-3".to_owned()];
+        assert_eq!(next_group_name(&taken), "accelerated-2");
+    }
 
     #[test]
     fn instance_type_facts_read_well() {

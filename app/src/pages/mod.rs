@@ -6,11 +6,17 @@ pub mod clusters;
 pub mod create;
 pub mod import;
 pub mod operations;
+pub mod overview;
 mod progress;
 pub mod tokens;
 
+use leptos::either::EitherOf3;
 use leptos::prelude::*;
 use leptos_router::{LazyRoute, lazy_route};
+
+use crate::api::inspect::WhoamiOutput;
+use crate::api::{ApiError, CommandSpec};
+use crate::session::{ErrorPanel, IfRole, use_me};
 
 /// Declares a page as a lazily loaded route: built with `cargo leptos build --split`, its
 /// code (and the types only it decodes) ships as a separate wasm chunk that the browser
@@ -42,14 +48,15 @@ lazy_page!(OperationListRoute => operations::OperationList);
 lazy_page!(OperationRoute => progress::OperationPage);
 lazy_page!(TokensRoute => tokens::TokensPage);
 lazy_page!(SignInRoute => crate::session::SignIn);
-lazy_page!(OverviewRoute => crate::console::Overview);
+lazy_page!(OverviewRoute => overview::Overview);
 
 /// A coloured status word: `state-<word>` (lowercased, so AWS's `ACTIVE` and
-/// `InService` find their colour too) picks the colour, the text says it.
+/// `InService` find their colour too, and spaces as `_`: `create failed` is
+/// `state-create_failed`, like AWS's `CREATE_FAILED`) picks the colour, the text says it.
 #[component]
 pub fn StateBadge(#[prop(into)] state: Signal<String>) -> impl IntoView {
     view! {
-        <span class=move || format!("badge state state-{}", state.with(|s| s.to_ascii_lowercase()))>
+        <span class=move || format!("badge state state-{}", state.with(|s| s.to_ascii_lowercase().replace(' ', "_")))>
             {state}
         </span>
     }
@@ -74,6 +81,73 @@ pub fn Table(
                 <tbody>{children()}</tbody>
             </table>
         </div>
+    }
+}
+
+/// The frame of a page that exists to run one command (create, import): breadcrumbs and
+/// title, then its form for a caller whose role reaches the command's own least role
+/// (`spec.role`, the one the server checks); anyone else is told which role it needs, and
+/// a caller without a session is offered sign-in.
+#[component]
+pub fn CommandPage(
+    spec: CommandSpec,
+    /// The breadcrumb's parent page: its address and name.
+    parent: (&'static str, &'static str),
+    crumb: &'static str,
+    title: &'static str,
+    children: ChildrenFn,
+) -> impl IntoView {
+    let me = use_me();
+    let children = StoredValue::new(children);
+    view! {
+        <section class="page">
+            <nav class="crumbs" aria-label="Breadcrumb">
+                <a href=parent.0>{parent.1}</a>
+                " / "
+                <span aria-current="page">{crumb}</span>
+            </nav>
+            <header class="page-head">
+                <h1>{title}</h1>
+            </header>
+            <Suspense fallback=loading>
+                {move || Suspend::new(async move {
+                    let who = match me {
+                        Some(me) => me.await,
+                        None => Err(ApiError::internal("no session context")),
+                    };
+                    match who {
+                        Ok(w) if w.role >= spec.role => EitherOf3::A(children.read_value()()),
+                        Ok(w) => EitherOf3::B(view! {
+                            <div class="panel narrow" data-error="forbidden">
+                                <p>{refusal(&spec, &w)}</p>
+                            </div>
+                        }),
+                        Err(e) => EitherOf3::C(view! { <ErrorPanel error=e/> }),
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+/// Why a caller gets no form: the server's own wording for the refusal, with who asked.
+fn refusal(spec: &CommandSpec, who: &WhoamiOutput) -> String {
+    format!(
+        "{} needs the {} role; token {} has {}.",
+        spec.name,
+        spec.role.as_str(),
+        who.token_name,
+        who.role.as_str()
+    )
+}
+
+/// A link to a command's page, offered only to callers whose role reaches the command's.
+#[component]
+pub fn CommandLink(spec: CommandSpec, href: &'static str, label: &'static str) -> impl IntoView {
+    view! {
+        <IfRole role=spec.role>
+            <a class="button primary" href=href>{label}</a>
+        </IfRole>
     }
 }
 

@@ -43,7 +43,11 @@ pub fn OperationList() -> impl IntoView {
 
 /// Loaded operations, each replaced by its newer pushed snapshot, plus operations pushed
 /// since (on `target` only, when given), newest first.
-fn merged(loaded: &[Operation], pushed: &[Operation], target: Option<&str>) -> Vec<Operation> {
+pub(crate) fn merged(
+    loaded: &[Operation],
+    pushed: &[Operation],
+    target: Option<&str>,
+) -> Vec<Operation> {
     let mut all: Vec<Operation> = loaded.to_vec();
     for p in pushed {
         match all.iter_mut().find(|o| o.operation_id == p.operation_id) {

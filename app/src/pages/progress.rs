@@ -38,7 +38,7 @@ pub fn OperationPage() -> impl IntoView {
     }
 }
 
-fn command_title(command: &str) -> String {
+pub(crate) fn command_title(command: &str) -> String {
     let mut words = command.replace('_', " ");
     if let Some(first) = words.get_mut(..1) {
         first.make_ascii_uppercase();
@@ -62,6 +62,18 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
     });
     let action_error = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
+    // Each change is announced to screen readers as it happens; the state on arrival is
+    // on the page already. (An effect runs only in the browser, after hydration.)
+    let announced = RwSignal::new(String::new());
+    let seen = StoredValue::new(None::<Operation>);
+    Effect::new(move || {
+        let now = op.get();
+        if let Some(news) = seen.with_value(|before| before.as_ref().and_then(|b| changes(b, &now)))
+        {
+            announced.set(news);
+        }
+        seen.set_value(Some(now));
+    });
 
     let retry = move |_| {
         let operation_id = op.with_untracked(|o| o.operation_id.clone());
@@ -122,6 +134,9 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
                     </Show>
                 </IfRole>
             </header>
+            <p class="visually-hidden announcer" role="status" aria-live="polite" aria-atomic="true">
+                {announced}
+            </p>
             {move || action_error.get().map(|e| view! { <div class="form-alert" role="alert">{e}</div> })}
             <div class="panel">
                 <dl class="facts op-facts">
@@ -205,6 +220,28 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
     }
 }
 
+/// What changed from one snapshot of an operation to the next, in words for a screen
+/// reader: each stage whose state moved, then the operation's end if it came.
+fn changes(before: &Operation, after: &Operation) -> Option<String> {
+    let mut said: Vec<String> = after
+        .stages
+        .iter()
+        .filter(|s| {
+            let was = before.stages.iter().find(|b| b.name == s.name);
+            was.is_none_or(|b| b.state != s.state)
+        })
+        .map(|s| format!("{}: {}.", s.title, s.state.as_str()))
+        .collect();
+    if before.state != after.state && after.state.is_terminal() {
+        said.push(format!(
+            "{} {}.",
+            command_title(&after.command),
+            after.state.as_str()
+        ));
+    }
+    (!said.is_empty()).then(|| said.join(" "))
+}
+
 fn settle(
     result: Result<Operation, ApiError>,
     answered: RwSignal<Option<Operation>>,
@@ -249,7 +286,7 @@ fn StageRow(stage: Stage) -> impl IntoView {
 /// A failure as an operator needs it: for a provider failure the call that failed, the
 /// provider's code and message and the request id to quote to support.
 #[component]
-fn ErrorDetail(error: ApiError) -> impl IntoView {
+pub(crate) fn ErrorDetail(error: ApiError) -> impl IntoView {
     match error {
         ApiError::Upstream {
             service,
@@ -277,6 +314,46 @@ fn ErrorDetail(error: ApiError) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snapshot(state: &str, stages: &[(&str, &str)]) -> Operation {
+        let stages: Vec<serde_json::Value> = stages
+            .iter()
+            .map(|(name, state)| {
+                serde_json::json!({
+                    "name": name, "title": format!("The {name}"), "state": state, "attempts": 1,
+                    "started_at": null, "finished_at": null, "next_poll_at": null,
+                    "message": null, "error": null, "cancellable": false,
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "operation_id": "op-1", "command": "import_cluster", "target": "cluster/x",
+            "state": state, "requested_by": "admin", "created_at": "2026-01-01T00:00:00.000Z",
+            "updated_at": "2026-01-01T00:00:01.000Z", "stages": stages, "outputs": {},
+            "error": null, "retryable": false, "cancellable": false,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn stage_changes_are_said_in_order_then_the_end() {
+        let a = snapshot("running", &[("eks", "waiting"), ("access", "pending")]);
+        let b = snapshot("running", &[("eks", "succeeded"), ("access", "running")]);
+        assert_eq!(
+            changes(&a, &b).as_deref(),
+            Some("The eks: succeeded. The access: running.")
+        );
+        let c = snapshot(
+            "succeeded",
+            &[("eks", "succeeded"), ("access", "succeeded")],
+        );
+        assert_eq!(
+            changes(&b, &c).as_deref(),
+            Some("The access: succeeded. Import cluster succeeded.")
+        );
+        // Nothing moved (a new note, another attempt): nothing to say.
+        assert_eq!(changes(&c, &c), None);
+    }
 
     #[test]
     fn command_names_read_as_titles() {

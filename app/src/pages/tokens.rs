@@ -1,6 +1,6 @@
 //! API tokens, for admins: the list, a form that creates one (its secret is shown once,
-//! here, and never again), and revocation. The form is built on `crate::form` like the
-//! import form; what a role may do is the server's decision.
+//! here, and never again), and revocation. The form declares `CreateToken`'s fields on
+//! `crate::form` like the cluster forms; what a role may do is the server's decision.
 
 use leptos::either::Either;
 use leptos::prelude::*;
@@ -9,7 +9,7 @@ use super::{StateBadge, loading};
 use crate::api::call::call;
 use crate::api::tokens::{CreateToken, ListTokens, RevokeToken};
 use crate::api::values::TokenName;
-use crate::form::{FormAlert, FormState, SelectField, TextField, check, request_json};
+use crate::form::{Field, FieldInput, FormAlert, FormState, check};
 use crate::session::ErrorPanel;
 use crate::time::short;
 
@@ -112,11 +112,18 @@ pub fn TokensPage() -> impl IntoView {
     }
 }
 
+const NAME: Field = Field::text("name", "Name")
+    .required()
+    .placeholder("ci-deployer")
+    .hint("To recognise it in lists and the audit log: letters, digits, '.', '_' and '-'.");
+const ROLE: Field = Field::select("role", "Role")
+    .default("viewer")
+    .hint("Viewers read; operators change clusters and workloads; admins also manage tokens.");
+const FIELDS: &[Field] = &[NAME, ROLE];
+
 #[component]
 fn CreateTokenForm(changed: RwSignal<u32>) -> impl IntoView {
-    let form = FormState::new(&["name", "role"]);
-    let name = RwSignal::new(String::new());
-    let role = RwSignal::new("viewer".to_owned());
+    let (form, record) = FormState::declared(FIELDS);
     let secret = RwSignal::new(None::<(String, String)>);
     let roles = Signal::stored(
         ["viewer", "operator", "admin"]
@@ -127,11 +134,7 @@ fn CreateTokenForm(changed: RwSignal<u32>) -> impl IntoView {
         ev.prevent_default();
         form.clear();
         secret.set(None);
-        let input = request_json(&[
-            ("name", name.get_untracked()),
-            ("role", role.get_untracked()),
-        ]);
-        let request = match check::<CreateToken>(input) {
+        let request = match check::<CreateToken>(form.request()) {
             Ok(r) => r,
             Err(e) => return form.show(e),
         };
@@ -142,7 +145,7 @@ fn CreateTokenForm(changed: RwSignal<u32>) -> impl IntoView {
             match result {
                 Ok(created) => {
                     secret.set(Some((created.info.name, created.token)));
-                    name.set(String::new());
+                    record.value("name").set(String::new());
                     changed.update(|n| *n += 1);
                 }
                 Err(e) => form.show(e),
@@ -152,10 +155,8 @@ fn CreateTokenForm(changed: RwSignal<u32>) -> impl IntoView {
     view! {
         <form class="panel form" on:submit=submit novalidate>
             <h2>"Create a token"</h2>
-            <TextField form name="name" label="Name" value=name required=true placeholder="ci-deployer"
-                hint="To recognise it in lists and the audit log: letters, digits, '.', '_' and '-'."/>
-            <SelectField form name="role" label="Role" value=role options=roles
-                hint="Viewers read; operators change clusters and workloads; admins also manage tokens."/>
+            <FieldInput form record field=&NAME/>
+            <FieldInput form record field=&ROLE options=roles/>
             <FormAlert form/>
             <div class="actions">
                 <button class="primary" type="submit" disabled=move || form.busy.get()>"Create token"</button>
