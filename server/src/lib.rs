@@ -21,6 +21,7 @@ pub mod network;
 pub mod openapi;
 pub mod operation;
 pub mod rest;
+pub mod retention;
 pub mod sandbox;
 pub mod service;
 pub mod store;
