@@ -16,6 +16,8 @@ pub mod hyperpod;
 pub mod iam;
 pub mod inspect;
 pub mod kubernetes;
+pub mod limits;
+pub mod listener;
 pub mod mcp;
 pub mod network;
 pub mod openapi;
