@@ -54,14 +54,23 @@ pub struct Actor {
 fn random_hex() -> Result<String, ApiError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&bytes))
+}
+
+/// Lowercase hex without a `String` per byte: every request hashes its credential twice
+/// (rate limit, then authentication).
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }
 
 pub fn hash_secret(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(secret.as_bytes()))
 }
 
 fn unauthorized(message: &str) -> ApiError {
@@ -687,6 +696,14 @@ mod tests {
             .unwrap();
         let again = last_used(&auth, "ci").await.unwrap();
         assert!(again >= first, "{again} < {first}");
+    }
+
+    #[test]
+    fn hashes_are_lowercase_hex_sha256() {
+        assert_eq!(
+            hash_secret("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

@@ -234,8 +234,8 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// Host check, rate limit and body limit, in that order: a refused Host costs no token,
-/// and a limited caller's body is never read.
+/// Host check, rate limit and body limit, in that order (a refused Host costs no token),
+/// all before the request reaches a route.
 pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Response {
     let face = ErrorFace::of(req.uri().path());
     if let Some(hosts) = &guard.hosts
@@ -263,7 +263,7 @@ pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Resp
             req,
             &ApiError::RateLimited {
                 message: format!(
-                    "too many requests: this token may send {} per second (bursts of {}); retry after {retry_after_seconds} s",
+                    "too many requests from this token (or session, or address): {} per second are allowed, in bursts of up to {}; retry after {retry_after_seconds} s",
                     guard.limits.rate_per_second,
                     guard.limits.rate_per_second * guard.limits.burst_seconds,
                 ),
