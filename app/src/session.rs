@@ -62,11 +62,58 @@ fn SignOut() -> impl IntoView {
 }
 
 /// Where to go after signing in: a path on this console, never another site.
+///
+/// Browsers read `/\host` and `//host` as another host, and drop tabs and newlines
+/// before they parse (`/\t/host` is `//host`), so a path qualifies only when neither it
+/// nor any percent-decoding of it starts with two slashes or holds a backslash, a
+/// control character or white space.
 fn safe_next(next: Option<String>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/login") => n,
-        _ => "/clusters".to_owned(),
+    const HOME: &str = "/clusters";
+    let Some(next) = next else {
+        return HOME.to_owned();
+    };
+    let mut form = next.clone();
+    // Each round decodes one layer; a path that still changes after a few is not ours.
+    for _ in 0..4 {
+        let unsafe_form = !form.starts_with('/')
+            || form.starts_with("//")
+            || form.starts_with("/login")
+            || form
+                .chars()
+                .any(|c| c == '\\' || c.is_control() || c.is_whitespace());
+        if unsafe_form {
+            return HOME.to_owned();
+        }
+        let decoded = percent_decode(&form);
+        if decoded == form {
+            return next;
+        }
+        form = decoded;
     }
+    HOME.to_owned()
+}
+
+/// One layer of percent-decoding (bytes that are not UTF-8 become U+FFFD).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[component]
@@ -179,6 +226,9 @@ fn error_kind(e: &ApiError) -> &'static str {
         ApiError::Upstream { .. } => "upstream",
         ApiError::Unauthorized { .. } => "unauthorized",
         ApiError::Forbidden { .. } => "forbidden",
+        ApiError::TooLarge { .. } => "too_large",
+        ApiError::RateLimited { .. } => "rate_limited",
+        ApiError::Unavailable { .. } => "unavailable",
         ApiError::Internal { .. } => "internal",
     }
 }
@@ -254,9 +304,31 @@ mod tests {
             "https://evil.example",
             "/login?next=/x",
             "",
+            // What `/login?next=/%5Cevil.example` decodes to: browsers go to evil.example.
+            "/\\evil.example",
+            "/%5Cevil.example",
+            "/%5cevil.example",
+            "/%2F/evil.example",
+            "/%2f%2fevil.example",
+            "/%252F/evil.example",
+            "/\t/evil.example",
+            "/%09/evil.example",
+            "/\n/evil.example",
+            "/%0A/evil.example",
+            "/ /evil.example",
+            "/\u{7f}x",
         ] {
-            assert_eq!(safe_next(Some(bad.into())), "/clusters", "{bad}");
+            assert_eq!(safe_next(Some(bad.into())), "/clusters", "{bad:?}");
         }
         assert_eq!(safe_next(None), "/clusters");
+        // Ordinary paths with queries and escapes of ordinary characters pass unchanged.
+        assert_eq!(
+            safe_next(Some("/operations?state=running".into())),
+            "/operations?state=running"
+        );
+        assert_eq!(
+            safe_next(Some("/clusters/ml-1%2Dx".into())),
+            "/clusters/ml-1%2Dx"
+        );
     }
 }

@@ -25,6 +25,14 @@ BAD_REQUESTS = [
     ),
     ("get_cluster", "/api/v1/clusters/Bad_Name!", {"name": "Bad_Name!"}),
     ("wait_operation", "/api/v1/operations/x/wait?timeout_seconds=301", {"operation_id": "x", "timeout_seconds": 301}),
+    # Out of range or not an integer: one message, stating the range, whatever the face.
+    ("wait_operation", "/api/v1/operations/x/wait?timeout_seconds=-1", {"operation_id": "x", "timeout_seconds": -1}),
+    ("wait_operation", "/api/v1/operations/x/wait?timeout_seconds=2.5", {"operation_id": "x", "timeout_seconds": 2.5}),
+    ("wait_operation", "/api/v1/operations/x/wait?timeout_seconds=1e9", {"operation_id": "x", "timeout_seconds": 1e9}),
+    ("wait_operation", "/api/v1/operations/x/wait?timeout_seconds=ten", {"operation_id": "x", "timeout_seconds": "ten"}),
+    # String fields are bounded at the field.
+    ("get_operation", "/api/v1/operations/" + "o" * 129, {"operation_id": "o" * 129}),
+    ("list_operations", "/api/v1/operations?target=" + "c" * 201, {"target": "c" * 201}),
 ]
 
 
@@ -69,7 +77,84 @@ def test_same_field_errors_on_every_face(hypd):
         mcp = mcp_errors(hypd, command, data)
         assert rest["kind"] == "validation", rest
         assert rest == fn == mcp, (command, rest, fn, mcp)
-        assert rest["errors"][0]["field"] in {"availability_zone", "instance_types[1]", "name", "timeout_seconds"}
+        field = rest["errors"][0]["field"]
+        assert field in {"availability_zone", "instance_types[1]", "name", "timeout_seconds", "operation_id", "target"}
+        if field == "timeout_seconds":
+            assert "an integer from 0 to 300" in rest["errors"][0]["message"], rest
+
+
+BASE_CLUSTER = {"name": "arr-1", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+
+
+def post_errors(hypd, path, body, status=422):
+    with hypd.client(hypd.admin_token) as c:
+        r = c.post(path, json=body)
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+def test_arrays_are_not_objects_on_every_face(hypd):
+    """serde fills a struct from an array by position: `"network": ["10.0.0.0/16"]` was
+    read as vpc_cidr and started an operation. An object field given an array is that
+    field's error on every face, and nothing starts."""
+    session = console_session(hypd)
+    for field, value in [
+        ("network", []),
+        ("network", ["10.0.0.0/16"]),
+        ("storage", []),
+        ("capacity", ["spot"]),
+    ]:
+        data = {**BASE_CLUSTER, field: value}
+        rest = post_errors(hypd, "/api/v1/clusters", data)
+        fn = server_fn_errors(session, "create_cluster", data)
+        mcp = mcp_errors(hypd, "create_cluster", data)
+        assert rest == fn == mcp, (field, rest, fn, mcp)
+        assert rest["errors"] == [{"field": field, "message": "must be a JSON object ({…}), not an array"}], rest
+    with hypd.client(hypd.admin_token) as c:
+        ops = c.get("/api/v1/operations", params={"target": "cluster/arr-1"}).json()["operations"]
+    assert ops == [], "an operation was started"
+
+
+def raw_mcp(hypd, token, method, params):
+    """One JSON-RPC request to /mcp as the wire carries it: (status, bytes of the answer, answer)."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {token}",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers, timeout=60)
+    return r.status_code, len(r.content), r.json()
+
+
+def test_long_values_get_short_answers_on_every_face(hypd):
+    """A 900 KiB name is refused at the field with an error of a few hundred bytes on
+    every face (it used to come back whole: 1 MB on REST, 3 MB over MCP, and an empty
+    500 on /fn); past the 1 MiB body limit every face answers 413 in JSON."""
+    name = "a" * (900 * 1024)
+    data = {"name": name, "role": "viewer"}
+    with hypd.client(hypd.admin_token) as c:
+        r = c.post("/api/v1/tokens", json=data)
+    assert r.status_code == 422 and len(r.content) < 1024, (r.status_code, len(r.content))
+    session = console_session(hypd)
+    fn = session.post("/fn/run_command", json={"command": "create_token", "input": data})
+    assert fn.status_code == 422 and len(fn.content) < 1024, (fn.status_code, len(fn.content))
+    status, size, answer = raw_mcp(hypd, hypd.admin_token, "tools/call", {"name": "create_token", "arguments": data})
+    assert status == 200 and size < 2048, (status, size)
+    assert answer["result"]["isError"] is True
+    assert r.json()["error"] == fn.json() == answer["result"]["structuredContent"]["error"]
+
+    too_big = {"name": "a" * (1024 * 1024), "role": "viewer"}
+    with hypd.client(hypd.admin_token) as c:
+        r = c.post("/api/v1/tokens", json=too_big)
+    assert r.status_code == 413 and r.json()["error"]["kind"] == "too_large", r.text
+    fn = session.post("/fn/run_command", json={"command": "create_token", "input": too_big})
+    assert fn.status_code == 413 and fn.json()["kind"] == "too_large", fn.text
+    r = httpx.post(
+        f"{hypd.url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "create_token", "arguments": too_big}},
+        headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {hypd.admin_token}"},
+    )
+    assert r.status_code == 413 and r.json()["error"]["kind"] == "too_large", r.text
 
 
 def test_console_session_refuses_other_origins(hypd):

@@ -233,3 +233,112 @@ def test_create_cluster_through_mcp(hypd, sim):
     assert agent["status"]["numberReady"] == 1, agent["status"]
     claim = json.loads(kubectl(sim, "mcp-gpu", "get", "pvc", "shared-s3", "-o", "json"))
     assert claim["status"]["phase"] == "Bound", claim
+
+
+BASE_CLUSTER = {"name": "schema-1", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+
+# (tool, arguments): each is refused by decode, so the tool's input schema must refuse it
+# too (an agent that validates before calling learns the same rule).
+REFUSED = [
+    ("create_cluster", {**BASE_CLUSTER, "network": []}),
+    ("create_cluster", {**BASE_CLUSTER, "network": ["10.0.0.0/16"]}),
+    ("create_cluster", {**BASE_CLUSTER, "storage": []}),
+    ("create_cluster", {**BASE_CLUSTER, "capacity": ["spot"]}),
+    ("create_cluster", {**BASE_CLUSTER, "capacity": {"type": "reserved"}}),
+    ("create_cluster", {**BASE_CLUSTER, "name": "bad_name"}),
+    ("create_cluster", {**BASE_CLUSTER, "name": "a" * 64}),
+    ("create_cluster", {**BASE_CLUSTER, "instance_count": 2001}),
+    ("create_cluster", {**BASE_CLUSTER, "instance_count": 1.5}),
+    ("create_cluster", {**BASE_CLUSTER, "colour": "blue"}),
+    ("create_cluster", {**BASE_CLUSTER, "storage": {"s3_bucket": "Bad_Bucket"}}),
+    ("create_cluster", {**BASE_CLUSTER, "network": {"vpc_cidr": "10.0.0.0/8"}}),
+    ("create_cluster", {**BASE_CLUSTER, "region": "r" * 40}),
+    ("wait_operation", {"operation_id": "x", "timeout_seconds": 301}),
+    ("wait_operation", {"operation_id": "x", "timeout_seconds": -1}),
+    ("wait_operation", {"operation_id": "x", "timeout_seconds": 2.5}),
+    ("wait_operation", {"operation_id": "x", "timeout_seconds": "ten"}),
+    ("get_operation", {"operation_id": "o" * 129}),
+    ("get_operation", {}),
+    ("list_operations", {"target": "c" * 201}),
+    ("list_operations", {"state": "exploded"}),
+    ("list_instance_types", {"availability_zone": "mars-1"}),
+    ("list_instance_types", {"instance_types": ["P5"]}),
+    ("list_instance_types", {"instance_types": ["p5.48xlarge"] * 101}),
+    ("create_token", {"name": "ci bot", "role": "viewer"}),
+    ("create_token", {"name": "ci", "role": "root"}),
+]
+
+ACCEPTED = [
+    ("create_cluster", BASE_CLUSTER),
+    (
+        "create_cluster",
+        {
+            **BASE_CLUSTER,
+            "region": "us-east-1",
+            "capacity": {"type": "training_plan", "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"},
+            "network": {"vpc_cidr": "10.1.0.0/16"},
+            "storage": {"s3_bucket": "my-bucket"},
+            "kubernetes_version": "1.33",
+            "idempotency_key": "key-12345678",
+        },
+    ),
+    ("create_cluster", {**BASE_CLUSTER, "region": None, "kubernetes_version": None}),
+    ("wait_operation", {"operation_id": "op-1", "timeout_seconds": 0}),
+    ("list_instance_types", {"availability_zone": "us-east-1a", "instance_types": ["p5.48xlarge"], "refresh": True}),
+    ("list_operations", {"state": "running", "target": "cluster/ml-1"}),
+    ("list_clusters", {}),
+]
+
+
+def test_tools_are_compact_and_check_what_decode_checks(hypd):
+    """tools/list was 68 kB for 18 tools; schemas now share what repeats within a tool
+    and drop what only decorates, and still refuse what decode refuses."""
+    from jsonschema import Draft202012Validator
+
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {hypd.admin_token}",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=headers)
+    assert r.status_code == 200, r.text
+    tools = {t["name"]: t for t in r.json()["result"]["tools"]}
+    assert len(tools) == 18
+    per_tool = len(r.content) / len(tools)
+    print(f"tools/list: {len(r.content)} bytes, {per_tool:.0f} per tool")
+    assert per_tool < 1300, f"{len(r.content)} bytes for {len(tools)} tools"
+
+    for tool in tools.values():
+        Draft202012Validator.check_schema(tool["inputSchema"])
+        if "outputSchema" in tool:
+            Draft202012Validator.check_schema(tool["outputSchema"])
+    for name, args in ACCEPTED:
+        errors = list(Draft202012Validator(tools[name]["inputSchema"]).iter_errors(args))
+        assert not errors, (name, args, [e.message for e in errors])
+
+    async def refused_by_decode():
+        async with Client(http_transport(hypd, hypd.admin_token)) as client:
+            for name, args in REFUSED:
+                result = await client.call_tool(name, args)
+                assert result.is_error, (name, args)
+                assert result.structured_content["error"]["kind"] == "validation", (name, result.structured_content)
+
+    anyio.run(refused_by_decode)
+    for name, args in REFUSED:
+        assert not Draft202012Validator(tools[name]["inputSchema"]).is_valid(args), (name, args)
+
+
+def test_results_carry_the_data_once(hypd):
+    """structuredContent holds the answer; the text block (for clients that read only
+    text) is the same JSON, compact, not a pretty-printed second copy."""
+
+    async def check():
+        async with Client(http_transport(hypd, hypd.admin_token)) as client:
+            result = await client.call_tool("list_regions", {})
+            text = result.content[0].text
+            assert json.loads(text) == result.structured_content
+            assert text == json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
+            bad = await client.call_tool("get_cluster", {"name": "bad_name"})
+            assert json.loads(bad.content[0].text) == bad.structured_content
+
+    anyio.run(check)

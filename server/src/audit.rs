@@ -18,6 +18,59 @@ const SECRET_KEYS: &[&str] = &[
     "session_token",
 ];
 
+/// Longest string value kept whole in an audited request. Names, ARNs and CIDRs are far
+/// shorter; anything longer is not worth a reviewer's screen and may be an attempt to
+/// fill the store.
+const AUDIT_STRING_CHARS: usize = 256;
+/// Most bytes of request JSON an audit row keeps. Any role may send refused requests,
+/// and each is audited: the row's size must not be the caller's choice.
+pub const AUDIT_REQUEST_BYTES: usize = 8 * 1024;
+/// Most bytes of an error's text an audit row keeps.
+const AUDIT_DETAIL_BYTES: usize = 1024;
+
+/// `s` cut at a character boundary to at most `max` bytes, with a marker saying how much
+/// there was.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut at = max;
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    format!("{}…[truncated: {} bytes in all]", &s[..at], s.len())
+}
+
+/// Long strings cut, then the whole text cut: what the audit log stores of a request.
+pub fn audited_request(request: &Value) -> String {
+    fn shorten(v: &Value) -> Value {
+        match v {
+            Value::String(s) => match s.char_indices().nth(AUDIT_STRING_CHARS) {
+                Some((at, _)) => Value::String(format!(
+                    "{}…[truncated: {} bytes in all]",
+                    &s[..at],
+                    s.len()
+                )),
+                None => v.clone(),
+            },
+            Value::Array(items) => Value::Array(items.iter().map(shorten).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let k = match k.char_indices().nth(AUDIT_STRING_CHARS) {
+                            Some((at, _)) => format!("{}…", &k[..at]),
+                            None => k.clone(),
+                        };
+                        (k, shorten(v))
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    truncate(&shorten(&redact(request)).to_string(), AUDIT_REQUEST_BYTES)
+}
+
 pub fn redact(v: &Value) -> Value {
     match v {
         Value::Object(map) => Value::Object(
@@ -50,11 +103,14 @@ pub async fn record<T>(
             let kind = serde_json::to_value(e)
                 .ok()
                 .and_then(|v| v["kind"].as_str().map(str::to_owned));
-            (kind.unwrap_or_else(|| "error".into()), Some(e.to_string()))
+            (
+                kind.unwrap_or_else(|| "error".into()),
+                Some(truncate(&e.to_string(), AUDIT_DETAIL_BYTES)),
+            )
         }
     };
     let id = clock::sortable_id("audit");
-    let request = redact(request).to_string();
+    let request = audited_request(request);
     let written = on_pool!(store, |pool| {
         sqlx::query(
         "INSERT INTO audit_log (id, at, actor, face, command, request, outcome, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
@@ -107,5 +163,30 @@ mod tests {
         assert_eq!(r["name"], "ci");
         assert_eq!(r["token"], "<redacted>");
         assert_eq!(r["nested"][0]["password"], "<redacted>");
+    }
+
+    #[test]
+    fn large_requests_are_stored_cut_and_marked() {
+        let big = "x".repeat(1_500_000);
+        let stored = audited_request(&serde_json::json!({"name": big, "role": "admin"}));
+        assert!(stored.len() < 1024, "{} bytes", stored.len());
+        let v: Value = serde_json::from_str(&stored).unwrap();
+        assert!(
+            v["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("…[truncated: 1500000 bytes in all]")
+        );
+        assert_eq!(v["role"], "admin");
+        let many: Vec<String> = (0..10_000).map(|i| format!("item-{i}")).collect();
+        let stored = audited_request(&serde_json::json!({ "items": many }));
+        assert!(stored.len() <= AUDIT_REQUEST_BYTES + 64);
+        assert!(
+            stored.ends_with(" bytes in all]"),
+            "{}",
+            &stored[stored.len() - 60..]
+        );
+        let small = serde_json::json!({"name": "ml-1"});
+        assert_eq!(audited_request(&small), small.to_string());
     }
 }

@@ -54,14 +54,23 @@ pub struct Actor {
 fn random_hex() -> Result<String, ApiError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&bytes))
+}
+
+/// Lowercase hex without a `String` per byte: every request hashes its credential twice
+/// (rate limit, then authentication).
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }
 
 pub fn hash_secret(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(secret.as_bytes()))
 }
 
 fn unauthorized(message: &str) -> ApiError {
@@ -89,7 +98,14 @@ fn token_info((name, role, created_at, last_used_at, revoked_at): TokenRow) -> T
 /// How long a verified token is trusted without asking the store again. Revocation is
 /// immediate on the replica that revokes (it clears this cache) and takes at most this
 /// long on the others.
-const TOKEN_CACHE_TTL: Duration = Duration::from_secs(2);
+/// Sessions are cached the same way, for the same bound: the live channel re-checks its
+/// caller on every poll, and this keeps that off the store.
+pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(2);
+
+/// `last_used_at` is written at most this often per token: a token used a hundred
+/// times a second must not cost a hundred writes, and a minute is as precise as anyone
+/// reading "last used" needs.
+const LAST_USED_EVERY: Duration = Duration::from_secs(60);
 
 type TokenCache = std::sync::Mutex<HashMap<String, (String, Role, Instant)>>;
 
@@ -97,6 +113,10 @@ type TokenCache = std::sync::Mutex<HashMap<String, (String, Role, Instant)>>;
 pub struct Auth {
     store: Store,
     verified: Arc<TokenCache>,
+    /// Session hashes verified recently, like `verified` for tokens.
+    sessions: Arc<TokenCache>,
+    /// When this replica last wrote each token's `last_used_at`.
+    used: Arc<std::sync::Mutex<HashMap<String, Instant>>>,
 }
 
 impl Auth {
@@ -104,6 +124,47 @@ impl Auth {
         Self {
             store,
             verified: Arc::default(),
+            sessions: Arc::default(),
+            used: Arc::default(),
+        }
+    }
+
+    /// Records that token `name` was just used, unless that was recorded less than
+    /// [`LAST_USED_EVERY`] ago (here, or by another replica: the store checks too).
+    async fn touch(&self, name: &str) {
+        let due = match self.used.lock() {
+            Ok(mut used) => {
+                let due = used
+                    .get(name)
+                    .is_none_or(|at| at.elapsed() >= LAST_USED_EVERY);
+                if due {
+                    used.insert(name.to_owned(), Instant::now());
+                }
+                due
+            }
+            Err(_) => false,
+        };
+        if !due {
+            return;
+        }
+        let now = clock::now();
+        let stale = clock::format_time(std::time::SystemTime::now() - LAST_USED_EVERY);
+        let written = on_pool!(&self.store, |pool| sqlx::query(
+            "UPDATE api_tokens SET last_used_at = $1 WHERE name = $2 \
+             AND (last_used_at IS NULL OR last_used_at < $3)"
+        )
+        .bind(&now)
+        .bind(name)
+        .bind(&stale)
+        .execute(pool)
+        .await
+        .map(drop));
+        if let Err(e) = written {
+            // Not worth failing a request over: the next use tries again.
+            if let Ok(mut used) = self.used.lock() {
+                used.remove(name);
+            }
+            tracing::warn!(token = name, error = %e, "cannot record the token's last use");
         }
     }
 
@@ -191,8 +252,10 @@ impl Auth {
     /// Revokes a token and ends its sessions. Revoking twice changes nothing.
     pub async fn revoke_token(&self, name: &str) -> Result<TokenInfo, ApiError> {
         let now = clock::now();
-        if let Ok(mut cache) = self.verified.lock() {
-            cache.retain(|_, (token, _, _)| token != name);
+        for cache in [&self.verified, &self.sessions] {
+            if let Ok(mut cache) = cache.lock() {
+                cache.retain(|_, (token, _, _)| token != name);
+            }
         }
         on_pool!(&self.store, |pool| async {
             let mut tx = pool.begin().await?;
@@ -226,12 +289,15 @@ impl Auth {
 
     /// The live token a secret belongs to.
     async fn token_for_secret(&self, secret: &str) -> Result<(String, Role), ApiError> {
+        let (name, role) = self.verify_secret(secret).await?;
+        self.touch(&name).await;
+        Ok((name, role))
+    }
+
+    async fn verify_secret(&self, secret: &str) -> Result<(String, Role), ApiError> {
         let hash = hash_secret(secret);
-        if let Ok(cache) = self.verified.lock()
-            && let Some((name, role, at)) = cache.get(&hash)
-            && at.elapsed() < TOKEN_CACHE_TTL
-        {
-            return Ok((name.clone(), *role));
+        if let Some(hit) = cached(&self.verified, &hash) {
+            return Ok(hit);
         }
         let row: Option<(String, String)> = on_pool!(&self.store, |pool| sqlx::query_as(
             "SELECT name, role FROM api_tokens WHERE secret_hash = $1 AND revoked_at IS NULL"
@@ -244,10 +310,7 @@ impl Auth {
             row.ok_or_else(|| unauthorized("the token is not valid (unknown or revoked)"))?;
         let role = Role::parse(&role)
             .ok_or_else(|| ApiError::internal("stored token has an unknown role"))?;
-        if let Ok(mut cache) = self.verified.lock() {
-            cache.retain(|_, (_, _, at)| at.elapsed() < TOKEN_CACHE_TTL);
-            cache.insert(hash, (name.clone(), role, Instant::now()));
-        }
+        remember(&self.verified, hash, &name, role);
         Ok((name, role))
     }
 
@@ -277,10 +340,14 @@ impl Auth {
     }
 
     pub async fn logout(&self, session: &str) -> Result<(), ApiError> {
+        let hash = hash_secret(session);
+        if let Ok(mut cache) = self.sessions.lock() {
+            cache.remove(&hash);
+        }
         on_pool!(&self.store, |pool| sqlx::query(
             "DELETE FROM sessions WHERE id_hash = $1"
         )
-        .bind(hash_secret(session))
+        .bind(&hash)
         .execute(pool)
         .await
         .map(drop))
@@ -288,11 +355,25 @@ impl Auth {
     }
 
     async fn actor_for_session(&self, session: &str) -> Result<(String, Role), ApiError> {
+        let hash = hash_secret(session);
+        let (name, role) = match cached(&self.sessions, &hash) {
+            Some(hit) => hit,
+            None => {
+                let found = self.session_row(&hash).await?;
+                remember(&self.sessions, hash, &found.0, found.1);
+                found
+            }
+        };
+        self.touch(&name).await;
+        Ok((name, role))
+    }
+
+    async fn session_row(&self, hash: &str) -> Result<(String, Role), ApiError> {
         let row: Option<(String, String)> = on_pool!(&self.store, |pool| sqlx::query_as(
             "SELECT t.name, t.role FROM sessions s JOIN api_tokens t ON t.name = s.token_name \
              WHERE s.id_hash = $1 AND s.expires_at > $2 AND t.revoked_at IS NULL"
         )
-        .bind(hash_secret(session))
+        .bind(hash)
         .bind(clock::now())
         .fetch_optional(pool)
         .await)
@@ -342,6 +423,20 @@ impl Auth {
     }
 }
 
+/// A verification made less than [`TOKEN_CACHE_TTL`] ago.
+fn cached(cache: &TokenCache, hash: &str) -> Option<(String, Role)> {
+    let cache = cache.lock().ok()?;
+    let (name, role, at) = cache.get(hash)?;
+    (at.elapsed() < TOKEN_CACHE_TTL).then(|| (name.clone(), *role))
+}
+
+fn remember(cache: &TokenCache, hash: String, name: &str, role: Role) {
+    if let Ok(mut cache) = cache.lock() {
+        cache.retain(|_, (_, _, at)| at.elapsed() < TOKEN_CACHE_TTL);
+        cache.insert(hash, (name.to_owned(), role, Instant::now()));
+    }
+}
+
 /// Forbidden unless the actor's role reaches the command's.
 pub fn authorize(actor: &Actor, needed: Role, command: &str) -> Result<(), ApiError> {
     if actor.role >= needed {
@@ -384,15 +479,41 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-pub fn session_set_cookie(session: &str) -> String {
+/// The request reached a proxy over HTTPS (`X-Forwarded-Proto: https`, or
+/// `Forwarded: proto=https`): its cookies must then be `Secure`, so a browser never sends
+/// them over plain HTTP. hypd itself serves plain HTTP (loopback, SSM tunnels), where a
+/// `Secure` cookie would never come back.
+pub fn via_https(headers: &HeaderMap) -> bool {
+    let forwarded_proto = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
+    let forwarded = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split([';', ',']))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .any(|(k, v)| {
+            k.eq_ignore_ascii_case("proto") && v.trim_matches('"').eq_ignore_ascii_case("https")
+        });
+    forwarded_proto || forwarded
+}
+
+pub fn session_set_cookie(session: &str, secure: bool) -> String {
     format!(
-        "{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        SESSION_TTL.as_secs()
+        "{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        if secure { "; Secure" } else { "" }
     )
 }
 
-pub fn session_clear_cookie() -> String {
-    format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+pub fn session_clear_cookie(secure: bool) -> String {
+    format!(
+        "{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}",
+        if secure { "; Secure" } else { "" }
+    )
 }
 
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
@@ -531,6 +652,78 @@ mod tests {
             auth.authenticate(&h, &Method::GET, Face::Console).await,
             Err(ApiError::Unauthorized { .. })
         ));
+    }
+
+    async fn last_used(auth: &Auth, name: &str) -> Option<String> {
+        auth.list_tokens()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .last_used_at
+    }
+
+    #[tokio::test]
+    async fn last_use_is_recorded_once_a_minute() {
+        let (auth, _dir) = auth().await;
+        let (_, secret) = auth.create_token("ci", Role::Viewer).await.unwrap();
+        assert_eq!(last_used(&auth, "ci").await, None);
+        auth.authenticate(&bearer(&secret), &Method::GET, Face::Rest)
+            .await
+            .unwrap();
+        let first = last_used(&auth, "ci").await.expect("written on first use");
+        // Pretend it was written long ago, in the store only: this replica's throttle
+        // still holds, so a use now writes nothing.
+        on_pool!(&auth.store, |pool| sqlx::query(
+            "UPDATE api_tokens SET last_used_at = '2020-01-01T00:00:00.000Z'"
+        )
+        .execute(pool)
+        .await
+        .map(drop))
+        .unwrap();
+        auth.authenticate(&bearer(&secret), &Method::GET, Face::Rest)
+            .await
+            .unwrap();
+        assert_eq!(
+            last_used(&auth, "ci").await.as_deref(),
+            Some("2020-01-01T00:00:00.000Z")
+        );
+        // A minute on, the next use writes it again.
+        auth.used.lock().unwrap().clear();
+        auth.authenticate(&bearer(&secret), &Method::GET, Face::Rest)
+            .await
+            .unwrap();
+        let again = last_used(&auth, "ci").await.unwrap();
+        assert!(again >= first, "{again} < {first}");
+    }
+
+    #[test]
+    fn hashes_are_lowercase_hex_sha256() {
+        assert_eq!(
+            hash_secret("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn cookies_are_secure_behind_https() {
+        let mut h = HeaderMap::new();
+        assert!(!via_https(&h));
+        assert!(!session_set_cookie("s", via_https(&h)).contains("Secure"));
+        h.insert("x-forwarded-proto", "https".parse().unwrap());
+        assert!(via_https(&h));
+        assert!(session_set_cookie("s", true).ends_with("; Secure"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::FORWARDED,
+            "for=10.0.0.1;proto=https;host=hypd.example"
+                .parse()
+                .unwrap(),
+        );
+        assert!(via_https(&h));
+        h.insert(header::FORWARDED, "proto=http".parse().unwrap());
+        assert!(!via_https(&h));
     }
 
     #[test]

@@ -144,6 +144,37 @@ struct ServeArgs {
     /// nothing is created in AWS  [env: HYPD_SANDBOX]
     #[arg(long)]
     sandbox: bool,
+
+    /// Host names (or IPs) the console and API answer to besides localhost, 127.0.0.1 and
+    /// [::1], comma-separated; * for any  [env: HYPD_ALLOWED_HOSTS] [default: loopback
+    /// names only on a loopback bind, any host otherwise]
+    #[arg(long, value_name = "HOSTS")]
+    allowed_hosts: Option<String>,
+
+    /// Requests per second each token or session may send (bursts of 5 seconds' worth);
+    /// 0 for no limit  [env: HYPD_RATE_LIMIT] [default: 20]
+    #[arg(long, value_name = "N")]
+    rate_limit: Option<String>,
+
+    /// Seconds a connection may stay open with no request in flight; keep it above a load
+    /// balancer's own idle timeout  [env: HYPD_IDLE_TIMEOUT] [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    idle_timeout: Option<String>,
+
+    /// Connections served at once; more are answered 503  [env: HYPD_MAX_CONNECTIONS]
+    /// [default: 1024, less if the open-file limit is lower]
+    #[arg(long, value_name = "N")]
+    max_connections: Option<String>,
+
+    /// Days the audit log is kept; 0 keeps it for ever  [env: HYPD_AUDIT_RETENTION_DAYS]
+    /// [default: 365]
+    #[arg(long, value_name = "DAYS")]
+    audit_retention_days: Option<String>,
+
+    /// Days the events of finished operations are kept; 0 keeps them for ever
+    /// [env: HYPD_EVENT_RETENTION_DAYS] [default: 90]
+    #[arg(long, value_name = "DAYS")]
+    event_retention_days: Option<String>,
 }
 
 /// Everything `hypd serve` needs, resolved and checked.
@@ -155,6 +186,10 @@ pub struct ServeConfig {
     pub database: Database,
     pub site_root: PathBuf,
     pub sandbox: bool,
+    /// `Host` names served; `None` serves any.
+    pub allowed_hosts: Option<Vec<String>>,
+    pub limits: crate::limits::Limits,
+    pub retention: crate::retention::Retention,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +235,53 @@ impl ServeArgs {
                 config::parse_path,
             )?
             .unwrap_or_else(default_site_root);
+        let configured_hosts = r.get(
+            &config::ALLOWED_HOSTS,
+            self.allowed_hosts.as_deref(),
+            config::parse_allowed_hosts,
+        )?;
+        let allowed_hosts = crate::limits::allowed_hosts(bind, configured_hosts);
+        let defaults = crate::limits::Limits::default();
+        let limits = crate::limits::Limits {
+            rate_per_second: r
+                .get(
+                    &config::RATE_LIMIT,
+                    self.rate_limit.as_deref(),
+                    config::parse_rate_limit,
+                )?
+                .unwrap_or(defaults.rate_per_second),
+            idle_timeout: r
+                .get(
+                    &config::IDLE_TIMEOUT,
+                    self.idle_timeout.as_deref(),
+                    config::parse_idle_timeout,
+                )?
+                .map_or(defaults.idle_timeout, std::time::Duration::from_secs),
+            max_connections: r
+                .get(
+                    &config::MAX_CONNECTIONS,
+                    self.max_connections.as_deref(),
+                    config::parse_max_connections,
+                )?
+                .unwrap_or(defaults.max_connections),
+            ..defaults
+        };
+        let days = |setting, flag: &Option<String>, default| {
+            r.get(setting, flag.as_deref(), config::parse_retention_days)
+                .map(|d| d.unwrap_or(default))
+        };
+        let retention = crate::retention::Retention {
+            audit_days: days(
+                &config::AUDIT_RETENTION,
+                &self.audit_retention_days,
+                crate::retention::Retention::DEFAULT.audit_days,
+            )?,
+            event_days: days(
+                &config::EVENT_RETENTION,
+                &self.event_retention_days,
+                crate::retention::Retention::DEFAULT.event_days,
+            )?,
+        };
         Ok(ServeConfig {
             bind,
             port,
@@ -207,6 +289,9 @@ impl ServeArgs {
             database,
             site_root,
             sandbox,
+            allowed_hosts,
+            limits,
+            retention,
         })
     }
 }

@@ -94,6 +94,37 @@ pub const TOKEN: Setting = Setting {
     secret: true,
 };
 
+pub const ALLOWED_HOSTS: Setting = Setting {
+    flag: "allowed-hosts",
+    env: "HYPD_ALLOWED_HOSTS",
+    secret: false,
+};
+pub const RATE_LIMIT: Setting = Setting {
+    flag: "rate-limit",
+    env: "HYPD_RATE_LIMIT",
+    secret: false,
+};
+pub const IDLE_TIMEOUT: Setting = Setting {
+    flag: "idle-timeout",
+    env: "HYPD_IDLE_TIMEOUT",
+    secret: false,
+};
+pub const MAX_CONNECTIONS: Setting = Setting {
+    flag: "max-connections",
+    env: "HYPD_MAX_CONNECTIONS",
+    secret: false,
+};
+pub const AUDIT_RETENTION: Setting = Setting {
+    flag: "audit-retention-days",
+    env: "HYPD_AUDIT_RETENTION_DAYS",
+    secret: false,
+};
+pub const EVENT_RETENTION: Setting = Setting {
+    flag: "event-retention-days",
+    env: "HYPD_EVENT_RETENTION_DAYS",
+    secret: false,
+};
+
 /// Every variable hypd reads; anything else spelled `HYPD_*` is probably a typo.
 pub const KNOWN_VARIABLES: &[&str] = &[
     PORT.env,
@@ -106,6 +137,12 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     LOG.env,
     URL.env,
     TOKEN.env,
+    ALLOWED_HOSTS.env,
+    RATE_LIMIT.env,
+    IDLE_TIMEOUT.env,
+    MAX_CONNECTIONS.env,
+    AUDIT_RETENTION.env,
+    EVENT_RETENTION.env,
     "HYPD_MOTO_SERVER",
     "HYPD_SIM_BIN",
     // Read by scripts/, not by hypd; known so they are not reported as typos.
@@ -215,6 +252,89 @@ pub fn parse_log_filter(s: &str) -> Result<String, &'static str> {
     tracing_subscriber::EnvFilter::try_new(s)
         .map(|_| s.to_owned())
         .map_err(|_| "must be a tracing filter such as info, debug or hypd=debug,tower_http=info")
+}
+
+/// The `Host` names hypd answers to, beyond the loopback names it always accepts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostList {
+    /// `*`: any Host.
+    Any,
+    /// Lowercase host names and IP literals (IPv6 in brackets), without ports.
+    Names(Vec<String>),
+}
+
+/// A comma-separated list of host names or IP addresses (`hypd.internal,10.0.0.5`), or
+/// `*` for any.
+pub fn parse_allowed_hosts(s: &str) -> Result<HostList, &'static str> {
+    const RULE: &str = "must be a comma-separated list of host names or IP addresses without scheme, port or path (e.g. hypd.internal,10.0.0.5,[fd00::1]), or * for any host";
+    let mut names = Vec::new();
+    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if entry == "*" {
+            return Ok(HostList::Any);
+        }
+        let entry = entry.to_ascii_lowercase();
+        let bare = entry
+            .strip_prefix('[')
+            .and_then(|e| e.strip_suffix(']'))
+            .unwrap_or(&entry);
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            names.push(match ip {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            });
+            continue;
+        }
+        let name = entry.strip_suffix('.').unwrap_or(&entry);
+        let label_ok = |l: &str| {
+            (1..=63).contains(&l.len())
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if name.len() > 253 || !name.split('.').all(label_ok) {
+            return Err(RULE);
+        }
+        names.push(name.to_owned());
+    }
+    if names.is_empty() {
+        return Err(RULE);
+    }
+    Ok(HostList::Names(names))
+}
+
+/// Requests per second each token (or session, or anonymous address) may send.
+pub fn parse_rate_limit(s: &str) -> Result<u32, &'static str> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= 100_000)
+        .ok_or("must be a whole number of requests per second from 0 (no limit) to 100000")
+}
+
+/// Seconds a connection may sit idle between requests.
+pub fn parse_idle_timeout(s: &str) -> Result<u64, &'static str> {
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=3600).contains(n))
+        .ok_or("must be a whole number of seconds from 1 to 3600")
+}
+
+pub fn parse_max_connections(s: &str) -> Result<usize, &'static str> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=1_000_000).contains(n))
+        .ok_or("must be a whole number of connections from 1 to 1000000")
+}
+
+/// Days to keep rows before pruning them; 0 keeps them for ever.
+pub fn parse_retention_days(s: &str) -> Result<u32, &'static str> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= 36_500)
+        .ok_or("must be a whole number of days from 0 (keep for ever) to 36500")
 }
 
 /// Where operations and tokens are stored.
@@ -374,6 +494,57 @@ mod tests {
         assert!(parse_log_filter("hypd=loud").is_err());
         assert!(parse_ip("0.0.0.0").is_ok());
         assert!(parse_ip("localhost").is_err());
+    }
+
+    #[test]
+    fn allowed_hosts() {
+        assert_eq!(
+            parse_allowed_hosts("Hypd.Internal, 10.0.0.5,[FD00::1],fd00::2,ssm.example.").unwrap(),
+            HostList::Names(
+                [
+                    "hypd.internal",
+                    "10.0.0.5",
+                    "[fd00::1]",
+                    "[fd00::2]",
+                    "ssm.example"
+                ]
+                .map(String::from)
+                .to_vec()
+            )
+        );
+        assert_eq!(parse_allowed_hosts("a.example,*"), Ok(HostList::Any));
+        for bad in [
+            "",
+            " , ",
+            "http://hypd.internal",
+            "hypd.internal:3099",
+            "hypd.internal/x",
+            "-bad.example",
+            "under_score.example",
+        ] {
+            assert!(parse_allowed_hosts(bad).is_err(), "{bad}");
+        }
+        let env = env_of(&[("HYPD_ALLOWED_HOSTS", "hypd.internal:3099")]);
+        let err = Resolver::new(&env)
+            .get(&ALLOWED_HOSTS, None, parse_allowed_hosts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("invalid value \"hypd.internal:3099\" for HYPD_ALLOWED_HOSTS: must be a comma-separated list of host names"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn limits_and_retention() {
+        assert_eq!(parse_rate_limit("0"), Ok(0));
+        assert!(parse_rate_limit("-1").is_err());
+        assert_eq!(parse_idle_timeout("60"), Ok(60));
+        assert!(parse_idle_timeout("0").is_err());
+        assert_eq!(parse_max_connections("1024"), Ok(1024));
+        assert!(parse_max_connections("0").is_err());
+        assert_eq!(parse_retention_days("0"), Ok(0));
+        assert!(parse_retention_days("forever").is_err());
     }
 
     #[test]

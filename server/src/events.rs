@@ -1,12 +1,15 @@
 //! The live channel: a WebSocket at `/api/v1/events` that pushes every operation change
 //! as it is stored, for the console's progress panel and for agents that prefer pushing
 //! to polling. Changes are read from the store (not from an in-process bus), so a client
-//! connected to any replica sees what every replica did.
+//! connected to any replica sees what every replica did. The caller's token or session
+//! is checked again on every poll (through auth's 2 s cache), so a revoked token or an
+//! ended session stops the stream as soon as any other request of its would be refused.
 
 use std::time::Duration;
 
+use app::api::ApiError;
 use axum::extract::State;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -36,11 +39,21 @@ pub async fn subscribe(
         Err(e) => return error_response(&e),
     };
     upgrade
-        .on_upgrade(move |socket| stream(state, actor, socket))
+        .on_upgrade(move |socket| stream(state, actor, Credential { method, headers }, socket))
         .into_response()
 }
 
-async fn stream(state: AppState, actor: Actor, mut socket: WebSocket) {
+/// What the upgrade authenticated with, to check again while the socket is open.
+struct Credential {
+    method: Method,
+    headers: HeaderMap,
+}
+
+/// Close code for "the credential no longer holds" (4000-4999 are the application's;
+/// 4401 reads as HTTP's 401).
+const CLOSE_UNAUTHORIZED: u16 = 4401;
+
+async fn stream(state: AppState, actor: Actor, credential: Credential, mut socket: WebSocket) {
     tracing::debug!(actor = %actor.name, "events subscriber connected");
     let hello = json!({ "type": "hello", "subscriber": actor.name, "role": actor.role });
     if socket
@@ -62,6 +75,25 @@ async fn stream(state: AppState, actor: Actor, mut socket: WebSocket) {
                 Some(Ok(_)) => {}
             },
             _ = ticker.tick() => {
+                if let Err(e) = state
+                    .service
+                    .auth
+                    .authenticate(&credential.headers, &credential.method, Face::Console)
+                    .await
+                {
+                    // A store that cannot answer is not a revocation: only a refusal ends
+                    // the stream.
+                    if matches!(e, ApiError::Unauthorized { .. } | ApiError::Forbidden { .. }) {
+                        tracing::info!(actor = %actor.name, "events: credential no longer valid, closing");
+                        let close = CloseFrame {
+                            code: CLOSE_UNAUTHORIZED,
+                            reason: "the token was revoked or the session ended: sign in again".into(),
+                        };
+                        let _ = socket.send(Message::Close(Some(close))).await;
+                        return;
+                    }
+                    continue;
+                }
                 let changes = match operation::changed_since(&state.store, &cursor).await {
                     Ok(c) => c,
                     Err(e) => {

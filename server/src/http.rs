@@ -26,6 +26,7 @@ use tower_http::compression::CompressionLayer;
 use crate::auth::{self, Face};
 use crate::aws::Aws;
 use crate::cli::ServeConfig;
+use crate::limits::{self, Guard};
 use crate::rest::error_response;
 use crate::sandbox::SandboxInfo;
 use crate::service::Service;
@@ -64,6 +65,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     pub console: ConsoleInfo,
     pub leptos: LeptosOptions,
+    /// Host check, rate limit and body limit, in front of every route.
+    pub guard: Guard,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -106,6 +109,7 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
         let service = service.clone();
         tokio::spawn(async move { service.catalogue.warm(&service.aws).await });
     }
+    tokio::spawn(crate::retention::run(store.clone(), cfg.retention));
 
     let addr = SocketAddr::new(cfg.bind, cfg.port);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -126,6 +130,7 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
         aws,
         metrics: telemetry::metrics_handle(),
         leptos: leptos_options(&cfg.site_root, local),
+        guard: Guard::new(cfg.limits.clone(), cfg.allowed_hosts.clone()),
     };
     let app = router(state);
 
@@ -136,9 +141,7 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
         "hypd console listening"
     );
     println!("hypd listening on http://{local}");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    crate::listener::serve(listener, app, cfg.limits, shutdown_signal()).await?;
     tracing::info!("hypd stopped");
     Ok(())
 }
@@ -174,7 +177,15 @@ pub fn router(state: AppState) -> Router {
             move || shell(leptos.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(limits::json_errors))
         .layer(axum::middleware::from_fn(server_fn_status))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            state.guard.limits.body_bytes,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.guard.clone(),
+            limits::guard,
+        ))
         .layer(axum::middleware::from_fn(telemetry::track_http))
         .layer(CompressionLayer::new())
         .with_state(state)
@@ -241,8 +252,10 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// Ready to do work: the store answers and AWS says who we are.
-async fn readyz(State(state): State<AppState>) -> Response {
+/// Ready to do work: the store answers and AWS says who we are. Who hypd acts as (the
+/// account and role ARN) and the store's errors are for callers with a token; anyone
+/// else, a load balancer included, learns only ready or not.
+async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let store = match tokio::time::timeout(Duration::from_secs(3), state.store.ping()).await {
         Ok(Ok(())) => json!({ "ok": true, "backend": state.store.backend() }),
         Ok(Err(e)) => {
@@ -268,13 +281,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if !ready {
         tracing::warn!(%store, %aws, "not ready");
     }
-    (
-        status,
-        Json(
-            json!({ "ready": ready, "sandbox": state.console.sandbox, "store": store, "aws": aws }),
-        ),
-    )
-        .into_response()
+    let known = state
+        .service
+        .auth
+        .authenticate(&headers, &axum::http::Method::GET, Face::Rest)
+        .await
+        .is_ok();
+    let body = if known {
+        json!({ "ready": ready, "sandbox": state.console.sandbox, "store": store, "aws": aws })
+    } else {
+        json!({ "ready": ready })
+    };
+    (status, Json(body)).into_response()
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -313,7 +331,15 @@ async fn authenticate_mcp(State(state): State<AppState>, mut req: Request, next:
             req.extensions_mut().insert(actor);
             next.run(req).await
         }
-        Err(e) => error_response(&e),
+        Err(e) => {
+            // The refused request's body is read (it is under the body limit), so the
+            // client may send its next request on the same connection; when it cannot
+            // be read, the answer says the connection closes.
+            match axum::body::to_bytes(req.into_body(), usize::MAX).await {
+                Ok(_) => error_response(&e),
+                Err(_) => limits::closing(error_response(&e)),
+            }
+        }
     }
 }
 
@@ -328,10 +354,17 @@ async fn server_fn_status(req: Request, next: Next) -> Response {
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    // Error bodies are one small JSON object; anything larger is not one of ours.
+    // Error bodies are one small JSON object (echoed values are cut), so this limit is
+    // never reached by one of ours.
     let bytes = match axum::body::to_bytes(body, 1 << 20).await {
         Ok(b) => b,
-        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Err(e) => {
+            let e = ApiError::internal(format!("the error could not be read: {e}"));
+            let mut response = error_response(&e);
+            *response.body_mut() =
+                axum::body::Body::from(serde_json::to_vec(&e).unwrap_or_default());
+            return response;
+        }
     };
     if let Ok(e) = serde_json::from_slice::<ApiError>(&bytes)
         && let Ok(status) = StatusCode::from_u16(e.http_status())
@@ -389,11 +422,19 @@ async fn login(
     let Ok(Login { token }) = serde_json::from_slice::<Login>(&body) else {
         return error_response(&ApiError::field("token", "send {\"token\": \"hypd_…\"}"));
     };
+    // Tokens are 69 characters; anything much longer is not one, and is not hashed.
+    if token.len() > 256 {
+        return error_response(&ApiError::field(
+            "token",
+            "a token is 69 characters (hypd_ and 64 hex digits)",
+        ));
+    }
     match state.service.auth.login(&token).await {
         Ok((session, actor)) => {
             let mut response =
                 Json(json!({ "name": actor.name, "role": actor.role })).into_response();
-            if let Ok(v) = HeaderValue::from_str(&auth::session_set_cookie(&session)) {
+            let cookie = auth::session_set_cookie(&session, auth::via_https(&headers));
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, v);
             }
             response
@@ -412,7 +453,7 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
         return error_response(&e);
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Ok(v) = HeaderValue::from_str(&auth::session_clear_cookie()) {
+    if let Ok(v) = HeaderValue::from_str(&auth::session_clear_cookie(auth::via_https(&headers))) {
         response.headers_mut().insert(header::SET_COOKIE, v);
     }
     response

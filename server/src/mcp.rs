@@ -28,43 +28,214 @@ Inspect before you change anything: whoami, list_clusters, list_regions, list_av
 Ask the user only decision-level questions (region, Availability Zone, instance type, capacity type), never about CIDRs, subnets or security groups. \
 Every mutating tool returns an operation or names the tool that decides completion: follow it (wait_operation) to a final state and report that state, not the submission.";
 
-/// One tool per command, with schemas inlined (MCP tools must be self-contained).
+/// One tool per command. Each tool's schemas are self-contained (MCP has no shared
+/// definitions across tools), so they are made compact: a type used once is written in
+/// place, a type used more than once is written once under `$defs`, and what only
+/// repeats or decorates (titles, examples, trivial defaults, `$schema`: 2020-12 is MCP's
+/// default dialect) is left out. Every rule decode enforces (types, patterns, lengths,
+/// ranges, enums, required and unknown fields) stays.
 fn tools() -> Vec<(Role, Tool)> {
-    let mut settings = SchemaSettings::draft2020_12();
-    settings.inline_subschemas = true;
-    let mut generator = settings.into_generator();
     COMMANDS
         .iter()
-        .map(|entry| (entry.spec.role, tool(entry, &mut generator)))
+        .map(|entry| (entry.spec.role, tool(entry)))
         .collect()
 }
 
-fn as_object(schema: schemars::Schema) -> JsonObject {
-    match serde_json::to_value(schema) {
-        Ok(Value::Object(map)) => map,
+/// `schema` (from a generator that keeps definitions apart) made self-contained and
+/// compact.
+fn compact_schema(make: fn(&mut schemars::SchemaGenerator) -> schemars::Schema) -> JsonObject {
+    let mut generator = SchemaSettings::draft2020_12().into_generator();
+    let root = serde_json::to_value(make(&mut generator)).unwrap_or_default();
+    let defs = generator.take_definitions(true);
+    let mut uses = std::collections::BTreeMap::new();
+    count_refs(&root, &defs, &mut uses);
+    let shared: std::collections::BTreeSet<String> = uses
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut out = match inline(&root, &defs, &shared, 0) {
+        Value::Object(map) => map,
         _ => JsonObject::new(),
+    };
+    if !shared.is_empty() {
+        let kept: JsonObject = shared
+            .iter()
+            .filter_map(|name| {
+                let def = defs.get(name)?;
+                Some((name.clone(), inline(def, &defs, &shared, 0)))
+            })
+            .collect();
+        out.insert("$defs".into(), Value::Object(kept));
+    }
+    out
+}
+
+fn ref_name(v: &Value) -> Option<&str> {
+    v.get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.rsplit('/').next())
+}
+
+/// How many places refer to each definition (a definition's own body counted once).
+fn count_refs(v: &Value, defs: &JsonObject, uses: &mut std::collections::BTreeMap<String, usize>) {
+    match v {
+        Value::Object(map) => {
+            if let Some(name) = ref_name(v) {
+                let n = uses.entry(name.to_owned()).or_insert(0);
+                *n += 1;
+                if *n == 1
+                    && let Some(def) = defs.get(name)
+                {
+                    count_refs(def, defs, uses);
+                }
+            }
+            for (k, child) in map {
+                if k != "$ref" {
+                    count_refs(child, defs, uses);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| count_refs(i, defs, uses)),
+        _ => {}
     }
 }
 
-fn tool(entry: &CommandEntry, generator: &mut schemars::SchemaGenerator) -> Tool {
+/// Keys that inform no agent and check nothing (`format` is an annotation in 2020-12).
+const DECORATION: [&str; 4] = ["$schema", "title", "examples", "format"];
+
+fn trivial_default(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+fn inline(
+    v: &Value,
+    defs: &JsonObject,
+    shared: &std::collections::BTreeSet<String>,
+    depth: u8,
+) -> Value {
+    let Value::Object(map) = v else {
+        return match v {
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| inline(i, defs, shared, depth))
+                    .collect(),
+            ),
+            other => other.clone(),
+        };
+    };
+    let mut out = JsonObject::new();
+    if let Some(name) = ref_name(v) {
+        if shared.contains(name) || depth > 32 {
+            out.insert("$ref".into(), Value::String(format!("#/$defs/{name}")));
+        } else if let Some(def @ Value::Object(_)) = defs.get(name)
+            && let Value::Object(body) = inline(def, defs, shared, depth + 1)
+        {
+            out = body;
+        }
+    }
+    for (k, child) in map {
+        if k == "$ref" || DECORATION.contains(&k.as_str()) {
+            continue;
+        }
+        if k == "default" && trivial_default(child) {
+            continue;
+        }
+        let value = if matches!(k.as_str(), "default" | "const" | "enum" | "required") {
+            // Values, not schemas.
+            child.clone()
+        } else if k == "properties" || k == "$defs" {
+            // Property names are not schema keywords: keep every one.
+            match child {
+                Value::Object(props) => Value::Object(
+                    props
+                        .iter()
+                        .map(|(name, p)| (name.clone(), inline(p, defs, shared, depth)))
+                        .collect(),
+                ),
+                other => other.clone(),
+            }
+        } else {
+            inline(child, defs, shared, depth)
+        };
+        out.insert(k.clone(), value);
+    }
+    // A default the description already states is said twice.
+    if let (Some(Value::String(d)), Some(_)) = (out.get("description"), out.get("default"))
+        && d.contains("default")
+    {
+        out.remove("default");
+    }
+    nullable(out)
+}
+
+/// `anyOf: [X, {type: null}]` (how schemars writes `Option<X>`) as X with `null` added
+/// to its type, when X is a plain typed schema: the same values validate.
+fn nullable(mut schema: JsonObject) -> Value {
+    let Some(Value::Array(branches)) = schema.get("anyOf") else {
+        return Value::Object(schema);
+    };
+    let is_null = |b: &Value| {
+        b.get("type").and_then(Value::as_str) == Some("null")
+            && b.as_object().is_some_and(|o| o.len() == 1)
+    };
+    let [a, b] = branches.as_slice() else {
+        return Value::Object(schema);
+    };
+    let some = match (is_null(a), is_null(b)) {
+        (false, true) => a,
+        (true, false) => b,
+        _ => return Value::Object(schema),
+    };
+    let Some(Value::Object(some)) = Some(some) else {
+        return Value::Object(schema);
+    };
+    let Some(Value::String(kind)) = some.get("type") else {
+        return Value::Object(schema);
+    };
+    let combinators = ["anyOf", "oneOf", "allOf", "$ref", "enum", "const"];
+    if combinators.iter().any(|k| some.contains_key(*k)) {
+        return Value::Object(schema);
+    }
+    let mut merged = some.clone();
+    merged.insert("type".into(), serde_json::json!([kind, "null"]));
+    schema.remove("anyOf");
+    for (k, v) in schema {
+        merged.insert(k, v);
+    }
+    Value::Object(merged)
+}
+
+/// A tool: its description, input schema and the hints that differ from MCP's defaults
+/// (`readOnlyHint` false, `destructiveHint` true, `idempotentHint` false,
+/// `openWorldHint` true; the last three mean nothing for a read-only tool).
+///
+/// No output schema is sent: even compact, they were 40 kB of a 57 kB `tools/list` (an
+/// operation's, with every error variant, on four tools), context an agent pays for in
+/// every session while every result carries its data, field names and all. They are
+/// in the OpenAPI document, under the same names.
+fn tool(entry: &CommandEntry) -> Tool {
     let spec = entry.spec;
     let mut description = spec.description.to_owned();
     if let Some(status) = spec.status_command {
         description.push_str(&format!(" Completion: call {status}."));
     }
-    let annotations = ToolAnnotations::with_title(spec.summary)
-        .read_only(spec.effect == Effect::ReadOnly)
-        .destructive(spec.effect == Effect::Destructive)
-        .idempotent(spec.idempotent)
-        .open_world(true);
-    let input = as_object((entry.request_schema)(generator));
-    let output = as_object((entry.output_schema)(generator));
-    let mut tool = Tool::new(spec.name, description, Arc::new(input)).with_annotations(annotations);
-    // MCP output schemas must describe an object.
-    if output.get("type").and_then(Value::as_str) == Some("object") {
-        tool = tool.with_raw_output_schema(Arc::new(output));
-    }
-    tool
+    let annotations = ToolAnnotations::with_title(spec.summary);
+    let annotations = if spec.effect == Effect::ReadOnly {
+        annotations.read_only(true)
+    } else {
+        annotations
+            .destructive(spec.effect == Effect::Destructive)
+            .idempotent(spec.idempotent)
+    };
+    let input = compact_schema(entry.request_schema);
+    Tool::new(spec.name, description, Arc::new(input)).with_annotations(annotations)
 }
 
 #[derive(Clone)]
@@ -91,11 +262,24 @@ impl McpServer {
     }
 }
 
-fn error_result(e: &ApiError) -> CallToolResult {
-    let value = serde_json::to_value(e).unwrap_or_default();
-    let mut result = CallToolResult::error(vec![ContentBlock::text(format!("{e}\n{value}"))]);
-    result.structured_content = Some(serde_json::json!({ "error": value }));
+/// A result carries its data once as `structuredContent`, and, as the MCP specification
+/// asks of tools with an output schema (for clients that read only `content`), the same
+/// JSON serialized compactly as text: no pretty-printing, no second rendering.
+fn data_result(value: Value, is_error: bool) -> CallToolResult {
+    let text = serde_json::to_string(&value).unwrap_or_default();
+    let mut result = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    if value.is_object() {
+        result.structured_content = Some(value);
+    }
     result
+}
+
+fn error_result(e: &ApiError) -> CallToolResult {
+    data_result(serde_json::json!({ "error": e }), true)
 }
 
 impl ServerHandler for McpServer {
@@ -131,14 +315,7 @@ impl ServerHandler for McpServer {
         let actor = Self::actor(&context)?;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let result = match self.service.dispatch(&actor, &request.name, input).await {
-            Ok(output) => {
-                let text = serde_json::to_string_pretty(&output).unwrap_or_default();
-                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                if output.is_object() {
-                    r.structured_content = Some(output);
-                }
-                r
-            }
+            Ok(output) => data_result(output, false),
             Err(ApiError::NotFound { resource, name }) if resource == "command" => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {name}"),

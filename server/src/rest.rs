@@ -6,9 +6,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use app::api::{ApiError, COMMANDS, CommandEntry, HttpMethod};
+use app::api::{ApiError, COMMANDS, CommandEntry, FieldError, HttpMethod};
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::path::ErrorKind;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
@@ -87,7 +89,9 @@ fn collect_types(schema: &Value, resolve: &dyn Fn(&Value) -> Value, out: &mut Ve
 }
 
 /// Query text to JSON by the field's kind. Values that do not parse are passed on as
-/// text, so the command's own decoding reports them with the field's rule.
+/// text, so the command's own decoding reports them with the field's rule. Numbers are
+/// read as JSON reads them (`1e9`, `2.5`, `-1`), so an out-of-range or fractional value
+/// reaches the field's rule exactly as it would from an MCP or console call.
 fn query_value(kind: Kind, raw: &str) -> Value {
     match kind {
         Kind::Boolean => match raw {
@@ -95,11 +99,19 @@ fn query_value(kind: Kind, raw: &str) -> Value {
             "false" | "0" => Value::Bool(false),
             _ => Value::String(raw.to_owned()),
         },
-        Kind::Integer => raw
-            .parse::<i64>()
-            .map_or_else(|_| Value::String(raw.to_owned()), Value::from),
+        Kind::Integer => serde_json::from_str::<serde_json::Number>(raw)
+            .map_or_else(|_| Value::String(raw.to_owned()), Value::Number),
         Kind::Array | Kind::Text => Value::String(raw.to_owned()),
     }
+}
+
+/// A field given in two places would otherwise be decided by which place is merged
+/// last (`?role=admin` beating `{"role": "viewer"}`): refuse it instead.
+fn twice(field: &str, first: &str, second: &str) -> FieldError {
+    FieldError::new(
+        field,
+        format!("given in both the {first} and the {second}: send it in one place"),
+    )
 }
 
 fn build_input(
@@ -127,22 +139,53 @@ fn build_input(
             }
         }
     };
+    let mut errors = Vec::new();
+    let from_body: Vec<String> = input.keys().cloned().collect();
+    let mut from_query: Vec<String> = Vec::new();
     for (key, raw) in form_pairs(query.unwrap_or_default()) {
         let kind = kinds.get(&key).copied().unwrap_or(Kind::Text);
         let value = query_value(kind, &raw);
+        if from_body.contains(&key) {
+            if !errors.iter().any(|e: &FieldError| e.field == key) {
+                errors.push(twice(&key, "query string", "body"));
+            }
+            continue;
+        }
         if kind == Kind::Array {
-            match input.entry(key).or_insert_with(|| Value::Array(Vec::new())) {
-                Value::Array(items) => items.push(value),
-                other => *other = value,
+            if let Value::Array(items) = input
+                .entry(key.clone())
+                .or_insert_with(|| Value::Array(Vec::new()))
+            {
+                items.push(value);
+            }
+        } else if from_query.contains(&key) {
+            if !errors.iter().any(|e: &FieldError| e.field == key) {
+                errors.push(FieldError::new(
+                    &key,
+                    "given more than once in the query string: send it once",
+                ));
             }
         } else {
-            input.insert(key, value);
+            input.insert(key.clone(), value);
+        }
+        from_query.push(key);
+    }
+    let mut path: Vec<(String, String)> = path.into_iter().collect();
+    path.sort();
+    for (key, value) in path {
+        if from_body.contains(&key) {
+            errors.push(twice(&key, "path", "body"));
+        } else if from_query.contains(&key) {
+            errors.push(twice(&key, "path", "query string"));
+        } else {
+            input.insert(key, Value::String(value));
         }
     }
-    for (key, value) in path {
-        input.insert(key, Value::String(value));
+    if errors.is_empty() {
+        Ok(Value::Object(input))
+    } else {
+        Err(ApiError::Validation { errors })
     }
-    Ok(Value::Object(input))
 }
 
 /// `application/x-www-form-urlencoded` pairs, percent-decoded.
@@ -187,14 +230,37 @@ fn percent_decode(s: &str) -> String {
 pub fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, Json(json!({ "error": e }))).into_response();
+    let headers = response.headers_mut();
     if status == StatusCode::UNAUTHORIZED
         && let Ok(v) = "Bearer realm=\"hypd\"".parse()
     {
-        response
-            .headers_mut()
-            .insert(axum::http::header::WWW_AUTHENTICATE, v);
+        headers.insert(axum::http::header::WWW_AUTHENTICATE, v);
+    }
+    if let ApiError::RateLimited {
+        retry_after_seconds,
+        ..
+    } = e
+    {
+        headers.insert(
+            axum::http::header::RETRY_AFTER,
+            (*retry_after_seconds).into(),
+        );
     }
     response
+}
+
+/// A path segment that does not decode is the segment's field error, in JSON like every
+/// other refusal (axum answers these in plain text).
+fn path_error(rejection: &PathRejection) -> ApiError {
+    match rejection {
+        PathRejection::FailedToDeserializePathParams(e) => match e.kind() {
+            ErrorKind::InvalidUtf8InPathParam { key } => {
+                ApiError::field(key.as_str(), "is not valid UTF-8 once percent-decoded")
+            }
+            _ => ApiError::field("", e.body_text()),
+        },
+        other => ApiError::internal(other.body_text()),
+    }
 }
 
 /// What a route knows about its command.
@@ -207,7 +273,7 @@ struct RouteInfo {
 struct Call {
     method: Method,
     headers: HeaderMap,
-    path: HashMap<String, String>,
+    path: Result<Path<HashMap<String, String>>, PathRejection>,
     query: Option<String>,
     body: Bytes,
 }
@@ -222,7 +288,11 @@ async fn handle(state: AppState, route: &RouteInfo, call: Call) -> Response {
         Ok(a) => a,
         Err(e) => return error_response(&e),
     };
-    let input = match build_input(&route.kinds, call.path, call.query.as_deref(), &call.body) {
+    let path = match call.path {
+        Ok(Path(path)) => path,
+        Err(rejection) => return error_response(&path_error(&rejection)),
+    };
+    let input = match build_input(&route.kinds, path, call.query.as_deref(), &call.body) {
         Ok(i) => i,
         Err(e) => return error_response(&e),
     };
@@ -243,7 +313,7 @@ pub fn routes() -> Router<AppState> {
         let handler = move |State(state): State<AppState>,
                             method: Method,
                             headers: HeaderMap,
-                            Path(path): Path<HashMap<String, String>>,
+                            path: Result<Path<HashMap<String, String>>, PathRejection>,
                             RawQuery(query): RawQuery,
                             body: Bytes| {
             let route = route.clone();

@@ -18,7 +18,17 @@ struct Api {
 
 impl Api {
     fn start() -> Api {
-        let (hypd, token, moto) = common::hypd_with_moto();
+        Api::start_with(&[])
+    }
+
+    /// A hypd with `extra` variables on top of moto's.
+    fn start_with(extra: &[(&str, &str)]) -> Api {
+        let moto = Moto::start();
+        let env = moto.aws_env();
+        let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        env.extend_from_slice(extra);
+        let hypd = Hypd::start(&[], &env);
+        let token = hypd.admin_token();
         Api {
             hypd,
             token,
@@ -28,6 +38,53 @@ impl Api {
                 .unwrap(),
             _moto: moto,
         }
+    }
+
+    /// Any request as `token`: status, headers and the JSON body (`Null` if not JSON).
+    fn send(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.hypd.url))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        let r = req.send().unwrap();
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let text = r.text().unwrap();
+        (
+            status,
+            headers,
+            serde_json::from_str(&text).unwrap_or(Value::Null),
+        )
+    }
+
+    fn create_token(&self, name: &str, role: &str) -> String {
+        let (status, created) = self.post("/api/v1/tokens", json!({"name": name, "role": role}));
+        assert_eq!(status, 200, "{created}");
+        created["token"].as_str().unwrap().to_owned()
+    }
+
+    fn audit_requests(&self) -> Vec<(String, String, String)> {
+        let db = self.hypd.data_dir.path().join("hypd.db");
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys,json; c=sqlite3.connect(sys.argv[1]); \
+                 print(json.dumps(c.execute('SELECT actor, command, request FROM audit_log ORDER BY at').fetchall()))",
+            ])
+            .arg(&db)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
     }
 
     fn get(&self, path: &str) -> (u16, Value) {
@@ -391,4 +448,292 @@ fn run_until_listening(mut cmd: std::process::Command) -> String {
     let _ = child.kill();
     let _ = child.wait();
     out
+}
+
+/// `?role=admin` beside `{"role": "viewer"}` used to make an admin token: a field given
+/// in two places is now that field's error, and nothing is created.
+#[test]
+fn a_field_given_in_two_places_is_refused() {
+    let api = Api::start();
+    let (status, _, body) = api.send(
+        &api.token,
+        reqwest::Method::POST,
+        "/api/v1/tokens?role=admin",
+        Some(br#"{"name": "sneaky", "role": "viewer"}"#.to_vec()),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["errors"][0]["field"], "role");
+    assert_eq!(
+        body["error"]["errors"][0]["message"],
+        "given in both the query string and the body: send it in one place"
+    );
+    let (_, tokens) = api.get("/api/v1/tokens");
+    assert!(!tokens.to_string().contains("sneaky"), "{tokens}");
+
+    let (status, _, body) = api.send(
+        &api.token,
+        reqwest::Method::DELETE,
+        "/api/v1/tokens/admin2",
+        Some(br#"{"name": "other"}"#.to_vec()),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["errors"][0]["field"], "name");
+    assert!(
+        body["error"]["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("given in both the path and the body")
+    );
+
+    let (status, body) = api.get("/api/v1/instance-types?refresh=true&refresh=false");
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["errors"][0]["field"], "refresh");
+    let (status, body) = api.get("/api/v1/operations/op-1/wait?operation_id=op-2");
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["errors"][0]["field"], "operation_id");
+}
+
+/// Refusals made below the commands (body size, path decoding, routing) are JSON too.
+#[test]
+fn every_refusal_is_json() {
+    let api = Api::start();
+    // Announced as 10 MB and refused before a byte of it is sent (curl waits for
+    // `100 Continue` before a large upload).
+    let r = common::raw_request(
+        &common::authority(&api.hypd.url),
+        &format!(
+            "POST /api/v1/clusters HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            api.token,
+            10 << 20
+        ),
+    );
+    assert_eq!(r.status, 413);
+    let body = r.json();
+    assert_eq!(body["error"]["kind"], "too_large", "{body}");
+    assert_eq!(body["error"]["limit_bytes"], 1 << 20);
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "the unread body ends the connection"
+    );
+
+    let (status, _, body) = api.send(
+        &api.token,
+        reqwest::Method::GET,
+        "/api/v1/clusters/%FF",
+        None,
+    );
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["errors"][0]["field"], "name");
+    assert_eq!(
+        body["error"]["errors"][0]["message"],
+        "is not valid UTF-8 once percent-decoded"
+    );
+
+    let (status, _, body) = api.send(
+        &api.token,
+        reqwest::Method::GET,
+        "/api/v1/no-such-thing",
+        None,
+    );
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["kind"], "not_found", "{body}");
+    let (status, _, body) = api.send(&api.token, reqwest::Method::PUT, "/api/v1/clusters", None);
+    assert_eq!(status, 405);
+    assert_eq!(body["error"]["kind"], "not_found", "{body}");
+}
+
+/// Values are bounded at the field, and an error quotes at most the start of a value:
+/// a 900 kB name gets an error of a few hundred bytes, and an audited refusal stores a
+/// few kB, whoever sent it.
+#[test]
+fn long_values_get_short_errors_and_short_audit_rows() {
+    let api = Api::start();
+    let long = "a".repeat(900 * 1024);
+    let request = serde_json::to_vec(&json!({"name": long, "role": "viewer"})).unwrap();
+    let r = api
+        .http
+        .post(format!("{}/api/v1/tokens", api.hypd.url))
+        .bearer_auth(&api.token)
+        .header("content-type", "application/json")
+        .body(request.clone())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let text = r.text().unwrap();
+    assert!(text.len() < 1024, "{} bytes: {}", text.len(), &text[..200]);
+    let error: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"]["errors"][0]["field"], "name");
+    assert!(
+        error["error"]["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("… (921600 characters))"),
+        "{text}"
+    );
+
+    let long_id = "o".repeat(129);
+    let (status, body) = api.get(&format!("/api/v1/operations/{long_id}"));
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["errors"][0]["field"], "operation_id");
+
+    // A viewer's refused request is audited, cut to a few kB and marked.
+    let viewer = api.create_token("looker", "viewer");
+    let (status, _, refused) = api.send(
+        &viewer,
+        reqwest::Method::POST,
+        "/api/v1/tokens",
+        Some(request),
+    );
+    assert_eq!(status, 403, "{refused}");
+    let rows = api.audit_requests();
+    let (_, _, stored) = rows
+        .iter()
+        .find(|(actor, command, _)| actor == "looker" && command == "create_token")
+        .expect("the refusal is audited");
+    assert!(stored.len() < 9 * 1024, "{} bytes", stored.len());
+    assert!(
+        stored.contains("…[truncated: 921600 bytes in all]"),
+        "{stored}"
+    );
+
+    // Over the body limit nothing is read, so nothing is audited.
+    let r = common::raw_request(
+        &common::authority(&api.hypd.url),
+        &format!(
+            "POST /api/v1/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {viewer}\r\n\
+             Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            1536 * 1024
+        ),
+    );
+    assert_eq!(r.status, 413);
+    assert_eq!(api.audit_requests().len(), rows.len());
+}
+
+/// A token that sends faster than its rate is answered 429 with Retry-After; others are
+/// not slowed by it.
+#[test]
+fn a_token_over_its_rate_gets_429_with_retry_after() {
+    let api = Api::start_with(&[("HYPD_RATE_LIMIT", "1")]);
+    let busy = api.create_token("busy", "viewer");
+    let calm = api.create_token("calm", "viewer");
+    let limited = (0..30)
+        .map(|_| api.send(&busy, reqwest::Method::GET, "/api/v1/clusters", None))
+        .find(|(status, _, _)| *status == 429)
+        .expect("30 requests at once exceed a burst of 5");
+    let (_, headers, body) = limited;
+    assert_eq!(body["error"]["kind"], "rate_limited", "{body}");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=5).contains(&retry), "{retry}");
+    assert_eq!(body["error"]["retry_after_seconds"], retry);
+    let (status, _, _) = api.send(&calm, reqwest::Method::GET, "/api/v1/clusters", None);
+    assert_eq!(status, 200, "another token has its own budget");
+    // Probes are not a caller's work.
+    assert_eq!(api.hypd.get("/healthz").status().as_u16(), 200);
+}
+
+#[test]
+fn last_use_of_a_token_is_recorded() {
+    let api = Api::start();
+    let viewer = api.create_token("reader", "viewer");
+    let (_, before) = api.get("/api/v1/tokens");
+    let reader = |list: &Value| {
+        list["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "reader")
+            .unwrap()["last_used_at"]
+            .clone()
+    };
+    assert_eq!(reader(&before), Value::Null);
+    assert_eq!(api.get_as(&viewer, "/api/v1/whoami").0, 200);
+    let (_, after) = api.get("/api/v1/tokens");
+    assert!(reader(&after).is_string(), "{after}");
+    let admin = after["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "admin")
+        .unwrap();
+    assert!(admin["last_used_at"].is_string(), "{admin}");
+}
+
+/// Without a token `/readyz` says only whether hypd is ready; with one, as whom it acts.
+#[test]
+fn readiness_details_need_a_token() {
+    let api = Api::start();
+    let r = api.hypd.get_anonymous("/readyz");
+    assert_eq!(r.status().as_u16(), 200);
+    let anonymous: Value = r.json().unwrap();
+    assert_eq!(anonymous, json!({"ready": true}));
+    let (status, full) = api.get("/readyz");
+    assert_eq!(status, 200);
+    assert_eq!(full["aws"]["account"], "123456789012", "{full}");
+    assert!(full["aws"]["arn"].is_string());
+}
+
+/// The session cookie is `Secure` when the request reached a proxy over HTTPS.
+#[test]
+fn session_cookies_are_secure_behind_https() {
+    let api = Api::start();
+    let login = |forwarded: Option<&str>| {
+        let mut req = api
+            .http
+            .post(format!("{}/auth/login", api.hypd.url))
+            .json(&json!({"token": api.token}));
+        if let Some(proto) = forwarded {
+            req = req.header("x-forwarded-proto", proto);
+        }
+        let r = req.send().unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.headers()["set-cookie"].to_str().unwrap().to_owned()
+    };
+    assert!(login(Some("https")).ends_with("; Secure"));
+    assert!(!login(None).contains("Secure"));
+    assert!(!login(Some("http")).contains("Secure"));
+}
+
+/// On a loopback bind only loopback names (any port) and configured ones are served, so
+/// a DNS-rebinding page cannot read hypd.
+#[test]
+fn only_loopback_and_configured_hosts_are_served() {
+    let api = Api::start_with(&[("HYPD_ALLOWED_HOSTS", "hypd.internal")]);
+    let at = common::authority(&api.hypd.url);
+    let get = |host: &str| {
+        common::raw_request(
+            &at,
+            &format!(
+                "GET /api/v1/openapi.json HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    for host in [
+        "localhost:3099",
+        "127.0.0.1",
+        "[::1]:8080",
+        "LOCALHOST",
+        "hypd.internal:443",
+    ] {
+        assert_eq!(get(host).status, 200, "{host}");
+    }
+    for host in [
+        "evil.example",
+        "evil.example:3099",
+        "127.0.0.1.nip.io",
+        "localhost.evil.example",
+    ] {
+        let r = get(host);
+        assert_eq!(r.status, 403, "{host}");
+        let body = r.json();
+        assert_eq!(body["error"]["kind"], "forbidden");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("HYPD_ALLOWED_HOSTS"),
+            "{body}"
+        );
+    }
 }

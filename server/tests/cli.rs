@@ -118,3 +118,29 @@ fn unreachable_postgres_fails_without_leaking_the_password() {
     );
     assert!(!stderr.contains("s3cr3t-pw"), "{stderr}");
 }
+
+#[test]
+fn bad_limits_name_their_setting() {
+    assert_usage_error(
+        &run(
+            &["serve"],
+            &[("HYPD_ALLOWED_HOSTS", "http://hypd.internal:3099")],
+        ),
+        &[
+            "HYPD_ALLOWED_HOSTS",
+            "comma-separated list of host names or IP addresses",
+        ],
+    );
+    assert_usage_error(
+        &run(&["serve", "--rate-limit", "fast"], &[]),
+        &["--rate-limit", "requests per second"],
+    );
+    assert_usage_error(
+        &run(&["serve"], &[("HYPD_IDLE_TIMEOUT", "0")]),
+        &["HYPD_IDLE_TIMEOUT", "1 to 3600"],
+    );
+    assert_usage_error(
+        &run(&["serve"], &[("HYPD_AUDIT_RETENTION_DAYS", "-1")]),
+        &["HYPD_AUDIT_RETENTION_DAYS", "0 (keep for ever)"],
+    );
+}

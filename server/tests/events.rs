@@ -113,3 +113,55 @@ async fn refuses_missing_tokens_and_foreign_origins() {
     let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
     assert_eq!(next_json(&mut ws).await["subscriber"], "admin");
 }
+
+/// Revoking a token closes the sockets opened with it (code 4401), and they receive no
+/// event written after the revocation.
+#[tokio::test(flavor = "multi_thread")]
+async fn revoking_a_token_closes_its_sockets() {
+    let (hypd, admin, _moto) = common::hypd_with_moto();
+    let http = reqwest::Client::new();
+    let created: serde_json::Value = http
+        .post(format!("{}/api/v1/tokens", hypd.url))
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({"name": "watcher", "role": "viewer"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let watcher = created["token"].as_str().unwrap().to_owned();
+    let url = format!("{}/api/v1/events", hypd.url.replace("http://", "ws://"));
+    let mut request = url.as_str().into_client_request().unwrap();
+    request.headers_mut().insert(
+        "authorization",
+        format!("Bearer {watcher}").parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(next_json(&mut ws).await["subscriber"], "watcher");
+
+    let revoked = http
+        .delete(format!("{}/api/v1/tokens/watcher", hypd.url))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    write_operation(&hypd, "op-after", "running");
+    loop {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
+            .await
+            .expect("the socket is closed within 10 s of the revocation");
+        match msg {
+            Some(Ok(Message::Close(Some(frame)))) => {
+                assert_eq!(u16::from(frame.code), 4401);
+                break;
+            }
+            Some(Ok(Message::Text(t))) => {
+                panic!("an event reached a revoked token: {t}");
+            }
+            Some(Ok(_)) => {}
+            other => panic!("closed without a close frame: {other:?}"),
+        }
+    }
+}

@@ -139,12 +139,20 @@ fn output_schema<C: Command>(g: &mut SchemaGenerator) -> Schema {
 }
 
 /// Decodes a request, naming the field that broke a rule by its path.
+///
+/// Objects must be objects: serde's derived structs also accept an array, filled by
+/// position (`"network": ["10.0.0.0/16"]` would be `vpc_cidr`), so the input is first
+/// held against the request's JSON Schema, which knows where an object is expected.
+/// Messages and paths that quote the input are cut, so an error stays small whatever
+/// the request held.
 pub fn decode<C: Command>(input: serde_json::Value) -> Result<C, ApiError> {
     let input = if input.is_null() {
         serde_json::Value::Object(Default::default())
     } else {
         input
     };
+    #[cfg(not(target_arch = "wasm32"))]
+    shape::check(C::SPEC.name, shape::schema_of::<C>, &input)?;
     serde_path_to_error::deserialize::<_, C>(input).map_err(|e| {
         let path = e.path().to_string();
         let message = e.inner().to_string();
@@ -160,7 +168,260 @@ pub fn decode<C: Command>(input: serde_json::Value) -> Result<C, ApiError> {
             (p, _) => p.to_owned(),
         };
         ApiError::Validation {
-            errors: vec![super::error::FieldError::new(field, message)],
+            errors: vec![super::error::FieldError::new(
+                cut(&field, FIELD_MAX),
+                cut(&cut_quotes(&message), MESSAGE_MAX),
+            )],
         }
     })
+}
+
+/// The longest field path an error names (a path is built from the request's keys).
+const FIELD_MAX: usize = 128;
+/// The longest message an error carries.
+const MESSAGE_MAX: usize = 1024;
+
+/// `s` cut to `max` characters, marked with `…` when cut.
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((at, _)) => format!("{}…", &s[..at]),
+    }
+}
+
+/// Shortens what serde quotes from the input (`` `name` `` and `"value"`, escapes
+/// included) to [`super::values::SHOWN_CHARS`] characters.
+fn cut_quotes(message: &str) -> String {
+    let limit = super::values::SHOWN_CHARS;
+    let mut out = String::with_capacity(message.len().min(MESSAGE_MAX + 8));
+    let mut chars = message.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '`' && c != '"' {
+            continue;
+        }
+        let mut kept = 0;
+        let mut dropped = false;
+        let mut escaped = false;
+        for q in chars.by_ref() {
+            let closes = q == c && !escaped;
+            escaped = c == '"' && q == '\\' && !escaped;
+            if closes {
+                if dropped {
+                    out.push('…');
+                }
+                out.push(q);
+                break;
+            }
+            if kept < limit {
+                out.push(q);
+                kept += 1;
+            } else {
+                dropped = true;
+            }
+        }
+    }
+    out
+}
+
+/// Where the request's JSON Schema expects an object, an array is refused (native only:
+/// in the browser the forms build their requests as typed values, and the check would
+/// bring the schema generator into the bundle).
+#[cfg(not(target_arch = "wasm32"))]
+mod shape {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+
+    use schemars::SchemaGenerator;
+    use serde_json::{Map, Value};
+
+    use super::{ApiError, Command};
+    use crate::api::error::FieldError;
+
+    /// The request's schema and its definitions.
+    pub struct Shapes {
+        root: Value,
+        defs: Map<String, Value>,
+    }
+
+    pub fn schema_of<C: Command>() -> Shapes {
+        let mut generator = SchemaGenerator::default();
+        let root = serde_json::to_value(generator.subschema_for::<C>()).unwrap_or_default();
+        let defs = generator.take_definitions(true);
+        Shapes { root, defs }
+    }
+
+    /// Schemas are built once per command: decoding is on every request's path.
+    fn cached(name: &'static str, build: fn() -> Shapes) -> Arc<Shapes> {
+        static CACHE: OnceLock<Mutex<HashMap<&'static str, Arc<Shapes>>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(Default::default);
+        if let Some(found) = cache.lock().ok().and_then(|c| c.get(name).cloned()) {
+            return found;
+        }
+        let built = Arc::new(build());
+        if let Ok(mut c) = cache.lock() {
+            c.insert(name, built.clone());
+        }
+        built
+    }
+
+    pub fn check(name: &'static str, build: fn() -> Shapes, input: &Value) -> Result<(), ApiError> {
+        let shapes = cached(name, build);
+        let mut path = String::new();
+        match walk(&shapes, &shapes.root, input, &mut path) {
+            Some(field) => Err(ApiError::Validation {
+                errors: vec![FieldError::new(
+                    super::cut(&field, super::FIELD_MAX),
+                    "must be a JSON object ({…}), not an array",
+                )],
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The schemas `schema` stands for: itself with `$ref`s followed, and every branch of
+    /// `anyOf`/`oneOf`/`allOf` (how optional fields and tagged enums appear).
+    fn branches<'a>(shapes: &'a Shapes, schema: &'a Value, out: &mut Vec<&'a Value>, depth: u8) {
+        if depth > 16 {
+            return;
+        }
+        let schema = match schema.get("$ref").and_then(Value::as_str) {
+            Some(r) => match shapes.defs.get(r.rsplit('/').next().unwrap_or_default()) {
+                Some(def) => def,
+                None => return,
+            },
+            None => schema,
+        };
+        out.push(schema);
+        for key in ["anyOf", "oneOf", "allOf"] {
+            for sub in schema
+                .get(key)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                branches(shapes, sub, out, depth + 1);
+            }
+        }
+    }
+
+    fn admits(schemas: &[&Value], kind: &str) -> bool {
+        schemas.iter().any(|s| match s.get("type") {
+            Some(Value::String(t)) => t == kind,
+            Some(Value::Array(ts)) => ts.iter().any(|t| t == kind),
+            _ => false,
+        })
+    }
+
+    /// The path of the first array found where only an object is allowed.
+    fn walk(shapes: &Shapes, schema: &Value, value: &Value, path: &mut String) -> Option<String> {
+        let mut schemas = Vec::new();
+        branches(shapes, schema, &mut schemas, 0);
+        match value {
+            Value::Array(items) => {
+                if admits(&schemas, "object") && !admits(&schemas, "array") {
+                    return Some(path.clone());
+                }
+                let item_schema = schemas.iter().find_map(|s| s.get("items"))?;
+                for (i, item) in items.iter().enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    let found = walk(shapes, item_schema, item, path);
+                    path.truncate(len);
+                    if found.is_some() {
+                        return found;
+                    }
+                }
+                None
+            }
+            Value::Object(map) => {
+                for (key, child) in map {
+                    let Some(child_schema) = schemas
+                        .iter()
+                        .find_map(|s| s.get("properties").and_then(|p| p.get(key)))
+                    else {
+                        continue;
+                    };
+                    let len = path.len();
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    let found = walk(shapes, child_schema, child, path);
+                    path.truncate(len);
+                    if found.is_some() {
+                        return found;
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::clusters::CreateCluster;
+    use crate::api::tokens::CreateToken;
+    use serde_json::json;
+
+    fn error_of<C: Command + std::fmt::Debug>(input: serde_json::Value) -> (String, String) {
+        match decode::<C>(input) {
+            Err(ApiError::Validation { errors }) => {
+                (errors[0].field.clone(), errors[0].message.clone())
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn cluster(extra: serde_json::Value) -> serde_json::Value {
+        let mut v = json!({"name": "ml-1", "availability_zone": "us-east-1a",
+            "instance_type": "ml.g5.8xlarge", "instance_count": 1});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    }
+
+    #[test]
+    fn arrays_are_not_objects() {
+        for (field, value) in [
+            ("network", json!([])),
+            ("network", json!(["10.0.0.0/16"])),
+            ("storage", json!([])),
+            ("capacity", json!(["spot"])),
+        ] {
+            let (f, message) = error_of::<CreateCluster>(cluster(json!({ field: value })));
+            assert_eq!(f, field);
+            assert_eq!(message, "must be a JSON object ({…}), not an array");
+        }
+        // Arrays where arrays belong, and objects where objects belong, still decode.
+        assert!(
+            decode::<CreateCluster>(cluster(json!({"network": {"vpc_cidr": "10.1.0.0/16"}})))
+                .is_ok()
+        );
+        assert!(
+            decode::<crate::api::inspect::ListInstanceTypes>(
+                json!({"instance_types": ["p5.48xlarge"]})
+            )
+            .is_ok()
+        );
+        let (f, _) = error_of::<CreateToken>(json!(["ci", "admin"]));
+        assert_eq!(f, "", "the request itself must be an object");
+    }
+
+    #[test]
+    fn errors_quote_only_the_start_of_a_value() {
+        let long = "x".repeat(100_000);
+        let (field, message) = error_of::<CreateToken>(json!({"name": "ci", "role": long}));
+        assert_eq!(field, "role");
+        assert!(message.len() < 300, "{message}");
+        assert!(message.starts_with("unknown variant `xxxx"), "{message}");
+        assert!(message.contains("x…`"), "{message}");
+        let (field, message) = error_of::<CreateToken>(json!({ long.clone(): 1 }));
+        assert!(field.len() < 200 && field.ends_with('…'), "{field}");
+        assert!(message.len() < 400, "{message}");
+    }
 }

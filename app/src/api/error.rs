@@ -63,6 +63,19 @@ pub enum ApiError {
     /// The caller's role does not allow this command.
     #[error("{message}")]
     Forbidden { message: String },
+    /// The request is larger than hypd accepts; nothing was read past the limit.
+    #[error("{message}")]
+    TooLarge { message: String, limit_bytes: u64 },
+    /// The token (or session) sent more requests than its rate allows: try again after
+    /// `retry_after_seconds` (also in the `Retry-After` header).
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_seconds: u64,
+    },
+    /// hypd cannot take the request now (e.g. it holds as many connections as it allows).
+    #[error("{message}")]
+    Unavailable { message: String },
     #[error("internal error: {message}")]
     Internal { message: String },
 }
@@ -103,6 +116,9 @@ impl ApiError {
             ApiError::Upstream { .. } => 502,
             ApiError::Unauthorized { .. } => 401,
             ApiError::Forbidden { .. } => 403,
+            ApiError::TooLarge { .. } => 413,
+            ApiError::RateLimited { .. } => 429,
+            ApiError::Unavailable { .. } => 503,
             ApiError::Internal { .. } => 500,
         }
     }

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
-use super::values::{AzName, InstanceType, Region};
+use super::values::{AzName, InstanceType, Region, at_most};
 
 /// How fresh an answer built from AWS is: inspection data is cached briefly so agents
 /// and consoles can ask often; `refresh: true` on the request bypasses the cache.
@@ -145,7 +145,12 @@ pub struct ListInstanceTypes {
     #[serde(default = "default_true")]
     pub accelerated_only: bool,
     /// Only these types (e.g. `p5.48xlarge`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "at_most::<_, _, 100>"
+    )]
+    #[schemars(length(max = 100))]
     pub instance_types: Vec<InstanceType>,
     #[serde(default)]
     pub refresh: bool,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::ApiError;
-use super::values::WaitSeconds;
+use super::values::{OperationId, OperationTarget, WaitSeconds, checked, checked_opt};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -131,7 +131,12 @@ pub struct ListOperations {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<OperationState>,
     /// Only operations on this target, e.g. `cluster/ml-1`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "checked_opt::<_, OperationTarget>"
+    )]
+    #[schemars(with = "Option<OperationTarget>")]
     pub target: Option<String>,
 }
 
@@ -159,6 +164,8 @@ impl Command for ListOperations {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetOperation {
+    #[serde(deserialize_with = "checked::<_, OperationId>")]
+    #[schemars(with = "OperationId")]
     pub operation_id: String,
 }
 
@@ -180,8 +187,10 @@ impl Command for GetOperation {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitOperation {
+    #[serde(deserialize_with = "checked::<_, OperationId>")]
+    #[schemars(with = "OperationId")]
     pub operation_id: String,
-    /// Longest wait in seconds (at most 300; default 60).
+    /// Longest wait in seconds.
     #[serde(default = "default_wait", skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<WaitSeconds>,
 }
@@ -217,6 +226,8 @@ impl Command for WaitOperation {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryOperation {
+    #[serde(deserialize_with = "checked::<_, OperationId>")]
+    #[schemars(with = "OperationId")]
     pub operation_id: String,
 }
 
@@ -238,6 +249,8 @@ impl Command for RetryOperation {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelOperation {
+    #[serde(deserialize_with = "checked::<_, OperationId>")]
+    #[schemars(with = "OperationId")]
     pub operation_id: String,
 }
 

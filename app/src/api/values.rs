@@ -73,6 +73,19 @@ macro_rules! string_value {
     };
 }
 
+/// How much of a rejected value an error quotes. Errors are echoed by every face (and
+/// into the audit log), so a megabyte-long value must not come back as a megabyte-long
+/// error: the quote is cut and says how long the value was.
+pub const SHOWN_CHARS: usize = 64;
+
+/// `s` quoted for an error message, cut to [`SHOWN_CHARS`] characters.
+pub fn shown(s: &str) -> String {
+    match s.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}… ({} characters)", &s[..cut], s.chars().count()),
+    }
+}
+
 fn is_alnum(c: char) -> bool {
     c.is_ascii_alphanumeric()
 }
@@ -87,7 +100,8 @@ fn check_hyperpod_style(s: &str, what: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{what} must be 1-63 characters of letters, digits and hyphens, starting and ending with a letter or digit (got {s:?})"
+            "{what} must be 1-63 characters of letters, digits and hyphens, starting and ending with a letter or digit (got {})",
+            shown(s)
         ))
     }
 }
@@ -109,7 +123,8 @@ fn check_eks_cluster_name(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "an EKS cluster name must be 1-100 characters of letters, digits, hyphens and underscores, starting with a letter or digit (got {s:?})"
+            "an EKS cluster name must be 1-100 characters of letters, digits, hyphens and underscores, starting with a letter or digit (got {})",
+            shown(s)
         ))
     }
 }
@@ -136,22 +151,33 @@ fn region_parts(s: &str) -> Option<()> {
     Some(())
 }
 
+/// Longer than any region AWS has (`ap-southeast-5`, `us-gov-west-1`) with room to grow.
+const REGION_MAX: usize = 32;
+
 fn check_region(s: &str) -> Result<(), String> {
-    region_parts(s)
-        .map(|_| ())
-        .ok_or_else(|| format!("a region looks like us-east-1 or eu-central-1 (got {s:?})"))
+    (s.len() <= REGION_MAX)
+        .then_some(())
+        .and_then(|()| region_parts(s))
+        .ok_or_else(|| {
+            format!(
+                "a region looks like us-east-1 or eu-central-1 (got {})",
+                shown(s)
+            )
+        })
 }
 
 /// `us-east-1a`: a region followed by one zone letter.
 fn check_az_name(s: &str) -> Result<(), String> {
     let ok = s.len() > 1
+        && s.len() <= REGION_MAX + 1
         && s.chars().last().is_some_and(|c| c.is_ascii_lowercase())
         && region_parts(&s[..s.len() - 1]).is_some();
     if ok {
         Ok(())
     } else {
         Err(format!(
-            "an Availability Zone name looks like us-east-1a (got {s:?})"
+            "an Availability Zone name looks like us-east-1a (got {})",
+            shown(s)
         ))
     }
 }
@@ -178,7 +204,8 @@ fn check_az_id(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "an Availability Zone id looks like use1-az1 (got {s:?})"
+            "an Availability Zone id looks like use1-az1 (got {})",
+            shown(s)
         ))
     }
 }
@@ -209,7 +236,8 @@ fn check_instance_type(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "an EC2 instance type looks like p5.48xlarge (got {s:?})"
+            "an EC2 instance type looks like p5.48xlarge (got {})",
+            shown(s)
         ))
     }
 }
@@ -218,7 +246,8 @@ fn check_ml_instance_type(s: &str) -> Result<(), String> {
     match s.strip_prefix("ml.") {
         Some(rest) if check_type_parts(rest) => Ok(()),
         _ => Err(format!(
-            "a HyperPod instance type looks like ml.p5.48xlarge (got {s:?})"
+            "a HyperPod instance type looks like ml.p5.48xlarge (got {})",
+            shown(s)
         )),
     }
 }
@@ -238,7 +267,8 @@ fn check_arn(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "an ARN looks like arn:aws:SERVICE:REGION:ACCOUNT:RESOURCE (got {s:?})"
+            "an ARN looks like arn:aws:SERVICE:REGION:ACCOUNT:RESOURCE (got {})",
+            shown(s)
         ))
     }
 }
@@ -250,7 +280,8 @@ fn check_training_plan_arn(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "a training plan ARN looks like arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME (got {s:?})"
+            "a training plan ARN looks like arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME (got {})",
+            shown(s)
         ))
     }
 }
@@ -263,7 +294,8 @@ fn check_token_name(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "a token name must be 1-64 characters of letters, digits, '-', '_' and '.' (got {s:?})"
+            "a token name must be 1-64 characters of letters, digits, '-', '_' and '.' (got {})",
+            shown(s)
         ))
     }
 }
@@ -276,7 +308,8 @@ fn check_idempotency_key(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "an idempotency key must be 8-128 characters of letters, digits, '-', '_', '.' and ':' (got {s:?})"
+            "an idempotency key must be 8-128 characters of letters, digits, '-', '_', '.' and ':' (got {})",
+            shown(s)
         ))
     }
 }
@@ -308,12 +341,12 @@ string_value!(
 string_value!(
     /// An AWS region such as `us-east-1`.
     Region, check_region,
-    schema: { "type": "string", "pattern": "^[a-z]{2}(-[a-z]+){1,2}-[0-9]+$", "examples": ["us-east-1"] }
+    schema: { "type": "string", "maxLength": 32, "pattern": "^[a-z]{2}(-[a-z]+){1,2}-[0-9]+$", "examples": ["us-east-1"] }
 );
 string_value!(
     /// An Availability Zone name such as `us-east-1a` (differs between accounts).
     AzName, check_az_name,
-    schema: { "type": "string", "pattern": "^[a-z]{2}(-[a-z]+){1,2}-[0-9]+[a-z]$", "examples": ["us-east-1a"] }
+    schema: { "type": "string", "maxLength": 33, "pattern": "^[a-z]{2}(-[a-z]+){1,2}-[0-9]+[a-z]$", "examples": ["us-east-1a"] }
 );
 string_value!(
     /// An Availability Zone id such as `use1-az1` (the same in every account).
@@ -357,7 +390,7 @@ fn check_resource_id(s: &str, prefix: &str, rule: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{rule} (got {s:?})"))
+        Err(format!("{rule} (got {})", shown(s)))
     }
 }
 
@@ -373,7 +406,8 @@ fn check_bucket_name(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "a bucket name is 3-63 characters of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (got {s:?})"
+            "a bucket name is 3-63 characters of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (got {})",
+            shown(s)
         ))
     }
 }
@@ -388,14 +422,17 @@ fn check_kubernetes_version(s: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("a Kubernetes version looks like 1.33 (got {s:?})"))
+        Err(format!(
+            "a Kubernetes version looks like 1.33 (got {})",
+            shown(s)
+        ))
     }
 }
 
 string_value!(
     /// An existing VPC's id.
     VpcId, check_vpc_id,
-    schema: { "type": "string", "pattern": "^vpc-[0-9a-f]{8,17}$", "examples": ["vpc-0123456789abcdef0"] }
+    schema: { "type": "string", "maxLength": 21, "pattern": "^vpc-[0-9a-f]{8,17}$", "examples": ["vpc-0123456789abcdef0"] }
 );
 string_value!(
     /// An S3 bucket name.
@@ -405,13 +442,88 @@ string_value!(
 string_value!(
     /// An EKS Kubernetes version, `major.minor`.
     KubernetesVersion, check_kubernetes_version,
-    schema: { "type": "string", "pattern": "^1\\.[0-9]{1,2}$", "examples": ["1.33"] }
+    schema: { "type": "string", "maxLength": 4, "pattern": "^1\\.[0-9]{1,2}$", "examples": ["1.33"] }
 );
 string_value!(
     /// A name for an API token, to recognise it in lists and the audit log.
     TokenName, check_token_name,
     schema: { "type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9._-]+$" }
 );
+
+fn check_operation_id(s: &str) -> Result<(), String> {
+    let ok = (1..=128).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an operation id is 1-128 characters of letters, digits, '-', '_', '.' and ':', e.g. op-0196f0c1a2b3… (got {})",
+            shown(s)
+        ))
+    }
+}
+
+fn check_operation_target(s: &str) -> Result<(), String> {
+    let ok = (1..=200).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an operation target is 1-200 characters of letters, digits, '-', '_', '.', ':' and '/', e.g. cluster/ml-1 (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// An operation's id, as `get_operation` and every mutation return it.
+    OperationId, check_operation_id,
+    schema: { "type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$" }
+);
+string_value!(
+    /// What an operation acts on, e.g. `cluster/ml-1`.
+    OperationTarget, check_operation_target,
+    schema: { "type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9._:/-]+$" }
+);
+
+/// For request fields kept as `String` (pages build them from strings): decoded through
+/// the newtype `V`, so the rule and its message are the newtype's.
+pub fn checked<'de, D, V>(d: D) -> Result<String, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de> + AsRef<str>,
+{
+    V::deserialize(d).map(|v| v.as_ref().to_owned())
+}
+
+/// As [`checked`], for an optional field.
+pub fn checked_opt<'de, D, V>(d: D) -> Result<Option<String>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de> + AsRef<str>,
+{
+    Option::<V>::deserialize(d).map(|v| v.map(|v| v.as_ref().to_owned()))
+}
+
+/// At most `N` items: a filter list never needs more, and an unbounded one is a way to
+/// make one request cost a lot.
+pub fn at_most<'de, D, T, const N: usize>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let items = Vec::<T>::deserialize(d)?;
+    if items.len() > N {
+        return Err(serde::de::Error::custom(format!(
+            "at most {N} items (got {})",
+            items.len()
+        )));
+    }
+    Ok(items)
+}
 
 /// An IPv4 CIDR block, host bits zero, with a prefix VPCs accept (/16 to /28).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -424,7 +536,8 @@ impl Cidr {
     pub fn parse(s: &str) -> Result<Self, String> {
         let err = || {
             format!(
-                "a CIDR block looks like 10.0.0.0/16, with a prefix from /16 to /28 (got {s:?})"
+                "a CIDR block looks like 10.0.0.0/16, with a prefix from /16 to /28 (got {})",
+                shown(s)
             )
         };
         let (ip, prefix) = s.split_once('/').ok_or_else(err)?;
@@ -504,6 +617,7 @@ impl JsonSchema for Cidr {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "type": "string",
+            "maxLength": 18,
             "pattern": "^([0-9]{1,3}\\.){3}[0-9]{1,3}/(1[6-9]|2[0-8])$",
             "examples": ["10.0.0.0/16"]
         })
@@ -511,6 +625,10 @@ impl JsonSchema for Cidr {
 }
 
 /// A bounded integer newtype (counts, sizes, timeouts).
+///
+/// Every wrong value gets the same message, whatever JSON type it came as: REST coerces
+/// query text to a JSON number, MCP and the console send JSON, so `301`, `1e9`, `2.5`
+/// and `"ten"` read alike on every face and the message always states the range.
 macro_rules! bounded_int {
     ($(#[$doc:meta])* $name:ident, $min:expr, $max:expr, $what:expr) => {
         $(#[$doc])*
@@ -526,21 +644,64 @@ macro_rules! bounded_int {
                 if ($min..=$max).contains(&n) {
                     Ok(Self(n))
                 } else {
-                    Err(format!("{} must be from {} to {} (got {n})", $what, $min, $max))
+                    Err(Self::rule(n))
                 }
             }
 
             pub fn get(self) -> u32 {
                 self.0
             }
+
+            /// The one message for a value out of range or of the wrong kind.
+            fn rule(got: impl fmt::Display) -> String {
+                format!("{} must be an integer from {} to {} (got {got})", $what, $min, $max)
+            }
         }
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let n = i64::deserialize(d)?;
-                let n = u32::try_from(n)
-                    .map_err(|_| serde::de::Error::custom(format!("{} must be from {} to {} (got {n})", $what, $min, $max)))?;
-                Self::new(n).map_err(serde::de::Error::custom)
+                struct Visit;
+                impl<'de> serde::de::Visitor<'de> for Visit {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        write!(f, "an integer from {} to {}", $min, $max)
+                    }
+                    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<$name, E> {
+                        u32::try_from(n)
+                            .map_err(|_| $name::rule(n))
+                            .and_then($name::new)
+                            .map_err(E::custom)
+                    }
+                    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<$name, E> {
+                        u32::try_from(n)
+                            .map_err(|_| $name::rule(n))
+                            .and_then($name::new)
+                            .map_err(E::custom)
+                    }
+                    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<$name, E> {
+                        if n.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&n) {
+                            self.visit_u64(n as u64)
+                        } else {
+                            Err(E::custom($name::rule(n)))
+                        }
+                    }
+                    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<$name, E> {
+                        Err(E::custom($name::rule(shown(s))))
+                    }
+                    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<$name, E> {
+                        Err(E::custom($name::rule(b)))
+                    }
+                    fn visit_unit<E: serde::de::Error>(self) -> Result<$name, E> {
+                        Err(E::custom($name::rule("null")))
+                    }
+                    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<$name, A::Error> {
+                        Err(serde::de::Error::custom($name::rule("an array")))
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<$name, A::Error> {
+                        Err(serde::de::Error::custom($name::rule("an object")))
+                    }
+                }
+                d.deserialize_any(Visit)
             }
         }
 
@@ -652,6 +813,53 @@ mod tests {
         );
         assert!(Cidr::parse("10.0.0.0/8").is_err());
         assert!(Cidr::parse("10.0.0.0").is_err());
+    }
+
+    #[test]
+    fn long_values_are_quoted_short() {
+        assert_eq!(shown("ml-1"), "\"ml-1\"");
+        let err = ClusterName::parse(&"a".repeat(1 << 20)).unwrap_err();
+        assert!(err.len() < 300, "{err}");
+        assert!(err.ends_with("… (1048576 characters))"), "{err}");
+        assert!(OperationId::parse(&"o".repeat(129)).is_err());
+        assert!(OperationId::parse("op-0196f0c1a2b3").is_ok());
+        assert!(OperationTarget::parse("cluster/ml-1").is_ok());
+        assert!(Region::parse(&"a".repeat(40)).is_err());
+    }
+
+    #[test]
+    fn integers_have_one_message_whatever_their_json() {
+        let message = |v: serde_json::Value| {
+            serde_json::from_value::<WaitSeconds>(v)
+                .unwrap_err()
+                .to_string()
+        };
+        let rule = "a wait in seconds must be an integer from 0 to 300";
+        assert_eq!(message(serde_json::json!(301)), format!("{rule} (got 301)"));
+        assert_eq!(message(serde_json::json!(-1)), format!("{rule} (got -1)"));
+        assert_eq!(message(serde_json::json!(2.5)), format!("{rule} (got 2.5)"));
+        assert_eq!(
+            message(serde_json::json!(1e9)),
+            format!("{rule} (got 1000000000)")
+        );
+        assert_eq!(
+            message(serde_json::json!(1e20)),
+            format!("{rule} (got 100000000000000000000)")
+        );
+        assert_eq!(
+            message(serde_json::json!("ten")),
+            format!("{rule} (got \"ten\")")
+        );
+        assert_eq!(
+            message(serde_json::json!(true)),
+            format!("{rule} (got true)")
+        );
+        assert_eq!(
+            message(serde_json::json!([])),
+            format!("{rule} (got an array)")
+        );
+        let n: WaitSeconds = serde_json::from_value(serde_json::json!(300.0)).unwrap();
+        assert_eq!(n.get(), 300);
     }
 
     #[test]

@@ -149,18 +149,34 @@ pub async fn list(
     state: Option<OperationState>,
     target: Option<&str>,
 ) -> Result<Vec<Operation>, StoreError> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM operations \
-         WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR target = $2) \
-         ORDER BY created_at DESC, id DESC LIMIT $3"
-    );
+    // Only the filters given appear in the SQL: `($1 IS NULL OR state = $1)` hides the
+    // column from both planners, which then scan and sort the whole table instead of
+    // walking an index (created_at, or state/target then created_at) for 200 rows.
     let state = state.map(OperationState::as_str);
-    let rows: Vec<Row> = on_pool!(store, |pool| sqlx::query_as(&sql)
-        .bind(state)
-        .bind(target)
-        .bind(LIST_LIMIT)
-        .fetch_all(pool)
-        .await)?;
+    let filters: Vec<(&str, &str)> = [("state", state), ("target", target)]
+        .into_iter()
+        .filter_map(|(column, value)| value.map(|v| (column, v)))
+        .collect();
+    let mut clauses = Vec::new();
+    for (i, (column, _)) in filters.iter().enumerate() {
+        clauses.push(format!("{column} = ${}", i + 1));
+    }
+    let filter = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM operations {filter} ORDER BY created_at DESC, id DESC LIMIT ${}",
+        filters.len() + 1
+    );
+    let rows: Vec<Row> = on_pool!(store, |pool| {
+        let mut q = sqlx::query_as(&sql);
+        for (_, value) in &filters {
+            q = q.bind(*value);
+        }
+        q.bind(LIST_LIMIT).fetch_all(pool).await
+    })?;
     with_stages(store, rows).await
 }
 

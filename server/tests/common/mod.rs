@@ -181,7 +181,22 @@ impl Hypd {
         panic!("operation {id} did not finish in 20 minutes");
     }
 
+    /// A GET as the data dir's admin (the real store's token, else the sandbox's), so
+    /// probes show their details; [`Hypd::get_anonymous`] sends no token.
     pub fn get(&self, path: &str) -> reqwest::blocking::Response {
+        let token = ["admin-token", "sandbox/admin-token"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(self.data_dir.path().join(f)).ok());
+        let mut req = reqwest::blocking::Client::new()
+            .get(format!("{}{path}", self.url))
+            .timeout(Duration::from_secs(30));
+        if let Some(token) = token {
+            req = req.bearer_auth(token.trim());
+        }
+        req.send().unwrap()
+    }
+
+    pub fn get_anonymous(&self, path: &str) -> reqwest::blocking::Response {
         reqwest::blocking::Client::new()
             .get(format!("{}{path}", self.url))
             .timeout(Duration::from_secs(30))
@@ -486,4 +501,94 @@ impl World {
         let dir = data_dir.unwrap_or_else(|| std::sync::Arc::new(tempfile::tempdir().unwrap()));
         Hypd::start_in(dir, &[], &env)
     }
+}
+
+/// `host:port` of a hypd's URL, for raw sockets.
+pub fn authority(url: &str) -> String {
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// One HTTP/1.1 response read off a socket: status, lowercase headers, body.
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// Reads one response (with a `content-length` or chunked body) from `stream`; `None`
+/// when the server closed the connection before answering.
+pub fn read_response(stream: &mut TcpStream) -> Option<RawResponse> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => buf.push(byte[0]),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        body.resize(len, 0);
+        stream.read_exact(&mut body).ok()?;
+    } else if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).ok()?;
+            let n = usize::from_str_radix(size.trim(), 16).ok()?;
+            let mut chunk = vec![0u8; n + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    }
+    Some(RawResponse {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// Sends `request` (a whole HTTP/1.1 request, head and body) on a new connection and
+/// reads the answer.
+pub fn raw_request(authority: &str, request: &str) -> RawResponse {
+    use std::io::Write;
+    let mut stream = TcpStream::connect(authority).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    read_response(&mut stream).expect("an answer")
 }
