@@ -378,7 +378,8 @@ mod tests {
 
     fn cluster(extra: serde_json::Value) -> serde_json::Value {
         let mut v = json!({"name": "ml-1", "availability_zone": "us-east-1a",
-            "instance_type": "ml.g5.8xlarge", "instance_count": 1});
+            "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge",
+                "instance_count": 1}]});
         v.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
@@ -391,12 +392,20 @@ mod tests {
             ("network", json!([])),
             ("network", json!(["10.0.0.0/16"])),
             ("storage", json!([])),
-            ("capacity", json!(["spot"])),
         ] {
             let (f, message) = error_of::<CreateCluster>(cluster(json!({ field: value })));
             assert_eq!(f, field);
             assert_eq!(message, "must be a JSON object ({…}), not an array");
         }
+        let mut spot_list = cluster(json!({}));
+        spot_list["instance_groups"][0]["capacity"] = json!(["spot"]);
+        assert_eq!(
+            error_of::<CreateCluster>(spot_list),
+            (
+                "instance_groups[0].capacity".to_owned(),
+                "must be a JSON object ({…}), not an array".to_owned()
+            )
+        );
         // Arrays where arrays belong, and objects where objects belong, still decode.
         assert!(
             decode::<CreateCluster>(cluster(json!({"network": {"vpc_cidr": "10.1.0.0/16"}})))
