@@ -8,6 +8,7 @@ pub mod form;
 pub mod live;
 pub mod pages;
 pub mod session;
+pub mod text;
 pub mod time;
 
 pub use console::{App, ConsoleInfo, shell};

@@ -84,36 +84,13 @@ fn safe_next(next: Option<String>) -> String {
         if unsafe_form {
             return HOME.to_owned();
         }
-        let decoded = percent_decode(&form);
+        let decoded = crate::text::percent_decode(&form);
         if decoded == form {
             return next;
         }
         form = decoded;
     }
     HOME.to_owned()
-}
-
-/// One layer of percent-decoding (bytes that are not UTF-8 become U+FFFD).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(hi), Some(lo)) = (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[component]

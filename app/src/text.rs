@@ -1,7 +1,8 @@
 //! Percent-decoding, in one place: query strings (where `+` is a space, as forms encode
 //! it) and URL-encoded documents such as IAM policies (RFC 3986, where `+` is itself).
 //! Malformed escapes are kept as they are, never an error: the decoded text is compared
-//! or parsed next, and that step reports what is wrong.
+//! or parsed next, and that step reports what is wrong. Pure, so the console (a
+//! sign-in link's `next=`) and the server share it.
 
 /// Decodes RFC 3986 percent-escapes.
 pub fn percent_decode(s: &str) -> String {
@@ -17,23 +18,24 @@ fn decode(s: &str, plus_is_space: bool) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
+    // `to_digit`, not `from_str_radix`: the latter reads "%+1" as the byte 0x01.
+    let hex = |b: u8| char::from(b).to_digit(16);
     while i < bytes.len() {
-        match bytes[i] {
-            b'+' if plus_is_space => out.push(b' '),
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
+        let escaped = (bytes[i] == b'%')
+            .then(|| {
+                Some((
+                    bytes.get(i + 1).copied().and_then(hex)?,
+                    bytes.get(i + 2).copied().and_then(hex)?,
+                ))
+            })
+            .flatten();
+        match (bytes[i], escaped) {
+            (_, Some((hi, lo))) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 2;
             }
-            b => out.push(b),
+            (b'+', None) if plus_is_space => out.push(b' '),
+            (b, None) => out.push(b),
         }
         i += 1;
     }
@@ -53,5 +55,6 @@ mod tests {
         assert_eq!(percent_decode("%zz"), "%zz");
         assert_eq!(percent_decode("%7B%7D"), "{}");
         assert_eq!(percent_decode("%2"), "%2");
+        assert_eq!(percent_decode("%+1"), "%+1");
     }
 }

@@ -19,8 +19,11 @@ pub fn parse_millis(s: &str) -> Option<i64> {
     Some(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + millis)
 }
 
-// Howard Hinnant's days-from-civil algorithm (public domain).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+// Howard Hinnant's civil-date algorithms (public domain). The server formats its
+// timestamps with these too, so the one calendar lives here, compiled on both sides.
+
+/// Days since the Unix epoch of a proleptic Gregorian date.
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -28,6 +31,20 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
+}
+
+/// The date (year, month, day) `z` days after the Unix epoch.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// A duration for people: `850 ms`, `42 s`, `3 min 05 s`, `2 h 07 min`.

@@ -30,7 +30,7 @@ pub fn format_time(t: SystemTime) -> String {
     let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
+    let (y, m, d) = app::time::civil_from_days(days as i64);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
         rem / 3600,
@@ -42,41 +42,8 @@ pub fn format_time(t: SystemTime) -> String {
 
 /// Parses what `format_time` writes (and RFC 3339 `Z` times without fractions).
 pub fn parse_time(s: &str) -> Option<SystemTime> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut dp = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (y, m, d) = (dp.next()??, dp.next()??, dp.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut tp = hms.splitn(3, ':').map(|p| p.parse::<u64>().ok());
-    let (hh, mm, ss) = (tp.next()??, tp.next()??, tp.next()??);
-    let millis: u64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
-    let days = days_from_civil(y, m, d);
-    let secs = u64::try_from(days).ok()? * 86_400 + hh * 3600 + mm * 60 + ss;
-    Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis))
-}
-
-// Howard Hinnant's civil-date algorithms (public domain).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let millis = u64::try_from(app::time::parse_millis(s)?).ok()?;
+    Some(UNIX_EPOCH + Duration::from_millis(millis))
 }
 
 #[cfg(test)]

@@ -25,5 +25,4 @@ pub mod sandbox;
 pub mod service;
 pub mod store;
 pub mod telemetry;
-pub mod text;
 pub mod tokens;

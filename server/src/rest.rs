@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use crate::auth::Face;
 use crate::http::AppState;
+use app::text::form_decode;
 
 /// How a query parameter's text becomes JSON, from the request schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,35 +196,9 @@ fn form_pairs(query: &str) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k), percent_decode(v))
+            (form_decode(k), form_decode(v))
         })
         .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The error body every REST failure has: `{"error": ApiError}`.
@@ -384,13 +359,5 @@ mod tests {
         );
         assert!(build_input(&kinds, HashMap::new(), None, b"[1]").is_err());
         assert!(build_input(&kinds, HashMap::new(), None, b"{nope").is_err());
-    }
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("cluster%2Fml-1"), "cluster/ml-1");
-        assert_eq!(percent_decode("a+b"), "a b");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
     }
 }

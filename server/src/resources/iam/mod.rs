@@ -40,7 +40,7 @@ pub(crate) fn pairs(tags: &[Tag]) -> impl Iterator<Item = (&str, &str)> {
 /// from implementations that do not encode it.
 pub fn document(raw: &str) -> serde_json::Value {
     serde_json::from_str(raw)
-        .or_else(|_| serde_json::from_str(&crate::text::percent_decode(raw)))
+        .or_else(|_| serde_json::from_str(&app::text::percent_decode(raw)))
         .unwrap_or(serde_json::Value::Null)
 }
 
