@@ -98,7 +98,7 @@ def hypd(moto, sim):
         "HYPD_DATA_DIR": str(data_dir),
         "HYPD_PORT": "0",
         # The fuzzing run sends hundreds of requests a second with one token; the rate
-        # limit has its own test (server/tests/api.rs).
+        # limit has its own test (server/tests/faces/api.rs).
         "HYPD_RATE_LIMIT": "0",
         "AWS_ENDPOINT_URL": moto,
         "AWS_ENDPOINT_URL_EKS": sim,

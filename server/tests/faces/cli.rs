@@ -1,13 +1,11 @@
 //! Misconfiguration stops hypd before it does anything, with one line naming the flag or
 //! variable and the rule, and exit code 2.
 
-mod common;
-
 use std::process::Output;
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = common::hypd_command(dir.path());
+    let mut cmd = crate::common::hypd_command(dir.path());
     cmd.args(args);
     for (k, v) in envs {
         cmd.env(k, v);
@@ -107,7 +105,7 @@ fn help_lists_commands_and_variables() {
 
 #[test]
 fn unreachable_postgres_fails_without_leaking_the_password() {
-    let port = common::free_port();
+    let port = crate::common::free_port();
     let url = format!("postgres://hypd:s3cr3t-pw@127.0.0.1:{port}/hypd");
     let out = run(&["serve"], &[("HYPD_DATABASE_URL", &url)]);
     let stderr = String::from_utf8_lossy(&out.stderr);

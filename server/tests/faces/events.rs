@@ -1,9 +1,7 @@
 //! The live channel: operation changes are pushed over a WebSocket, and a browser
 //! session from another origin cannot open it.
 
-mod common;
-
-use common::Hypd;
+use crate::common::Hypd;
 use futures_util::StreamExt;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{Error, Message};
@@ -55,7 +53,7 @@ where
 
 #[tokio::test(flavor = "multi_thread")]
 async fn operation_changes_are_pushed_in_order() {
-    let (hypd, token, _moto) = common::hypd_with_moto();
+    let (hypd, token, _moto) = crate::common::hypd_with_moto();
     let url = format!("{}/api/v1/events", hypd.url.replace("http://", "ws://"));
     let mut request = url.as_str().into_client_request().unwrap();
     request
@@ -78,7 +76,7 @@ async fn operation_changes_are_pushed_in_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refuses_missing_tokens_and_foreign_origins() {
-    let (hypd, token, _moto) = common::hypd_with_moto();
+    let (hypd, token, _moto) = crate::common::hypd_with_moto();
     let url = format!("{}/api/v1/events", hypd.url.replace("http://", "ws://"));
     let err = tokio_tungstenite::connect_async(url.as_str())
         .await
@@ -118,7 +116,7 @@ async fn refuses_missing_tokens_and_foreign_origins() {
 /// event written after the revocation.
 #[tokio::test(flavor = "multi_thread")]
 async fn revoking_a_token_closes_its_sockets() {
-    let (hypd, admin, _moto) = common::hypd_with_moto();
+    let (hypd, admin, _moto) = crate::common::hypd_with_moto();
     let http = reqwest::Client::new();
     let created: serde_json::Value = http
         .post(format!("{}/api/v1/tokens", hypd.url))

@@ -1,9 +1,7 @@
 //! `hypd serve` as a process: probes, metrics, the console page and logs, against moto
 //! for AWS and SQLite or a real PostgreSQL for the store.
 
-mod common;
-
-use common::{Hypd, Moto, Postgres};
+use crate::common::{Hypd, Moto, Postgres};
 use serde_json::Value;
 
 fn with_moto(moto: &Moto) -> Vec<(&'static str, String)> {
@@ -23,13 +21,13 @@ fn probes_metrics_and_console_against_moto() {
     let health = hypd.get("/healthz");
     assert_eq!(health.status(), 200);
     // The container's HEALTHCHECK command.
-    let check = std::process::Command::new(common::hypd_bin())
+    let check = std::process::Command::new(crate::common::hypd_bin())
         .args(["health", "--url", &hypd.url])
         .status()
         .unwrap();
     assert!(check.success());
-    let down = format!("http://127.0.0.1:{}", common::free_port());
-    let check = std::process::Command::new(common::hypd_bin())
+    let down = format!("http://127.0.0.1:{}", crate::common::free_port());
+    let check = std::process::Command::new(crate::common::hypd_bin())
         .args(["health", "--url", &down])
         .output()
         .unwrap();
@@ -100,7 +98,7 @@ fn probes_metrics_and_console_against_moto() {
 
 #[test]
 fn not_ready_when_aws_is_unreachable() {
-    let port = common::free_port();
+    let port = crate::common::free_port();
     let env = [
         ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
         ("AWS_ACCESS_KEY_ID", "testing".into()),
@@ -198,7 +196,7 @@ fn slow_and_idle_connections_are_closed() {
     let mut env = with_moto(&moto);
     env.push(("HYPD_IDLE_TIMEOUT", "2".into()));
     let hypd = Hypd::start(&[], &envs(&env));
-    let at = common::authority(&hypd.url);
+    let at = crate::common::authority(&hypd.url);
 
     let mut silent: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(&at).unwrap()).collect();
     let mut slow: Vec<TcpStream> = (0..50)
@@ -239,7 +237,7 @@ fn slow_and_idle_connections_are_closed() {
     let mut idle = TcpStream::connect(&at).unwrap();
     idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
-    let answer = common::read_response(&mut idle).expect("an answer");
+    let answer = crate::common::read_response(&mut idle).expect("an answer");
     assert_eq!(answer.status, 200);
     assert!(
         closed_by_server(&mut idle, Duration::from_secs(60)),
@@ -256,16 +254,17 @@ fn connections_over_the_cap_get_503() {
     let mut env = with_moto(&moto);
     env.push(("HYPD_MAX_CONNECTIONS", "3".into()));
     let hypd = Hypd::start(&[], &envs(&env));
-    let at = common::authority(&hypd.url);
+    let at = crate::common::authority(&hypd.url);
     let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&at).unwrap()).collect();
-    let refused = common::raw_request(&at, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let refused =
+        crate::common::raw_request(&at, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     assert_eq!(refused.status, 503);
     assert_eq!(refused.json()["error"]["kind"], "unavailable");
     assert_eq!(refused.header("connection"), Some("close"));
     drop(held);
     // The held connections' slots come back once hypd sees them closed.
     let served = (0..100).any(|_| {
-        let r = common::raw_request(
+        let r = crate::common::raw_request(
             &at,
             "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
         );
@@ -285,7 +284,7 @@ fn a_refused_mcp_request_leaves_the_connection_usable() {
     let moto = Moto::start();
     let env = with_moto(&moto);
     let hypd = Hypd::start(&[], &envs(&env));
-    let mut stream = std::net::TcpStream::connect(common::authority(&hypd.url)).unwrap();
+    let mut stream = std::net::TcpStream::connect(crate::common::authority(&hypd.url)).unwrap();
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
@@ -302,13 +301,13 @@ fn a_refused_mcp_request_leaves_the_connection_usable() {
         body.len()
     )
     .unwrap();
-    let refused = common::read_response(&mut stream).expect("an answer");
+    let refused = crate::common::read_response(&mut stream).expect("an answer");
     assert_eq!(refused.status, 401);
     assert_eq!(refused.json()["error"]["kind"], "unauthorized");
     assert_ne!(refused.header("connection"), Some("close"));
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
-    let next = common::read_response(&mut stream).expect("the connection is still open");
+    let next = crate::common::read_response(&mut stream).expect("the connection is still open");
     assert_eq!(next.status, 200);
 }
