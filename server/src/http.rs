@@ -157,6 +157,12 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             authenticate_mcp,
         ));
+    // The not-found page renders the same shell as every page, so it needs the same
+    // context: without it the 404 could not see the session and showed "Sign in".
+    let context = move || {
+        provide_context(console.clone());
+        provide_context(dispatcher.clone());
+    };
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -167,16 +173,13 @@ pub fn router(state: AppState) -> Router {
         .route("/auth/logout", post(logout))
         .merge(rest::routes())
         .merge(mcp)
-        .leptos_routes_with_context(
-            &state,
-            routes,
-            move || {
-                provide_context(console.clone());
-                provide_context(dispatcher.clone());
-            },
-            move || shell(leptos.clone()),
-        )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .leptos_routes_with_context(&state, routes, context.clone(), move || {
+            shell(leptos.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(context, shell))
         .layer(axum::middleware::from_fn(limits::json_errors))
         .layer(axum::middleware::from_fn(server_fn_status))
         .layer(axum::extract::DefaultBodyLimit::max(
@@ -392,7 +395,8 @@ impl Dispatcher for ConsoleDispatch {
                 .auth
                 .authenticate(&parts.headers, &parts.method, Face::Console)
                 .await?;
-            self.0.dispatch(&actor, &command, input).await
+            let answer = self.0.dispatch(&actor, &command, input).await?;
+            serde_json::from_str(answer.get()).map_err(ApiError::internal)
         })
     }
 }
