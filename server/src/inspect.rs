@@ -16,6 +16,7 @@ use app::api::inspect::{
     InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
     RegionInfo, RegionList, Whoami, WhoamiOutput, efa_only_allowed,
 };
+use app::api::listing::Listing;
 use app::api::values::Region;
 use aws_sdk_ec2::types::{InstanceTypeInfo as Ec2Type, LocationType};
 use tokio::sync::{Mutex, watch};
@@ -188,7 +189,22 @@ pub struct Inspector {
     regions: Cache<Arc<Vec<RegionInfo>>>,
     zones: Cache<Arc<Vec<AvailabilityZone>>>,
     types: Cache<Arc<Vec<InstanceTypeInfo>>>,
+    rendered: std::sync::Mutex<HashMap<ListKey, Rendered>>,
 }
+
+/// A filtered instance-type list as it is sent, for the catalogue it was cut from.
+struct Rendered {
+    from: Arc<Vec<InstanceTypeInfo>>,
+    list: Listing<InstanceTypeInfo>,
+}
+
+/// The filters an instance-type list is rendered once for (region, zone, accelerated
+/// only). Lists of named types are rendered per request: there are too many to keep.
+type ListKey = (String, Option<String>, bool);
+
+/// Rendered lists kept at most; past it they are all dropped (each is ~30 kB, and the
+/// keys a console and agents use are a handful per region).
+const RENDERED_KEPT: usize = 64;
 
 impl Default for Inspector {
     fn default() -> Self {
@@ -196,6 +212,7 @@ impl Default for Inspector {
             regions: Cache::new(FRESH_FOR),
             zones: Cache::new(FRESH_FOR),
             types: Cache::new(FRESH_FOR),
+            rendered: std::sync::Mutex::new(HashMap::new()),
         }
     }
 }
@@ -279,6 +296,34 @@ impl Inspector {
                 fetch_instance_types(aws, region).await.map(Arc::new)
             })
             .await
+    }
+
+    /// `all` cut by `key`'s filters, serialized once per catalogue fill: every asker of
+    /// the same list until the cache refills is sent the same bytes.
+    fn rendered_list(
+        &self,
+        key: ListKey,
+        all: &Arc<Vec<InstanceTypeInfo>>,
+        keep: impl Fn(&InstanceTypeInfo) -> bool,
+    ) -> Result<Listing<InstanceTypeInfo>, ApiError> {
+        let mut rendered = self.rendered.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = rendered.get(&key)
+            && Arc::ptr_eq(&r.from, all)
+        {
+            return Ok(r.list.clone());
+        }
+        let list = Listing::render(all.iter().filter(|t| keep(t))).map_err(ApiError::internal)?;
+        if rendered.len() >= RENDERED_KEPT {
+            rendered.clear();
+        }
+        rendered.insert(
+            key,
+            Rendered {
+                from: all.clone(),
+                list: list.clone(),
+            },
+        );
+        Ok(list)
     }
 
     /// Fills the cache for hypd's own region in the background; a failure is only
@@ -575,22 +620,26 @@ impl Handler<ListInstanceTypes> for Service {
             .catalogue
             .instance_types(&self.aws, &region, r.refresh)
             .await?;
-        let instance_types = all
-            .iter()
-            .filter(|t| !r.accelerated_only || t.accelerator.is_some())
-            .filter(|t| {
-                r.instance_types.is_empty()
+        let az = r.availability_zone.as_ref().map(|z| z.as_str().to_owned());
+        let keep = |t: &InstanceTypeInfo| {
+            (!r.accelerated_only || t.accelerator.is_some())
+                && (r.instance_types.is_empty()
                     || r.instance_types
                         .iter()
-                        .any(|w| w.as_str() == t.instance_type)
-            })
-            .filter(|t| {
-                r.availability_zone
+                        .any(|w| w.as_str() == t.instance_type))
+                && az
                     .as_ref()
-                    .is_none_or(|az| t.offered_in.iter().any(|z| z == az.as_str()))
-            })
-            .cloned()
-            .collect();
+                    .is_none_or(|az| t.offered_in.iter().any(|z| z == az))
+        };
+        let instance_types = if r.instance_types.is_empty() {
+            self.catalogue.rendered_list(
+                (region.clone(), az.clone(), r.accelerated_only),
+                &all,
+                keep,
+            )?
+        } else {
+            Listing::Items(all.iter().filter(|t| keep(t)).cloned().collect())
+        };
         Ok(InstanceTypeList {
             region,
             instance_types,
@@ -604,6 +653,59 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+
+    fn cpu_type(name: &str, zone: &str) -> InstanceTypeInfo {
+        InstanceTypeInfo {
+            instance_type: name.to_owned(),
+            hyperpod_instance_type: format!("ml.{name}"),
+            vcpus: 4,
+            memory_mib: 16_384,
+            accelerator: None,
+            efa_supported: false,
+            max_efa_interfaces: 0,
+            efa_only_allowed: false,
+            network_performance: None,
+            offered_in: vec![zone.to_owned()],
+        }
+    }
+
+    fn rendered_text(l: &Listing<InstanceTypeInfo>) -> (String, *const u8) {
+        match l {
+            Listing::Rendered(raw) => (raw.get().to_owned(), raw.get().as_ptr()),
+            Listing::Items(_) => panic!("not rendered"),
+        }
+    }
+
+    #[test]
+    fn a_list_is_rendered_once_per_catalogue_fill() {
+        let inspector = Inspector::default();
+        let all = Arc::new(vec![cpu_type("m5.large", "a"), cpu_type("c5.large", "b")]);
+        let key = || ("r".to_owned(), Some("a".to_owned()), false);
+        let in_a = |t: &InstanceTypeInfo| t.offered_in.iter().any(|z| z == "a");
+        let first = inspector.rendered_list(key(), &all, in_a).unwrap();
+        let again = inspector.rendered_list(key(), &all, in_a).unwrap();
+        let (text, at) = rendered_text(&first);
+        assert_eq!(
+            rendered_text(&again),
+            (text.clone(), at),
+            "the same bytes, shared"
+        );
+        let items: Vec<InstanceTypeInfo> = serde_json::from_str(&text).unwrap();
+        assert_eq!(items, vec![cpu_type("m5.large", "a")]);
+
+        // A new fill of the catalogue is rendered anew, even when it reads the same.
+        let refilled = Arc::new(all.as_ref().clone());
+        let fresh = inspector.rendered_list(key(), &refilled, in_a).unwrap();
+        assert_ne!(rendered_text(&fresh).1, at);
+        assert_eq!(rendered_text(&fresh).0, text);
+
+        // Kept lists are bounded.
+        for i in 0..RENDERED_KEPT * 2 {
+            let k = (format!("r{i}"), None, false);
+            inspector.rendered_list(k, &all, |_| true).unwrap();
+        }
+        assert!(inspector.rendered.lock().unwrap().len() <= RENDERED_KEPT);
+    }
 
     #[test]
     fn only_types_hyperpod_builds_are_supported() {

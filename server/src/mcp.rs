@@ -278,6 +278,16 @@ fn data_result(value: Value, is_error: bool) -> CallToolResult {
     result
 }
 
+/// A command's answer: its JSON text as it is, and the same parsed as structured content.
+fn answer_result(output: Box<serde_json::value::RawValue>) -> CallToolResult {
+    let structured: Option<Value> = serde_json::from_str(output.get()).ok();
+    let mut result = CallToolResult::success(vec![ContentBlock::text(String::from(
+        Box::<str>::from(output),
+    ))]);
+    result.structured_content = structured.filter(Value::is_object);
+    result
+}
+
 fn error_result(e: &ApiError) -> CallToolResult {
     data_result(serde_json::json!({ "error": e }), true)
 }
@@ -315,7 +325,7 @@ impl ServerHandler for McpServer {
         let actor = Self::actor(&context)?;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let result = match self.service.dispatch(&actor, &request.name, input).await {
-            Ok(output) => data_result(output, false),
+            Ok(output) => answer_result(output),
             Err(ApiError::NotFound { resource, name }) if resource == "command" => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {name}"),

@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{MethodRouter, delete, get, post};
 use serde_json::{Map, Value, json};
@@ -272,7 +272,11 @@ async fn handle(state: AppState, route: &RouteInfo, call: Call) -> Response {
         Err(e) => return error_response(&e),
     };
     match state.service.dispatch(&actor, route.name, input).await {
-        Ok(output) => Json(output).into_response(),
+        Ok(output) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            String::from(Box::<str>::from(output)),
+        )
+            .into_response(),
         Err(e) => error_response(&e),
     }
 }

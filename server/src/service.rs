@@ -11,6 +11,7 @@ use std::sync::Arc;
 use app::api::operations::OperationRef;
 use app::api::{ApiError, Command, Effect};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::audit;
 use crate::auth::{Actor, Auth, authorize};
@@ -53,13 +54,14 @@ impl Service {
         }
     }
 
-    /// Runs the command named `name` with JSON `input` for `actor`.
+    /// Runs the command named `name` with JSON `input` for `actor`. The answer is its
+    /// JSON text, serialized once from the typed output (REST sends it as it is).
     pub async fn dispatch(
         &self,
         actor: &Actor,
         name: &str,
         input: Value,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Box<RawValue>, ApiError> {
         macro_rules! by_name {
             ($($c:ty),* $(,)?) => {
                 match name {
@@ -71,24 +73,26 @@ impl Service {
         app::for_each_command!(by_name)
     }
 
-    async fn run<C: Command>(&self, actor: &Actor, input: Value) -> Result<Value, ApiError>
+    async fn run<C: Command>(&self, actor: &Actor, input: Value) -> Result<Box<RawValue>, ApiError>
     where
         Self: Handler<C>,
     {
         let spec = C::SPEC;
+        // Only mutations are audited, so only they keep a copy of what was asked.
+        let audited = (spec.effect != Effect::ReadOnly).then(|| input.clone());
         let result = async {
             authorize(actor, spec.role, spec.name)?;
-            let request = decode::<C>(input.clone())?;
+            let request = decode::<C>(input)?;
             request.validate()?;
             self.handle(actor, request).await
         }
         .await;
         // Refused attempts are audited too: they are what an audit is read for.
-        if spec.effect != Effect::ReadOnly {
+        if let Some(input) = audited {
             audit::record(&self.store, actor, spec.name, &input, &result).await;
         }
         let output = result?;
-        serde_json::to_value(output).map_err(ApiError::internal)
+        serde_json::value::to_raw_value(&output).map_err(ApiError::internal)
     }
 
     /// What a pre-flight may read.

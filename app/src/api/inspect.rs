@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::listing::Listing;
 use super::values::{AzName, InstanceType, Region, at_most};
 
 /// How fresh an answer built from AWS is: inspection data is cached briefly so agents
@@ -214,7 +215,7 @@ pub struct InstanceTypeInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct InstanceTypeList {
     pub region: String,
-    pub instance_types: Vec<InstanceTypeInfo>,
+    pub instance_types: Listing<InstanceTypeInfo>,
     pub freshness: Freshness,
 }
 

@@ -7,6 +7,7 @@ pub mod clusters;
 pub mod command;
 pub mod error;
 pub mod inspect;
+pub mod listing;
 pub mod operations;
 pub mod plan;
 pub mod tokens;

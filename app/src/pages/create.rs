@@ -355,8 +355,11 @@ fn GroupFields(
             <FieldInput form record field=&GROUP_NAME/>
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
-                    let (facts, problem) = match types.await {
-                        Ok(list) => (list.instance_types, None),
+                    let listed = types
+                        .await
+                        .and_then(|l| l.instance_types.into_items().map_err(ApiError::internal));
+                    let (facts, problem) = match listed {
+                        Ok(facts) => (facts, None),
                         Err(e) => (Vec::new(), Some(format!("Instance types could not be listed: {e}"))),
                     };
                     let choices = facts

@@ -737,3 +737,29 @@ fn only_loopback_and_configured_hosts_are_served() {
         );
     }
 }
+
+/// The not-found page is rendered with the caller's session like every other page: it
+/// names who is signed in instead of offering "Sign in".
+#[test]
+fn the_not_found_page_keeps_the_session() {
+    let api = Api::start();
+    let page = |token: Option<&str>| {
+        let mut r = api.http.get(format!("{}/no-such-page", api.hypd.url));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        let r = r.send().unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let (status, signed_in) = page(Some(&api.token));
+    assert_eq!(status, 404);
+    assert!(signed_in.contains("Not found"), "{signed_in}");
+    assert!(signed_in.contains(r#"class="user-name""#), "{signed_in}");
+    assert!(
+        !signed_in.contains(r#"href="/login">Sign in"#),
+        "{signed_in}"
+    );
+    let (status, anonymous) = page(None);
+    assert_eq!(status, 404);
+    assert!(!anonymous.contains(r#"class="user-name""#), "{anonymous}");
+}
