@@ -214,18 +214,18 @@ pub enum TeardownOp {
     Release(String),
 }
 
-/// The teardown changes given what was found. Pure.
+/// The teardown changes given what was found: every gateway not yet deleting, then
+/// every address. Pure. The releases are listed even while a gateway still holds its
+/// address, so a plan shows them; [`Resource::apply`] defers them until the gateways
+/// are gone (the step waits and runs again).
 pub fn teardown_diff(observed: &TeardownObserved) -> Vec<TeardownOp> {
-    let mut ops: Vec<TeardownOp> = observed
+    observed
         .gateways
         .iter()
         .filter(|(_, s)| *s != NatGatewayState::Deleting)
         .map(|(id, _)| TeardownOp::Delete(id.clone()))
-        .collect();
-    if observed.gateways.is_empty() {
-        ops.extend(observed.addresses.iter().cloned().map(TeardownOp::Release));
-    }
-    ops
+        .chain(observed.addresses.iter().cloned().map(TeardownOp::Release))
+        .collect()
 }
 
 impl Resource for ClusterNatGateways {
@@ -274,6 +274,8 @@ impl Resource for ClusterNatGateways {
                     g.1 = NatGatewayState::Deleting;
                 }
             }
+            // An address stays in use until its gateway is gone.
+            TeardownOp::Release(_) if observed.deleting() => {}
             TeardownOp::Release(id) => {
                 self.ec2
                     .release_address()
@@ -305,9 +307,19 @@ mod tests {
             gateways: vec![("nat-1".into(), NatGatewayState::Available)],
             addresses: vec!["eipalloc-1".into()],
         };
-        assert_eq!(teardown_diff(&o), [TeardownOp::Delete("nat-1".into())]);
+        assert_eq!(
+            teardown_diff(&o),
+            [
+                TeardownOp::Delete("nat-1".into()),
+                TeardownOp::Release("eipalloc-1".into())
+            ]
+        );
         o.gateways[0].1 = NatGatewayState::Deleting;
-        assert!(teardown_diff(&o).is_empty());
+        assert_eq!(
+            teardown_diff(&o),
+            [TeardownOp::Release("eipalloc-1".into())],
+            "listed, and deferred by apply while the gateway goes"
+        );
         assert!(o.deleting());
         o.gateways.clear();
         assert_eq!(
