@@ -278,14 +278,13 @@ fn data_result(value: Value, is_error: bool) -> CallToolResult {
     result
 }
 
-/// A command's answer: its JSON text as it is, and the same parsed as structured content.
+/// A command's answer, parsed once for `structuredContent`; the text block is written
+/// from that same value, so both carry the same JSON in the same key order.
 fn answer_result(output: Box<serde_json::value::RawValue>) -> CallToolResult {
-    let structured: Option<Value> = serde_json::from_str(output.get()).ok();
-    let mut result = CallToolResult::success(vec![ContentBlock::text(String::from(
-        Box::<str>::from(output),
-    ))]);
-    result.structured_content = structured.filter(Value::is_object);
-    result
+    match serde_json::from_str(output.get()) {
+        Ok(value) => data_result(value, false),
+        Err(e) => error_result(&ApiError::internal(e)),
+    }
 }
 
 fn error_result(e: &ApiError) -> CallToolResult {
