@@ -244,6 +244,55 @@ pub struct Identity {
 pub struct Aws {
     config: SdkConfig,
     identity: Mutex<Option<(Instant, Identity)>>,
+    /// Every client refuses mutating calls (see [`Aws::read_only`]).
+    read_only: bool,
+}
+
+/// Refuses every call that is not a read, before it is sent: the clients of a plan
+/// preview carry it, so a preview cannot change the world even through a step that
+/// forgot to ask whether it is planning.
+#[derive(Debug)]
+struct ReadOnly;
+
+/// Operation-name prefixes of the calls that only read, across the services hypd uses.
+const READS: &[&str] = &["Describe", "List", "Get", "Head"];
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for ReadOnly {
+    fn name(&self) -> &'static str {
+        "hypd-read-only"
+    }
+
+    // Not `read_before_execution`: a client's interceptors first run there before the
+    // operation's configuration (which names the operation) is applied.
+    fn read_before_serialization(
+        &self,
+        _: &aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef<'_>,
+        _: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_sdk_sts::config::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let op = cfg
+            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+            .map(|m| m.name().to_owned())
+            .unwrap_or_default();
+        if READS.iter().any(|p| op.starts_with(p)) {
+            Ok(())
+        } else {
+            Err(format!("hypd refused {op}: a plan preview makes no changes").into())
+        }
+    }
+}
+
+/// A client of `$sdk` for `region` from `$aws`'s config, read-only when `$aws` is.
+macro_rules! client {
+    ($aws:expr, $sdk:ident, $region:expr $(, $extra:ident($arg:expr))*) => {{
+        let mut b = $sdk::config::Builder::from(&$aws.config)
+            .region($sdk::config::Region::new($region.to_owned()))
+            $(.$extra($arg))*;
+        if $aws.read_only {
+            b = b.interceptor(ReadOnly);
+        }
+        $sdk::Client::from_conf(b.build())
+    }};
 }
 
 /// An identity is re-checked at most this often by readiness probes.
@@ -275,10 +324,20 @@ impl Aws {
         Self::new(config)
     }
 
+    /// The same account, with every mutating call refused before it is sent: for plan
+    /// previews.
+    pub fn read_only(&self) -> Self {
+        Self {
+            read_only: true,
+            ..Self::new(self.config.clone())
+        }
+    }
+
     pub fn new(config: SdkConfig) -> Self {
         Self {
             config,
             identity: Mutex::new(None),
+            read_only: false,
         }
     }
 
@@ -291,49 +350,28 @@ impl Aws {
     }
 
     pub fn ec2(&self, region: &str) -> aws_sdk_ec2::Client {
-        let conf = aws_sdk_ec2::config::Builder::from(&self.config)
-            .region(aws_sdk_ec2::config::Region::new(region.to_owned()))
-            .build();
-        aws_sdk_ec2::Client::from_conf(conf)
+        client!(self, aws_sdk_ec2, region)
     }
 
     pub fn eks(&self, region: &str) -> aws_sdk_eks::Client {
-        let conf = aws_sdk_eks::config::Builder::from(&self.config)
-            .region(aws_sdk_eks::config::Region::new(region.to_owned()))
-            .build();
-        aws_sdk_eks::Client::from_conf(conf)
+        client!(self, aws_sdk_eks, region)
     }
 
     pub fn iam(&self, region: &str) -> aws_sdk_iam::Client {
-        let conf = aws_sdk_iam::config::Builder::from(&self.config)
-            .region(aws_sdk_iam::config::Region::new(region.to_owned()))
-            .build();
-        aws_sdk_iam::Client::from_conf(conf)
+        client!(self, aws_sdk_iam, region)
     }
 
     pub fn s3(&self, region: &str) -> aws_sdk_s3::Client {
         // Path-style: bucket names with dots, and S3-compatible endpoints, need it.
-        let conf = aws_sdk_s3::config::Builder::from(&self.config)
-            .region(aws_sdk_s3::config::Region::new(region.to_owned()))
-            .force_path_style(true)
-            .build();
-        aws_sdk_s3::Client::from_conf(conf)
+        client!(self, aws_sdk_s3, region, force_path_style(true))
     }
 
     pub fn sagemaker(&self, region: &str) -> aws_sdk_sagemaker::Client {
-        let conf = aws_sdk_sagemaker::config::Builder::from(&self.config)
-            .region(aws_sdk_sagemaker::config::Region::new(region.to_owned()))
-            .build();
-        aws_sdk_sagemaker::Client::from_conf(conf)
+        client!(self, aws_sdk_sagemaker, region)
     }
 
     pub fn service_quotas(&self, region: &str) -> aws_sdk_servicequotas::Client {
-        let conf = aws_sdk_servicequotas::config::Builder::from(&self.config)
-            .region(aws_sdk_servicequotas::config::Region::new(
-                region.to_owned(),
-            ))
-            .build();
-        aws_sdk_servicequotas::Client::from_conf(conf)
+        client!(self, aws_sdk_servicequotas, region)
     }
 
     /// The caller identity (STS GetCallerIdentity), cached for a minute on success. The

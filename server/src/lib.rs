@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod confirm;
 pub mod events;
 pub mod http;
 pub mod inspect;

@@ -1,5 +1,5 @@
 //! Pruning what the store only accumulates: expired console sessions (as soon as they
-//! expire), the audit log after `audit_days`, and the events of finished operations
+//! expire), confirmations a day after they expire, the audit log after `audit_days`, and the events of finished operations
 //! after `event_days`. Operations, their stages and tokens are kept: they are the record
 //! of what exists. Deletes run in small batches so neither store is locked for long,
 //! and every replica may run them (a row is deleted once, whoever gets to it).
@@ -34,6 +34,9 @@ const BATCH: i64 = 5000;
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Pruned {
     pub sessions: u64,
+    /// Confirmations a day past their expiry (kept that long so a confirmed call can
+    /// be replayed).
+    pub confirmations: u64,
     pub audit: u64,
     pub events: u64,
 }
@@ -74,6 +77,13 @@ pub async fn prune(store: &Store, policy: Retention) -> Result<Pruned, StoreErro
             &clock::now(),
         )
         .await?,
+        confirmations: delete_batched(
+            store,
+            "DELETE FROM confirmations WHERE hash IN \
+             (SELECT hash FROM confirmations WHERE expires_at <= $1 LIMIT $2)",
+            &clock::format_time(std::time::SystemTime::now() - Duration::from_secs(86_400)),
+        )
+        .await?,
         ..Pruned::default()
     };
     if let Some(before) = cutoff(policy.audit_days) {
@@ -106,6 +116,7 @@ pub async fn run(store: Store, policy: Retention) {
         match prune(&store, policy).await {
             Ok(p) if p != Pruned::default() => tracing::info!(
                 sessions = p.sessions,
+                confirmations = p.confirmations,
                 audit = p.audit,
                 events = p.events,
                 "pruned the store"
@@ -143,16 +154,20 @@ mod tests {
         exec(&store, &format!("INSERT INTO audit_log (id, at, actor, face, command, request, outcome) VALUES ('a1', '{old}', 't', 'rest', 'c', '{{}}', 'ok'), ('a2', '{now}', 't', 'rest', 'c', '{{}}', 'ok')")).await;
         exec(&store, &format!("INSERT INTO operations (id, command, target, state, created_at, updated_at) VALUES ('done', 'c', 'x', 'succeeded', '{old}', '{old}'), ('busy', 'c', 'y', 'running', '{old}', '{old}')")).await;
         exec(&store, &format!("INSERT INTO operation_events (id, operation_id, at, state) VALUES ('e1', 'done', '{old}', 'succeeded'), ('e2', 'busy', '{old}', 'running'), ('e3', 'done', '{now}', 'succeeded')")).await;
+        let soon = clock::after(Duration::from_secs(300));
+        exec(&store, &format!("INSERT INTO confirmations (hash, caller, command, request_hash, created_at, expires_at) VALUES ('c1', 't', 'c', 'r', '{old}', '{old}'), ('c2', 't', 'c', 'r', '{now}', '{soon}')")).await;
 
         let pruned = prune(&store, Retention::DEFAULT).await.unwrap();
         assert_eq!(
             pruned,
             Pruned {
                 sessions: 1,
+                confirmations: 1,
                 audit: 1,
                 events: 1
             }
         );
+        assert_eq!(count(&store, "confirmations").await, 1);
         assert_eq!(count(&store, "sessions").await, 1);
         assert_eq!(count(&store, "audit_log").await, 1);
         assert_eq!(count(&store, "operation_events").await, 2);

@@ -8,7 +8,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use app::api::operations::OperationRef;
+use app::api::plan::{ConfirmationRequired, DryRun, Plan};
+use app::api::values::Confirmation;
 use app::api::{ApiError, Command, Effect};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -16,6 +17,7 @@ use serde_json::value::RawValue;
 use crate::audit;
 use crate::auth::{Actor, Auth, authorize};
 use crate::aws::Aws;
+use crate::confirm;
 use crate::inspect::Inspector;
 use crate::operation::pipeline::{Preflight, Registered};
 use crate::operation::submit::submit;
@@ -29,6 +31,21 @@ pub trait Handler<C: Command> {
         actor: &Actor,
         request: C,
     ) -> impl Future<Output = Result<C::Output, ApiError>> + Send;
+
+    /// What `request` would do, for `dry_run` and for the plan a destructive command
+    /// answers its first call with. Only commands that offer either have one.
+    fn preview(
+        &self,
+        _actor: &Actor,
+        _request: C,
+    ) -> impl Future<Output = Result<Plan, ApiError>> + Send {
+        async {
+            Err(ApiError::internal(format!(
+                "{} has no plan preview",
+                C::SPEC.name
+            )))
+        }
+    }
 }
 
 pub struct Service {
@@ -80,19 +97,98 @@ impl Service {
         let spec = C::SPEC;
         // Only mutations are audited, so only they keep a copy of what was asked.
         let audited = (spec.effect != Effect::ReadOnly).then(|| input.clone());
+        let mut confirmed = None;
         let result = async {
             authorize(actor, spec.role, spec.name)?;
             let request = decode::<C>(input)?;
             request.validate()?;
-            self.handle(actor, request).await
+            if spec.effect == Effect::Destructive || request.dry_run() {
+                match self.gate(actor, request).await? {
+                    Gate::Answered(answer) => return Ok(answer),
+                    Gate::Run(request, confirmation) => {
+                        confirmed = confirmation;
+                        return self.answer(actor, request).await;
+                    }
+                }
+            }
+            self.answer(actor, request).await
         }
         .await;
+        if let Some(confirmation) = &confirmed {
+            match &result {
+                Ok(answer) => confirm::record(&self.store, confirmation, answer).await,
+                Err(_) => confirm::release(&self.store, confirmation).await,
+            }
+        }
         // Refused attempts are audited too: they are what an audit is read for.
         if let Some(input) = audited {
             audit::record(&self.store, actor, spec.name, &input, &result).await;
         }
-        let output = result?;
+        result
+    }
+
+    async fn answer<C: Command>(&self, actor: &Actor, request: C) -> Result<Box<RawValue>, ApiError>
+    where
+        Self: Handler<C>,
+    {
+        let output = self.handle(actor, request).await?;
         serde_json::value::to_raw_value(&output).map_err(ApiError::internal)
+    }
+
+    /// `dry_run` answers with the plan; a destructive command runs only with a valid
+    /// confirmation, and otherwise answers with the plan and a new confirmation.
+    async fn gate<C: Command>(&self, actor: &Actor, request: C) -> Result<Gate<C>, ApiError>
+    where
+        Self: Handler<C>,
+    {
+        let name = C::SPEC.name;
+        let dry_run = request.dry_run();
+        let confirmation = request.confirmation().cloned();
+        let mut bare = request;
+        bare.clear_gate();
+        if dry_run {
+            let plan = self.preview(actor, bare).await?;
+            return Gate::answered(&DryRun { plan });
+        }
+        if C::SPEC.effect != Effect::Destructive {
+            return Ok(Gate::Run(bare, None));
+        }
+        let hash = confirm::request_hash(name, &bare)?;
+        let Some(confirmation) = confirmation else {
+            let plan = self.preview(actor, bare).await?;
+            let (confirmation, expires_at) =
+                confirm::issue(&self.store, actor, name, &hash).await?;
+            return Gate::answered(&ConfirmationRequired {
+                message: format!(
+                    "Nothing was done. Review the plan, then send the same request with this confirmation (valid until {expires_at}, once) to run it."
+                ),
+                plan,
+                confirmation,
+                expires_at,
+            });
+        };
+        match confirm::redeem(&self.store, actor, name, &hash, &confirmation).await? {
+            confirm::Redeemed::Fresh => Ok(Gate::Run(bare, Some(confirmation))),
+            confirm::Redeemed::Replay(answer) => {
+                let answer = self.replayed(&answer).await?;
+                Ok(Gate::Answered(
+                    RawValue::from_string(answer).map_err(ApiError::internal)?,
+                ))
+            }
+        }
+    }
+
+    /// A confirmed call's first answer, sent again: an operation is shown as it is now,
+    /// and as not created by this call.
+    async fn replayed(&self, answer: &str) -> Result<String, ApiError> {
+        let mut value: Value = serde_json::from_str(answer).map_err(ApiError::internal)?;
+        if let Some(id) = value.get("operation_id").and_then(Value::as_str)
+            && let Some(op) = crate::operation::get(&self.store, id).await?
+        {
+            value["state"] = serde_json::to_value(op.state).map_err(ApiError::internal)?;
+            value["created"] = Value::Bool(false);
+        }
+        serde_json::to_string(&value).map_err(ApiError::internal)
     }
 
     /// What a pre-flight may read.
@@ -105,15 +201,35 @@ impl Service {
     }
 }
 
+/// What the gate in front of a destructive or dry-run call decided.
+enum Gate<C> {
+    /// Answered without running: a plan, a confirmation, a replayed answer.
+    Answered(Box<RawValue>),
+    /// Run it (with the confirmation it redeemed).
+    Run(C, Option<Confirmation>),
+}
+
+impl<C> Gate<C> {
+    fn answered(answer: &impl serde::Serialize) -> Result<Self, ApiError> {
+        serde_json::value::to_raw_value(answer)
+            .map(Gate::Answered)
+            .map_err(ApiError::internal)
+    }
+}
+
 /// Decoding lives in the contract so the console's forms decode exactly alike.
 pub use app::api::decode;
 
 /// Every pipeline command: its pre-flight, then its plan stored, then the worker woken.
 impl<P: Registered> Handler<P> for Service {
-    async fn handle(&self, actor: &Actor, request: P) -> Result<OperationRef, ApiError> {
+    async fn handle(&self, actor: &Actor, request: P) -> Result<P::Output, ApiError> {
         let submitted = submit(&self.store, actor, request, &self.preflight()).await?;
         self.wake.now();
-        Ok(submitted)
+        Ok(submitted.into())
+    }
+
+    async fn preview(&self, actor: &Actor, request: P) -> Result<Plan, ApiError> {
+        crate::operation::preview::preview(&self.preflight(), actor, request).await
     }
 }
 

@@ -10,11 +10,11 @@ use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::{ApiError, FieldError};
 use super::inspect::efa_only_allowed;
 use super::operations::OperationRef;
-use super::plan::FieldChange;
+use super::plan::{FieldChange, Gated};
 use super::values::{
-    AzName, BucketName, Cidr, ClusterName, EksClusterName, IdempotencyKey, InstanceCount,
-    InstanceGroupName, KubernetesVersion, MlInstanceType, Region, ThreadsPerCore, TrainingPlanArn,
-    VolumeSizeGb, VpcId,
+    AzName, BucketName, Cidr, ClusterName, Confirmation, EksClusterName, IdempotencyKey,
+    InstanceCount, InstanceGroupName, KubernetesVersion, MlInstanceType, Region, ThreadsPerCore,
+    TrainingPlanArn, VolumeSizeGb, VpcId,
 };
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -664,14 +664,20 @@ pub struct DeleteCluster {
     /// Re-sending a request with the same key returns the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
+    /// Only answer with the plan: what would be deleted. Nothing is changed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The confirmation the same call without one returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
 }
 
 impl Command for DeleteCluster {
-    type Output = OperationRef;
+    type Output = Gated<OperationRef>;
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_cluster",
         summary: "Delete a cluster and everything hypd created for it",
-        description: "Tears down, in order, what hypd created for the cluster and nothing else: the HyperPod cluster, EKS add-ons, the EKS cluster (or, for an imported cluster, only hypd's access entry), IAM roles and OIDC provider, the network (NAT, gateways, route tables, subnets, security group, VPC), and the shared bucket if it holds only hypd's lifecycle scripts (a bucket with data is kept and reported). Running workloads are lost. Returns an operation: follow it with wait_operation.",
+        description: "Tears down, in order, what hypd created for the cluster and nothing else: the HyperPod cluster, EKS add-ons, the EKS cluster (or, for an imported cluster, only hypd's access entry), IAM roles and OIDC provider, the network (NAT, gateways, route tables, subnets, security group, VPC), and the shared bucket if it holds only hypd's lifecycle scripts (a bucket with data is kept and reported). Running workloads are lost. Returns an operation: follow it with wait_operation. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -679,6 +685,19 @@ impl Command for DeleteCluster {
         method: HttpMethod::Delete,
         path: "/api/v1/clusters/{name}",
     };
+
+    fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    fn confirmation(&self) -> Option<&Confirmation> {
+        self.confirmation.as_ref()
+    }
+
+    fn clear_gate(&mut self) {
+        self.dry_run = false;
+        self.confirmation = None;
+    }
 }
 
 #[cfg(test)]

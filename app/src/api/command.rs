@@ -110,6 +110,21 @@ pub trait Command: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'st
     fn validate(&self) -> Result<(), ApiError> {
         Ok(())
     }
+
+    /// True when the caller asked only for the plan (`dry_run: true`).
+    fn dry_run(&self) -> bool {
+        false
+    }
+
+    /// The confirmation a destructive command was sent with. A destructive command
+    /// whose request does not carry one never runs: every call answers with its plan.
+    fn confirmation(&self) -> Option<&super::values::Confirmation> {
+        None
+    }
+
+    /// Drops `dry_run` and `confirmation`: what is left is the request a confirmation is
+    /// bound to, and what an operation stores.
+    fn clear_gate(&mut self) {}
 }
 
 /// A command's description with its schemas, as the registry lists it.

@@ -60,6 +60,40 @@ pub fn find(name: &str) -> Option<&'static CommandEntry> {
 mod tests {
     use super::*;
 
+    /// Every destructive command is two-phase: its request takes `confirmation` (and
+    /// `dry_run`), its answer can be the plan with a confirmation, and its description
+    /// tells an agent the two steps. The server's gate runs a destructive command only
+    /// with a confirmation its `Command::confirmation` hands over.
+    #[test]
+    fn destructive_commands_ask_for_confirmation() {
+        let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+        for e in COMMANDS
+            .iter()
+            .filter(|e| e.spec.effect == Effect::Destructive)
+        {
+            let name = e.spec.name;
+            let request = serde_json::to_value((e.request_schema)(&mut generator)).unwrap();
+            let request = match request.get("$ref").and_then(|r| r.as_str()) {
+                Some(r) => serde_json::to_value(generator.definitions()).unwrap()
+                    [r.rsplit('/').next().unwrap()]
+                .clone(),
+                None => request,
+            };
+            for field in ["confirmation", "dry_run"] {
+                assert!(
+                    request["properties"].get(field).is_some(),
+                    "{name} takes no {field}: {request:#}"
+                );
+            }
+            let output = serde_json::to_string(&(e.output_schema)(&mut generator)).unwrap();
+            assert!(output.contains("Gated"), "{name} answers no plan: {output}");
+            assert!(
+                e.spec.description.contains("confirmation"),
+                "{name}'s description does not tell the two steps"
+            );
+        }
+    }
+
     #[test]
     fn names_are_unique_and_mutations_name_their_status_command() {
         let mut names: Vec<&str> = COMMANDS.iter().map(|e| e.spec.name).collect();

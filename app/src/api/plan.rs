@@ -118,6 +118,78 @@ impl std::fmt::Display for Change {
     }
 }
 
+/// What one stage would change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StagePlan {
+    /// The stage's stored name, as operations show it.
+    pub stage: String,
+    pub title: String,
+    /// Empty when the stage would find nothing to do.
+    pub changes: Vec<Change>,
+}
+
+/// What a mutation would do, stage by stage. Computed by the same observe and diff its
+/// stages' steps run, with every mutating call refused, so it is what the run would do
+/// to the world as it is now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Plan {
+    pub command: String,
+    /// What the command acts on (`cluster/ml-1`).
+    pub target: String,
+    pub stages: Vec<StagePlan>,
+}
+
+impl Plan {
+    /// Every change, in order.
+    pub fn changes(&self) -> impl Iterator<Item = &Change> {
+        self.stages.iter().flat_map(|s| s.changes.iter())
+    }
+}
+
+/// The answer to a destructive command sent without `confirmation`: nothing was done.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfirmationRequired {
+    /// What the command will do once confirmed.
+    pub plan: Plan,
+    /// Send the same request again with this as `confirmation` to run it. Single use,
+    /// bound to the caller and to this exact request.
+    pub confirmation: super::values::Confirmation,
+    /// When the confirmation stops being accepted (RFC 3339, UTC).
+    pub expires_at: String,
+    pub message: String,
+}
+
+/// The answer to a request sent with `dry_run: true`: nothing was done.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DryRun {
+    pub plan: Plan,
+}
+
+/// What a command that can be previewed or must be confirmed answers: its result once
+/// it ran, or why it did not run yet. On the wire a result is exactly `T`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Gated<T> {
+    ConfirmationRequired(ConfirmationRequired),
+    DryRun(DryRun),
+    Done(T),
+}
+
+impl<T> From<T> for Gated<T> {
+    fn from(t: T) -> Self {
+        Gated::Done(t)
+    }
+}
+
+impl<T> Gated<T> {
+    pub fn done(self) -> Option<T> {
+        match self {
+            Gated::Done(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

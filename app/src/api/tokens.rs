@@ -5,7 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
-use super::values::TokenName;
+use super::plan::Gated;
+use super::values::{Confirmation, TokenName};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TokenInfo {
@@ -73,14 +74,20 @@ impl Command for ListTokens {
 #[serde(deny_unknown_fields)]
 pub struct RevokeToken {
     pub name: TokenName,
+    /// Only answer with the plan: what would be revoked. Nothing is changed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The confirmation the same call without one returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
 }
 
 impl Command for RevokeToken {
-    type Output = TokenInfo;
+    type Output = Gated<TokenInfo>;
     const SPEC: CommandSpec = CommandSpec {
         name: "revoke_token",
         summary: "Revoke an API token; it stops working at once",
-        description: "Revokes the named token and ends its console sessions. Revoking a revoked token changes nothing. A token cannot revoke itself, so an admin cannot lock everyone out by accident.",
+        description: "Revokes the named token and ends its console sessions. Revoking a revoked token changes nothing. A token cannot revoke itself, so an admin cannot lock everyone out by accident. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
         effect: Effect::Destructive,
         role: Role::Admin,
         idempotent: true,
@@ -88,4 +95,17 @@ impl Command for RevokeToken {
         method: HttpMethod::Delete,
         path: "/api/v1/tokens/{name}",
     };
+
+    fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    fn confirmation(&self) -> Option<&Confirmation> {
+        self.confirmation.as_ref()
+    }
+
+    fn clear_gate(&mut self) {
+        self.dry_run = false;
+        self.confirmation = None;
+    }
 }

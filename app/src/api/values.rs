@@ -321,6 +321,28 @@ string_value!(
     schema: { "type": "string", "minLength": 8, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$",
               "description": "Reuse the same key when re-sending the same request (e.g. a UUID)" }
 );
+/// The prefix of every confirmation hypd issues.
+pub const CONFIRMATION_PREFIX: &str = "hypd_confirm_";
+
+fn check_confirmation(s: &str) -> Result<(), String> {
+    let body = s.strip_prefix(CONFIRMATION_PREFIX).unwrap_or("");
+    if body.len() == 64 && body.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "a confirmation is the value a first call without one returned (hypd_confirm_ and 64 hex digits; got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// What a destructive command's first call returns with its plan: sent back on the
+    /// second call, it runs exactly the planned request, once.
+    Confirmation, check_confirmation,
+    schema: { "type": "string", "minLength": 77, "maxLength": 77, "pattern": "^hypd_confirm_[0-9a-f]{64}$",
+              "description": "The confirmation the same call without one returned (single use, 5 minutes)" }
+);
 string_value!(
     /// A hypd cluster name: used as both the EKS and the HyperPod cluster name, so it
     /// follows the stricter HyperPod rule.

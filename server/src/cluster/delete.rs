@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use app::api::ApiError;
 use app::api::clusters::DeleteCluster;
+use app::api::plan::{Action, Change};
 use app::api::values::IdempotencyKey;
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +15,7 @@ use super::{access, addons, hyperpod, identity, network};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::eks::cluster::EksCluster;
 use crate::resources::iam::oidc_provider;
-use crate::resources::{Want, converge};
+use crate::resources::{Want, converge, is_planning, planned};
 
 const POLL: Duration = Duration::from_secs(30);
 
@@ -91,13 +92,15 @@ impl Pipeline for DeleteCluster {
             })?;
         match stage {
             Stage::Hyperpod => {
-                super::set_status(
-                    &cx.store,
-                    name,
-                    &["creating", "active", "failed", "imported"],
-                    "deleting",
-                )
-                .await?;
+                if !is_planning() {
+                    super::set_status(
+                        &cx.store,
+                        name,
+                        &["creating", "active", "failed", "imported"],
+                        "deleting",
+                    )
+                    .await?;
+                }
                 hyperpod::teardown(&cx.aws, &region, name).await
             }
             Stage::Addons => addons::teardown(&cx.aws, &region, name).await,
@@ -145,7 +148,9 @@ impl Pipeline for DeleteCluster {
                 Ok(Progress::Done)
             }
             Stage::Forget => {
-                super::forget(&cx.store, name).await?;
+                if !planned(|| Change::new(Action::Delete, "hypd:Cluster", name)) {
+                    super::forget(&cx.store, name).await?;
+                }
                 Ok(Progress::Done)
             }
         }

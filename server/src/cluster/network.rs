@@ -304,8 +304,9 @@ pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress
         cluster: c(),
     })
     .await?;
-    // Its address and subnet stay in use until the gateway is gone.
-    if nat.deleting() {
+    // Its address and subnet stay in use until the gateway is gone. A plan lists what
+    // follows as well.
+    if nat.deleting() && !crate::resources::is_planning() {
         return Ok(Progress::wait(NAT_POLL, "NAT gateway is deleting"));
     }
     converge(&ClusterRouteTables {

@@ -6,6 +6,7 @@
 pub mod commands;
 pub mod control;
 pub mod pipeline;
+pub mod preview;
 pub mod submit;
 pub mod worker;
 

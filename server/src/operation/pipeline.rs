@@ -141,7 +141,7 @@ impl Preflight<'_> {
 }
 
 /// A command that runs as an operation.
-pub trait Pipeline: Command<Output = OperationRef> + Clone {
+pub trait Pipeline: Command<Output: From<OperationRef>> + Clone {
     type Stage: Stage;
     /// What the stages produce, stored on the operation after every step.
     type Outputs: Serialize + DeserializeOwned + Default + Send + Sync;

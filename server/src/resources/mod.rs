@@ -63,12 +63,56 @@ pub trait Resource: Sync {
 }
 
 /// Observes `r`, applies the changes its diff finds, and returns what is there after.
+/// Inside [`planning`], the changes are recorded instead of applied and what was
+/// observed is returned as it is: a step run for a plan calls exactly this code, so the
+/// plan holds the changes the step would make.
 pub async fn converge<R: Resource>(r: &R) -> Result<R::Observed, ApiError> {
     let mut observed = r.observe().await?;
-    for op in r.diff(&observed)? {
+    let ops = r.diff(&observed)?;
+    let planned = PLANNED.try_with(|p| {
+        lock(p).extend(ops.iter().map(|op| r.describe(op, &observed)));
+    });
+    if planned.is_ok() {
+        return Ok(observed);
+    }
+    for op in ops {
         r.apply(&op, &mut observed).await?;
     }
     Ok(observed)
+}
+
+tokio::task_local! {
+    /// The changes recorded while a step runs for a plan.
+    static PLANNED: std::sync::Mutex<Vec<Change>>;
+}
+
+fn lock(p: &std::sync::Mutex<Vec<Change>>) -> std::sync::MutexGuard<'_, Vec<Change>> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` (a stage's step) for a plan: every [`converge`] in it records its changes
+/// instead of making them. Returns what `f` returned and the changes, in order. The
+/// clients `f` uses should be read-only as well ([`crate::aws::Aws::read_only`]).
+pub async fn planning<F: Future>(f: F) -> (F::Output, Vec<Change>) {
+    PLANNED
+        .scope(std::sync::Mutex::new(Vec::new()), async move {
+            let out = f.await;
+            let changes = PLANNED.with(|p| std::mem::take(&mut *lock(p)));
+            (out, changes)
+        })
+        .await
+}
+
+/// True inside [`planning`]: a step asks before it writes hypd's own store, or waits on
+/// a change the plan only recorded.
+pub fn is_planning() -> bool {
+    PLANNED.try_with(|_| ()).is_ok()
+}
+
+/// Records a change that is not a [`Resource`]'s (hypd's own records) when planning.
+/// Returns true when it was recorded, i.e. the caller must not make it.
+pub fn planned(change: impl FnOnce() -> Change) -> bool {
+    PLANNED.try_with(|p| lock(p).push(change())).is_ok()
 }
 
 /// The changes `converge` would make now, without making them.
