@@ -10,12 +10,13 @@ use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
-use super::{StateBadge, Table, loading};
+use super::{PlanView, StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
     ClusterDescription, DeleteCluster, DescribeCluster, GetCluster, ListClusters, ObservedNodes,
 };
 use crate::api::operations::{ListOperations, Operation, OperationState, RetryOperation};
+use crate::api::plan::{ConfirmationRequired, Gated};
 use crate::api::values::{ClusterName, EksClusterName};
 use crate::api::{ApiError, Command};
 use crate::live::{Live, use_live};
@@ -411,7 +412,6 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
     let navigate = use_navigate();
     let busy = RwSignal::new(false);
     let problem = RwSignal::new(None::<String>);
-    let confirming = RwSignal::new(false);
     let id = failure.operation_id.clone();
     // Either way the page to follow is an operation's: the retried one, or the deletion.
     let follow = move |started: Result<String, ApiError>| match started {
@@ -435,24 +435,63 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
             });
         })
     };
+    // Deleting is two calls: the first answers with the plan and a confirmation, shown
+    // here; the second, sent with that confirmation, starts the deletion.
+    let planned = RwSignal::new(None::<ConfirmationRequired>);
+    let delete_request = StoredValue::new(EksClusterName::parse(&name));
+    let ask = Callback::new(move |()| {
+        busy.set(true);
+        problem.set(None);
+        leptos::task::spawn_local(async move {
+            let answer = match delete_request.get_value() {
+                Ok(name) => {
+                    call(&DeleteCluster {
+                        name,
+                        idempotency_key: None,
+                        dry_run: false,
+                        confirmation: None,
+                    })
+                    .await
+                }
+                Err(m) => Err(ApiError::field("name", m)),
+            };
+            busy.set(false);
+            match answer {
+                Ok(Gated::ConfirmationRequired(c)) => planned.set(Some(c)),
+                Ok(_) => problem.set(Some("the server did not ask for a confirmation".into())),
+                Err(e) => problem.set(Some(e.to_string())),
+            }
+        });
+    });
     let delete = {
-        let name = name.clone();
+        let follow = follow.clone();
         Callback::new(move |()| {
-            let (name, follow) = (name.clone(), follow.clone());
+            let follow = follow.clone();
+            let Some(confirmation) =
+                planned.with_untracked(|p| p.as_ref().map(|c| c.confirmation.clone()))
+            else {
+                return;
+            };
             busy.set(true);
             problem.set(None);
             leptos::task::spawn_local(async move {
-                let started = match EksClusterName::parse(&name) {
+                let started = match delete_request.get_value() {
                     Ok(name) => {
                         call(&DeleteCluster {
                             name,
                             idempotency_key: None,
+                            dry_run: false,
+                            confirmation: Some(confirmation),
                         })
                         .await
                     }
                     Err(m) => Err(ApiError::field("name", m)),
                 };
-                follow(started.map(|r| r.operation_id));
+                follow(started.and_then(|g| {
+                    g.done()
+                        .map(|r| r.operation_id)
+                        .ok_or_else(|| ApiError::internal("the deletion was not started"))
+                }));
             });
         })
     };
@@ -479,19 +518,21 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
                 })}
                 {recorded.then(|| view! {
                     <IfRole role=DeleteCluster::SPEC.role>
-                        <Show
-                            when=move || confirming.get()
-                            fallback=move || view! {
-                                <button class="danger" type="button" on:click=move |_| confirming.set(true)>"Delete"</button>
+                        {move || match planned.get() {
+                            None => view! {
+                                <button class="danger" type="button" on:click=move |_| ask.run(()) disabled=move || busy.get()>"Delete"</button>
                             }
-                        >
-                            <span class="confirm" role="group" aria-label="Confirm deletion">
-                                {question.get_value()}
-                                " "
-                                <button class="danger" type="button" on:click=move |_| delete.run(()) disabled=move || busy.get()>"Delete cluster"</button>
-                                <button type="button" on:click=move |_| confirming.set(false)>"Keep it"</button>
-                            </span>
-                        </Show>
+                            .into_any(),
+                            Some(c) => view! {
+                                <div class="confirm" role="group" aria-label="Confirm deletion">
+                                    <p>{question.get_value()}</p>
+                                    <PlanView plan=c.plan/>
+                                    <button class="danger" type="button" on:click=move |_| delete.run(()) disabled=move || busy.get()>"Delete cluster"</button>
+                                    <button type="button" on:click=move |_| planned.set(None)>"Keep it"</button>
+                                </div>
+                            }
+                            .into_any(),
+                        }}
                     </IfRole>
                 })}
                 <a class="button" href=format!("/operations/{id}")>"Open the operation"</a>

@@ -154,3 +154,53 @@ pub fn CommandLink(spec: CommandSpec, href: &'static str, label: &'static str) -
 pub fn loading() -> impl IntoView {
     view! { <p class="muted" aria-busy="true">"Loading…"</p> }
 }
+
+/// What a destructive command will do, as its first (unconfirmed) call answered: the
+/// changes grouped by stage, stages with nothing to do left out. Shown in the
+/// confirmation before the second call, so nobody confirms what they have not seen.
+#[component]
+pub fn PlanView(plan: crate::api::plan::Plan) -> impl IntoView {
+    let total = plan.changes().count();
+    let stages = plan
+        .stages
+        .into_iter()
+        .filter(|s| !s.changes.is_empty())
+        .map(|s| {
+            let changes = s
+                .changes
+                .into_iter()
+                .map(|c| {
+                    let action = c.action.as_str();
+                    view! {
+                        <li data-action=action data-kind=c.kind.clone()>
+                            <span class=format!("badge action-{action}")>{action}</span>
+                            " "
+                            <code>{c.kind.clone()}</code>
+                            " "
+                            {c.namespace.map(|ns| format!("{ns}/"))}
+                            {c.name}
+                        </li>
+                    }
+                })
+                .collect_view();
+            view! {
+                <li class="plan-stage" data-stage=s.stage>
+                    <span class="plan-stage-title">{s.title}</span>
+                    <ul class="plan-changes">{changes}</ul>
+                </li>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="plan" aria-label="Plan">
+            <p class="muted">
+                {match total {
+                    0 => "Nothing to change.".to_owned(),
+                    1 => "1 change:".to_owned(),
+                    n => format!("{n} changes:"),
+                }}
+            </p>
+            <ol class="plan-stages">{stages}</ol>
+        </div>
+    }
+}

@@ -5,10 +5,11 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
-use super::{StateBadge, loading};
+use super::{PlanView, StateBadge, loading};
 use crate::api::call::call;
+use crate::api::plan::{ConfirmationRequired, Gated};
 use crate::api::tokens::{CreateToken, ListTokens, RevokeToken};
-use crate::api::values::TokenName;
+use crate::api::values::{Confirmation, TokenName};
 use crate::form::{Field, FieldInput, FormAlert, FormState, check};
 use crate::session::ErrorPanel;
 use crate::time::short;
@@ -22,18 +23,32 @@ pub fn TokensPage() -> impl IntoView {
         |_| async move { call(&ListTokens {}).await },
     );
     let revoke_error = RwSignal::new(None::<String>);
-    let revoke = move |name: String| {
+    // Revoking is two calls: the first answers with what will be revoked and a
+    // confirmation, shown above the list; the second, with it, revokes.
+    let pending = RwSignal::new(None::<(TokenName, ConfirmationRequired)>);
+    let send = move |name: TokenName, confirmation: Option<Confirmation>| {
         revoke_error.set(None);
         leptos::task::spawn_local(async move {
-            let result = match TokenName::parse(&name) {
-                Ok(name) => call(&RevokeToken { name }).await.map(drop),
-                Err(m) => Err(crate::api::ApiError::field("name", m)),
+            let confirming = confirmation.is_some();
+            let request = RevokeToken {
+                name: name.clone(),
+                dry_run: false,
+                confirmation,
             };
-            match result {
-                Ok(()) => changed.update(|n| *n += 1),
+            match call(&request).await {
+                Ok(Gated::ConfirmationRequired(c)) if !confirming => pending.set(Some((name, c))),
+                Ok(Gated::Done(_)) => {
+                    pending.set(None);
+                    changed.update(|n| *n += 1);
+                }
+                Ok(_) => revoke_error.set(Some("the token was not revoked".into())),
                 Err(e) => revoke_error.set(Some(e.to_string())),
             }
         });
+    };
+    let revoke = move |name: String| match TokenName::parse(&name) {
+        Ok(name) => send(name, None),
+        Err(m) => revoke_error.set(Some(crate::api::ApiError::field("name", m).to_string())),
     };
     view! {
         <section class="page">
@@ -44,6 +59,24 @@ pub fn TokensPage() -> impl IntoView {
             <div class="panel">
                 <h2>"Tokens"</h2>
                 {move || revoke_error.get().map(|e| view! { <div class="form-alert" role="alert">{e}</div> })}
+                {move || pending.get().map(|(name, c)| {
+                    let again = name.clone();
+                    view! {
+                        <div class="confirm" role="group" aria-label="Confirm revocation">
+                            <p>{format!("Revoke {name}? Whoever holds it is signed out at once.")}</p>
+                            <PlanView plan=c.plan.clone()/>
+                            <button
+                                class="danger"
+                                type="button"
+                                on:click=move |_| send(again.clone(), Some(c.confirmation.clone()))
+                            >
+                                "Revoke token"
+                            </button>
+                            <button type="button" on:click=move |_| pending.set(None)>"Keep it"</button>
+                        </div>
+                    }
+                    .into_any()
+                })}
                 <Transition fallback=loading>
                     {move || Suspend::new(async move {
                         match tokens.await {
