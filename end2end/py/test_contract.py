@@ -83,7 +83,8 @@ def test_same_field_errors_on_every_face(hypd):
             assert "an integer from 0 to 300" in rest["errors"][0]["message"], rest
 
 
-BASE_CLUSTER = {"name": "arr-1", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+GROUP = {"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+BASE_CLUSTER = {"name": "arr-1", "availability_zone": "us-east-1a", "instance_groups": [GROUP]}
 
 
 def post_errors(hypd, path, body, status=422):
@@ -98,13 +99,12 @@ def test_arrays_are_not_objects_on_every_face(hypd):
     read as vpc_cidr and started an operation. An object field given an array is that
     field's error on every face, and nothing starts."""
     session = console_session(hypd)
-    for field, value in [
-        ("network", []),
-        ("network", ["10.0.0.0/16"]),
-        ("storage", []),
-        ("capacity", ["spot"]),
+    for field, data in [
+        ("network", {**BASE_CLUSTER, "network": []}),
+        ("network", {**BASE_CLUSTER, "network": ["10.0.0.0/16"]}),
+        ("storage", {**BASE_CLUSTER, "storage": []}),
+        ("instance_groups[0].capacity", {**BASE_CLUSTER, "instance_groups": [{**GROUP, "capacity": ["spot"]}]}),
     ]:
-        data = {**BASE_CLUSTER, field: value}
         rest = post_errors(hypd, "/api/v1/clusters", data)
         fn = server_fn_errors(session, "create_cluster", data)
         mcp = mcp_errors(hypd, "create_cluster", data)

@@ -233,9 +233,56 @@ def test_create_cluster_through_mcp(hypd, sim):
     assert agent["status"]["numberReady"] == 1, agent["status"]
     claim = json.loads(kubectl(sim, "mcp-gpu", "get", "pvc", "shared-s3", "-o", "json"))
     assert claim["status"]["phase"] == "Bound", claim
+    anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
 
 
-BASE_CLUSTER = {"name": "schema-1", "availability_zone": "us-east-1a", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+async def delete_in_two_steps(server):
+    """delete_cluster as an agent does it: the plan first, then the confirmed call."""
+    async with Client(server) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "confirmation" in tools["delete_cluster"].description
+        assert {"confirmation", "dry_run"} <= set(tools["delete_cluster"].input_schema["properties"])
+
+        dry = structured(await client.call_tool("delete_cluster", {"name": "mcp-gpu", "dry_run": True}))
+        kinds = {c["kind"] for s in dry["plan"]["stages"] for c in s["changes"] if c["action"] == "delete"}
+        assert {"sagemaker:Cluster", "eks:Cluster", "ec2:Vpc", "iam:Role", "hypd:Cluster"} <= kinds, dry
+        assert "confirmation" not in dry
+
+        first = structured(await client.call_tool("delete_cluster", {"name": "mcp-gpu"}))
+        assert first["plan"] == dry["plan"]
+        assert "Nothing was done" in first["message"]
+        still = structured(await client.call_tool("get_cluster", {"name": "mcp-gpu"}))
+        assert still["status"] == "active"
+
+        wrong = await client.call_tool(
+            "delete_cluster", {"name": "mcp-gpu", "confirmation": "hypd_confirm_" + "0" * 64}
+        )
+        assert wrong.is_error
+        assert wrong.structured_content["error"]["errors"][0]["field"] == "confirmation"
+
+        confirmed = {"name": "mcp-gpu", "confirmation": first["confirmation"]}
+        started = structured(await client.call_tool("delete_cluster", confirmed))
+        assert started["created"] is True
+        again = structured(await client.call_tool("delete_cluster", confirmed))
+        assert again["operation_id"] == started["operation_id"] and again["created"] is False
+        while True:
+            waited = structured(
+                await client.call_tool("wait_operation", {"operation_id": started["operation_id"], "timeout_seconds": 60})
+            )
+            if not waited["timed_out"]:
+                break
+        assert waited["operation"]["state"] == "succeeded", waited
+        gone = await client.call_tool("get_cluster", {"name": "mcp-gpu"})
+        assert gone.is_error and gone.structured_content["error"]["kind"] == "not_found"
+
+
+GROUP = {"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+BASE_CLUSTER = {"name": "schema-1", "availability_zone": "us-east-1a", "instance_groups": [GROUP]}
+
+
+def with_group(**fields):
+    return {**BASE_CLUSTER, "instance_groups": [{**GROUP, **fields}]}
+
 
 # (tool, arguments): each is refused by decode, so the tool's input schema must refuse it
 # too (an agent that validates before calling learns the same rule).
@@ -243,16 +290,19 @@ REFUSED = [
     ("create_cluster", {**BASE_CLUSTER, "network": []}),
     ("create_cluster", {**BASE_CLUSTER, "network": ["10.0.0.0/16"]}),
     ("create_cluster", {**BASE_CLUSTER, "storage": []}),
-    ("create_cluster", {**BASE_CLUSTER, "capacity": ["spot"]}),
-    ("create_cluster", {**BASE_CLUSTER, "capacity": {"type": "reserved"}}),
+    ("create_cluster", with_group(capacity=["spot"])),
+    ("create_cluster", with_group(capacity={"type": "reserved"})),
     ("create_cluster", {**BASE_CLUSTER, "name": "bad_name"}),
     ("create_cluster", {**BASE_CLUSTER, "name": "a" * 64}),
-    ("create_cluster", {**BASE_CLUSTER, "instance_count": 2001}),
-    ("create_cluster", {**BASE_CLUSTER, "instance_count": 1.5}),
+    ("create_cluster", with_group(instance_count=2001)),
+    ("create_cluster", with_group(instance_count=1.5)),
     ("create_cluster", {**BASE_CLUSTER, "colour": "blue"}),
+    ("create_cluster", {**BASE_CLUSTER, "instance_groups": {"gpu": GROUP}}),
     ("create_cluster", {**BASE_CLUSTER, "storage": {"s3_bucket": "Bad_Bucket"}}),
     ("create_cluster", {**BASE_CLUSTER, "network": {"vpc_cidr": "10.0.0.0/8"}}),
     ("create_cluster", {**BASE_CLUSTER, "region": "r" * 40}),
+    ("delete_cluster", {"name": "ml-1", "confirmation": "yes"}),
+    ("delete_cluster", {"name": "ml-1", "dry_run": "yes"}),
     ("wait_operation", {"operation_id": "x", "timeout_seconds": 301}),
     ("wait_operation", {"operation_id": "x", "timeout_seconds": -1}),
     ("wait_operation", {"operation_id": "x", "timeout_seconds": 2.5}),
@@ -273,9 +323,13 @@ ACCEPTED = [
     (
         "create_cluster",
         {
-            **BASE_CLUSTER,
+            **with_group(
+                capacity={"type": "training_plan", "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"},
+                efa_only=False,
+                deep_health_checks=True,
+                volume_size_gb=1000,
+            ),
             "region": "us-east-1",
-            "capacity": {"type": "training_plan", "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"},
             "network": {"vpc_cidr": "10.1.0.0/16"},
             "storage": {"s3_bucket": "my-bucket"},
             "kubernetes_version": "1.33",
@@ -283,6 +337,8 @@ ACCEPTED = [
         },
     ),
     ("create_cluster", {**BASE_CLUSTER, "region": None, "kubernetes_version": None}),
+    ("delete_cluster", {"name": "ml-1", "dry_run": True}),
+    ("delete_cluster", {"name": "ml-1", "confirmation": "hypd_confirm_" + "a" * 64}),
     ("wait_operation", {"operation_id": "op-1", "timeout_seconds": 0}),
     ("list_instance_types", {"availability_zone": "us-east-1a", "instance_types": ["p5.48xlarge"], "refresh": True}),
     ("list_operations", {"state": "running", "target": "cluster/ml-1"}),

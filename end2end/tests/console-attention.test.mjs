@@ -173,10 +173,11 @@ test('Retry resumes the failed creation; Delete removes the other cluster', asyn
 
   await page.goto(new URL('/clusters/e2e-doomed', server.url).href);
   await hydrated(page);
-  // Deleting asks first.
+  // Deleting asks first, showing the server's plan: what the deletion will remove.
   await page.click('.cluster-failure button:text("Delete")');
-  await page.waitForSelector('.cluster-failure .confirm');
+  await page.waitForSelector('.cluster-failure .confirm .plan li[data-kind="hypd:Cluster"]');
   assert.match(await page.textContent('.cluster-failure .confirm'), /Delete e2e-doomed and everything hypd created for it\?/);
+  assert.ok(await page.locator('.cluster-failure .plan li[data-action="delete"]').count() >= 1);
   await page.click('.cluster-failure button:text("Keep it")');
   assert.equal(await page.locator('.cluster-failure .confirm').count(), 0);
   await page.click('.cluster-failure button:text("Delete")');

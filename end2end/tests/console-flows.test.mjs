@@ -293,7 +293,12 @@ test('an admin creates and revokes a token through the tokens form', async () =>
   // The new secret works, and stops working once revoked.
   const [ok] = await rest(server, secret, 'GET', '/api/v1/clusters');
   assert.equal(ok, 200);
+  // Revoking asks first, with what will be revoked; until confirmed the secret works.
   await page.click('button[aria-label="Revoke e2e-operator"]');
+  await page.waitForSelector('[aria-label="Confirm revocation"] li[data-kind="hypd:Token"]');
+  const [stillOk] = await rest(server, secret, 'GET', '/api/v1/clusters');
+  assert.equal(stillOk, 200);
+  await page.click('[aria-label="Confirm revocation"] button:text("Revoke token")');
   await page.waitForSelector('tr[data-token="e2e-operator"] .state-revoked');
   const [refused] = await rest(server, secret, 'GET', '/api/v1/clusters');
   assert.equal(refused, 401);

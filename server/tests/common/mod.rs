@@ -163,6 +163,25 @@ impl Hypd {
         (status, json)
     }
 
+    /// Calls a destructive command as `token` the way a client that has reviewed the
+    /// plan does: once for the plan and its confirmation, then again with it.
+    #[allow(dead_code)]
+    pub fn confirmed(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let (status, first) = self.call(token, method.clone(), path, body.clone());
+        let Some(confirmation) = first.get("confirmation").filter(|_| status == 200) else {
+            return (status, first);
+        };
+        let mut body = body.unwrap_or_else(|| serde_json::json!({}));
+        body["confirmation"] = confirmation.clone();
+        self.call(token, method, path, Some(body))
+    }
+
     /// Waits (with wait_operation) until operation `id` is final; returns it.
     #[allow(dead_code)]
     pub fn finish(&self, token: &str, id: &str) -> serde_json::Value {

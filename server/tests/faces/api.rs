@@ -110,6 +110,26 @@ impl Api {
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))
     }
 
+    /// Runs one SQL statement on the store; returns how many rows it changed.
+    fn sql(&self, statement: &str) -> usize {
+        let db = self.hypd.data_dir.path().join("hypd.db");
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); n=c.execute(sys.argv[2]).rowcount; c.commit(); print(n)",
+            ])
+            .arg(&db)
+            .arg(statement)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
     /// Writes an operation row directly, as the engine would.
     fn insert_operation(&self, id: &str, state: &str) {
         let db = self.hypd.data_dir.path().join("hypd.db");
@@ -333,13 +353,14 @@ fn tokens_roles_and_revocation() {
     let (status, _) = api.post("/api/v1/tokens", json!({"name": "agent", "role": "viewer"}));
     assert_eq!(status, 409, "names are unique");
 
-    let r = api
-        .http
-        .delete(format!("{}/api/v1/tokens/agent", api.hypd.url))
-        .bearer_auth(&api.token)
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+    let (status, revoked) = api.hypd.confirmed(
+        &api.token,
+        reqwest::Method::DELETE,
+        "/api/v1/tokens/agent",
+        None,
+    );
+    assert_eq!(status, 200, "{revoked}");
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
     assert_eq!(
         api.get_as(&agent, "/api/v1/whoami").0,
         401,
@@ -762,4 +783,114 @@ fn the_not_found_page_keeps_the_session() {
     let (status, anonymous) = page(None);
     assert_eq!(status, 404);
     assert!(!anonymous.contains(r#"class="user-name""#), "{anonymous}");
+}
+
+/// A destructive command runs only with the confirmation its first call returned: bound
+/// to the caller, the command and the exact request, single use, five minutes. Every
+/// other confirmation is refused naming `confirmation`, and nothing is revoked.
+#[test]
+fn destructive_commands_run_only_with_their_confirmation() {
+    let api = Api::start();
+    let token = |name: &str| {
+        let (status, body) = api.post("/api/v1/tokens", json!({"name": name, "role": "admin"}));
+        assert_eq!(status, 200, "{body}");
+        body["token"].as_str().unwrap().to_owned()
+    };
+    let other_admin = token("second-admin");
+    token("victim");
+    token("bystander");
+    let revoke = |as_token: &str, name: &str, body: Value| {
+        api.hypd.call(
+            as_token,
+            reqwest::Method::DELETE,
+            &format!("/api/v1/tokens/{name}"),
+            Some(body),
+        )
+    };
+    let active = |name: &str| {
+        let (_, list) = api.get("/api/v1/tokens");
+        list["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == name && t["revoked_at"].is_null())
+    };
+    let refused = |(status, body): (u16, Value), why: &str| {
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(
+            body["error"]["errors"][0]["field"], "confirmation",
+            "{body}"
+        );
+        let message = body["error"]["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+    };
+
+    // A dry run and a first call change nothing; the first call answers with the plan.
+    let (status, dry) = revoke(&api.token, "victim", json!({"dry_run": true}));
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry["plan"]["stages"][0]["changes"][0]["kind"], "hypd:Token");
+    assert!(dry.get("confirmation").is_none());
+    let (status, first) = revoke(&api.token, "victim", json!({}));
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["plan"]["target"], "token/victim");
+    assert_eq!(first["plan"]["stages"][0]["changes"][0]["action"], "delete");
+    let confirmation = first["confirmation"].as_str().unwrap().to_owned();
+    assert!(confirmation.starts_with("hypd_confirm_"));
+    assert!(active("victim"), "nothing was revoked yet");
+
+    // Wrong ones, each refused with why; the right one still works afterwards.
+    let made_up = format!("hypd_confirm_{}", "0".repeat(64));
+    refused(
+        revoke(&api.token, "victim", json!({"confirmation": made_up})),
+        "is not one hypd issued",
+    );
+    refused(
+        revoke(&api.token, "victim", json!({"confirmation": "nope"})),
+        "the value a first call without one returned",
+    );
+    refused(
+        revoke(
+            &other_admin,
+            "victim",
+            json!({"confirmation": confirmation}),
+        ),
+        "another caller",
+    );
+    refused(
+        revoke(
+            &api.token,
+            "bystander",
+            json!({"confirmation": confirmation}),
+        ),
+        "another request",
+    );
+    assert!(active("victim") && active("bystander"));
+
+    let (status, done) = revoke(&api.token, "victim", json!({"confirmation": confirmation}));
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["name"], "victim");
+    assert!(done["revoked_at"].is_string());
+    assert!(!active("victim"));
+    // Replaying the confirmed call answers the same; using it for anything else is refused.
+    let (status, again) = revoke(&api.token, "victim", json!({"confirmation": confirmation}));
+    assert_eq!((status, &again), (200, &done));
+    refused(
+        revoke(
+            &api.token,
+            "bystander",
+            json!({"confirmation": confirmation}),
+        ),
+        "another request",
+    );
+
+    // An expired confirmation is refused (its expiry moved into the past in the store).
+    let (_, second) = revoke(&api.token, "bystander", json!({}));
+    let late = second["confirmation"].as_str().unwrap().to_owned();
+    let changed = api.sql("UPDATE confirmations SET expires_at = '2000-01-01T00:00:00.000Z'");
+    assert_eq!(changed, 2, "both confirmations are in the store");
+    refused(
+        revoke(&api.token, "bystander", json!({"confirmation": late})),
+        "expired",
+    );
+    assert!(active("bystander"));
 }

@@ -138,9 +138,20 @@ async fn revoking_a_token_closes_its_sockets() {
     let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
     assert_eq!(next_json(&mut ws).await["subscriber"], "watcher");
 
-    let revoked = http
-        .delete(format!("{}/api/v1/tokens/watcher", hypd.url))
+    let url = format!("{}/api/v1/tokens/watcher", hypd.url);
+    let plan: serde_json::Value = http
+        .delete(&url)
         .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let revoked = http
+        .delete(&url)
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({"confirmation": plan["confirmation"]}))
         .send()
         .await
         .unwrap();

@@ -38,6 +38,7 @@ fn two_groups(name: &str) -> Value {
 }
 
 /// What moto and the sim hold for cluster `name`, counted by kind.
+#[derive(Debug, PartialEq)]
 pub struct Counts {
     vpcs: usize,
     subnets: usize,
@@ -431,6 +432,100 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
         out["network"]["vpc_cidr"]
     );
     assert_complete(&count(&world, "ml-b"));
+
+    // A dry run of deleting ml-b lists exactly what the deletion then removes, and
+    // neither changes the world nor writes an operation.
+    let operations = || {
+        let (_, list) = hypd.call(&token, Method::GET, "/api/v1/operations", None);
+        list["operations"].as_array().unwrap().len()
+    };
+    let before = (operations(), count(&world, "ml-b"));
+    let path = "/api/v1/clusters/ml-b";
+    let (status, dry) = hypd.call(&token, Method::DELETE, path, Some(json!({"dry_run": true})));
+    assert_eq!(status, 200, "{dry}");
+    let plan = &dry["plan"];
+    assert_eq!(plan["target"], "cluster/ml-b");
+    let stages: Vec<&str> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "hyperpod", "addons", "eks", "iam", "network", "bucket", "forget"
+        ]
+    );
+    assert_eq!(planned_deletes(plan), present(&before.1), "{plan:#}");
+    for kind in ["s3:Bucket", "hypd:Cluster"] {
+        assert!(
+            deletes(plan).any(|c| c["kind"] == kind),
+            "{kind} in {plan:#}"
+        );
+    }
+    assert_eq!(
+        (operations(), count(&world, "ml-b")),
+        before,
+        "a dry run changes nothing"
+    );
+    // The first call without a confirmation answers with the same plan.
+    let (_, first) = hypd.call(&token, Method::DELETE, path, None);
+    assert_eq!(&first["plan"], plan);
+    assert!(first["confirmation"].is_string());
+    assert_eq!(operations(), before.0);
+
+    let (status, deleted) = hypd.confirmed(&token, Method::DELETE, path, None);
+    assert_eq!(status, 200, "{deleted}");
+    let op = hypd.finish(&token, deleted["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_gone(&count(&world, "ml-b"));
+}
+
+fn deletes(plan: &Value) -> impl Iterator<Item = &Value> {
+    plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .filter(|c| c["action"] == "delete")
+}
+
+/// Deletions per kind in a plan, for the kinds [`Counts`] counts.
+fn planned_deletes(plan: &Value) -> std::collections::BTreeMap<String, usize> {
+    let mut by_kind = std::collections::BTreeMap::new();
+    for c in deletes(plan) {
+        let kind = c["kind"].as_str().unwrap();
+        if !matches!(kind, "s3:Bucket" | "hypd:Cluster") {
+            *by_kind.entry(kind.to_owned()).or_insert(0) += 1;
+        }
+    }
+    by_kind
+}
+
+/// What exists, per plan kind. Pod identity associations go with their EKS cluster,
+/// so no stage deletes them one by one.
+fn present(c: &Counts) -> std::collections::BTreeMap<String, usize> {
+    [
+        ("ec2:Vpc", c.vpcs),
+        ("ec2:Subnet", c.subnets),
+        ("ec2:NatGateway", c.nat_gateways),
+        ("ec2:ElasticIp", c.addresses),
+        ("ec2:InternetGateway", c.internet_gateways),
+        ("ec2:RouteTable", c.route_tables),
+        ("ec2:VpcEndpoint", c.s3_endpoints),
+        ("ec2:SecurityGroup", c.security_groups),
+        ("iam:Role", c.roles),
+        ("iam:OpenIDConnectProvider", c.oidc_providers),
+        ("s3:Object", c.lifecycle_scripts),
+        ("eks:Cluster", c.eks_clusters),
+        ("eks:Addon", c.addons),
+        ("sagemaker:Cluster", c.hyperpod_clusters),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(k, n)| (k.to_owned(), n))
+    .collect()
 }
 
 #[test]
@@ -578,7 +673,7 @@ fn concurrent_deletes_each_take_their_own_cluster() {
             .map(|n| {
                 let (hypd, token) = (&hypd, &token);
                 s.spawn(move || {
-                    let (status, body) = hypd.call(
+                    let (status, body) = hypd.confirmed(
                         token,
                         Method::DELETE,
                         &format!("/api/v1/clusters/{n}"),

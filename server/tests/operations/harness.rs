@@ -137,7 +137,7 @@ pub const CASES: &[Case] = &[
             crate::create::assert_complete(&crate::create::count(world, name));
         },
         start: |hypd, token, name| {
-            hypd.call(
+            hypd.confirmed(
                 token,
                 Method::DELETE,
                 &format!("/api/v1/clusters/{name}"),
