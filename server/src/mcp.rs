@@ -280,7 +280,7 @@ fn data_result(value: Value, is_error: bool) -> CallToolResult {
 
 /// A command's answer, parsed once for `structuredContent`; the text block is written
 /// from that same value, so both carry the same JSON in the same key order.
-fn answer_result(output: Box<serde_json::value::RawValue>) -> CallToolResult {
+fn answer_result(output: &serde_json::value::RawValue) -> CallToolResult {
     match serde_json::from_str(output.get()) {
         Ok(value) => data_result(value, false),
         Err(e) => error_result(&ApiError::internal(e)),
@@ -324,7 +324,7 @@ impl ServerHandler for McpServer {
         let actor = Self::actor(&context)?;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let result = match self.service.dispatch(&actor, &request.name, input).await {
-            Ok(output) => answer_result(output),
+            Ok(output) => answer_result(&output),
             Err(ApiError::NotFound { resource, name }) if resource == "command" => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {name}"),

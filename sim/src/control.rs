@@ -76,6 +76,22 @@ async fn clear_faults(State(state): State<Shared>) -> Response {
     Json(json!({})).into_response()
 }
 
+/// The calls the world answered since the log was last cleared, oldest first.
+async fn list_calls(State(state): State<Shared>) -> Response {
+    let w = state.lock().await;
+    let calls: Vec<_> = w
+        .calls
+        .iter()
+        .map(|(service, operation)| json!({ "service": service, "operation": operation }))
+        .collect();
+    Json(json!({ "calls": calls })).into_response()
+}
+
+async fn clear_calls(State(state): State<Shared>) -> Response {
+    state.lock().await.calls.clear();
+    Json(json!({})).into_response()
+}
+
 async fn remove_fault(State(state): State<Shared>, Path(id): Path<u64>) -> Response {
     state.lock().await.faults.retain(|f| f.id != id);
     Json(json!({})).into_response()
@@ -138,6 +154,7 @@ pub fn routes() -> Router<Shared> {
             post(add_fault).get(list_faults).delete(clear_faults),
         )
         .route("/_sim/faults/{id}", delete(remove_fault))
+        .route("/_sim/calls", get(list_calls).delete(clear_calls))
         .route("/_sim/reset", post(reset))
         .route("/_sim/sagemaker/quotas", axum::routing::put(set_quotas))
         .route(

@@ -212,6 +212,10 @@ impl IntoResponse for AwsError {
 pub struct World {
     pub clock: Clock,
     pub faults: Vec<Fault>,
+    /// Every API call the world answered (or refused), oldest first, as
+    /// `(service, operation)`: tests compare what a client did with what it said it
+    /// would do. Bounded by [`CALLS_KEPT`].
+    pub calls: std::collections::VecDeque<(String, String)>,
     next_fault: u64,
     pub eks: Eks,
     pub sagemaker: SageMaker,
@@ -221,11 +225,15 @@ pub struct World {
 
 pub type Shared = Arc<Mutex<World>>;
 
+/// Calls the log keeps; older ones are dropped.
+pub const CALLS_KEPT: usize = 100_000;
+
 impl World {
     pub fn new(scale: f64, moto: Option<Moto>) -> Self {
         Self {
             clock: Clock::new(scale),
             faults: Vec::new(),
+            calls: std::collections::VecDeque::new(),
             next_fault: 1,
             eks: Eks::default(),
             sagemaker: SageMaker::new(),
@@ -244,6 +252,14 @@ impl World {
 
     fn matches(f: &Fault, service: &str, operation: &str) -> bool {
         f.service == service && (f.operation == "*" || f.operation == operation)
+    }
+
+    fn record_call(&mut self, service: &str, operation: &str) {
+        if self.calls.len() >= CALLS_KEPT {
+            self.calls.pop_front();
+        }
+        self.calls
+            .push_back((service.to_owned(), operation.to_owned()));
     }
 
     /// The kind of the first error fault matching this call, if any (consuming one use);
@@ -312,7 +328,11 @@ pub fn aws_error(kind: FaultKind) -> Option<AwsError> {
 /// unlocked (so other calls go on meanwhile). What is left for the dispatcher: refuse
 /// the call (an error kind), or carry it out and lose its answer (`lost`).
 pub async fn injected(state: &Shared, service: &str, operation: &str) -> Option<FaultKind> {
-    let kind = state.lock().await.take_fault_kind(service, operation)?;
+    let kind = {
+        let mut w = state.lock().await;
+        w.record_call(service, operation);
+        w.take_fault_kind(service, operation)?
+    };
     if let FaultKind::Delay { seconds } = kind {
         tracing::info!(%service, %operation, seconds, "injected delay");
         tokio::time::sleep(std::time::Duration::from_secs_f64(seconds.max(0.0))).await;

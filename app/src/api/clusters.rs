@@ -686,18 +686,7 @@ impl Command for DeleteCluster {
         path: "/api/v1/clusters/{name}",
     };
 
-    fn dry_run(&self) -> bool {
-        self.dry_run
-    }
-
-    fn confirmation(&self) -> Option<&Confirmation> {
-        self.confirmation.as_ref()
-    }
-
-    fn clear_gate(&mut self) {
-        self.dry_run = false;
-        self.confirmation = None;
-    }
+    super::command::gated_request!();
 }
 
 #[cfg(test)]

@@ -127,6 +127,26 @@ pub trait Command: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'st
     fn clear_gate(&mut self) {}
 }
 
+/// The `Command` methods of a request with `dry_run: bool` and `confirmation:
+/// Option<Confirmation>` fields: every destructive command's.
+macro_rules! gated_request {
+    () => {
+        fn dry_run(&self) -> bool {
+            self.dry_run
+        }
+
+        fn confirmation(&self) -> Option<&$crate::api::values::Confirmation> {
+            self.confirmation.as_ref()
+        }
+
+        fn clear_gate(&mut self) {
+            self.dry_run = false;
+            self.confirmation = None;
+        }
+    };
+}
+pub(crate) use gated_request;
+
 /// A command's description with its schemas, as the registry lists it.
 #[derive(Clone, Copy)]
 pub struct CommandEntry {

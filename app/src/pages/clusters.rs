@@ -17,7 +17,7 @@ use crate::api::clusters::{
 };
 use crate::api::operations::{ListOperations, Operation, OperationState, RetryOperation};
 use crate::api::plan::{ConfirmationRequired, Gated};
-use crate::api::values::{ClusterName, EksClusterName};
+use crate::api::values::{ClusterName, Confirmation, EksClusterName};
 use crate::api::{ApiError, Command};
 use crate::live::{Live, use_live};
 use crate::pages::create::CreateButton;
@@ -439,22 +439,23 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
     // here; the second, sent with that confirmation, starts the deletion.
     let planned = RwSignal::new(None::<ConfirmationRequired>);
     let delete_request = StoredValue::new(EksClusterName::parse(&name));
+    let send = move |confirmation: Option<Confirmation>| async move {
+        let name = delete_request
+            .get_value()
+            .map_err(|m| ApiError::field("name", m))?;
+        call(&DeleteCluster {
+            name,
+            idempotency_key: None,
+            dry_run: false,
+            confirmation,
+        })
+        .await
+    };
     let ask = Callback::new(move |()| {
         busy.set(true);
         problem.set(None);
         leptos::task::spawn_local(async move {
-            let answer = match delete_request.get_value() {
-                Ok(name) => {
-                    call(&DeleteCluster {
-                        name,
-                        idempotency_key: None,
-                        dry_run: false,
-                        confirmation: None,
-                    })
-                    .await
-                }
-                Err(m) => Err(ApiError::field("name", m)),
-            };
+            let answer = send(None).await;
             busy.set(false);
             match answer {
                 Ok(Gated::ConfirmationRequired(c)) => planned.set(Some(c)),
@@ -475,18 +476,7 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
             busy.set(true);
             problem.set(None);
             leptos::task::spawn_local(async move {
-                let started = match delete_request.get_value() {
-                    Ok(name) => {
-                        call(&DeleteCluster {
-                            name,
-                            idempotency_key: None,
-                            dry_run: false,
-                            confirmation: Some(confirmation),
-                        })
-                        .await
-                    }
-                    Err(m) => Err(ApiError::field("name", m)),
-                };
+                let started = send(Some(confirmation)).await;
                 follow(started.and_then(|g| {
                     g.done()
                         .map(|r| r.operation_id)

@@ -139,20 +139,14 @@ async fn revoking_a_token_closes_its_sockets() {
     assert_eq!(next_json(&mut ws).await["subscriber"], "watcher");
 
     let url = format!("{}/api/v1/tokens/watcher", hypd.url);
-    let plan: serde_json::Value = http
-        .delete(&url)
-        .bearer_auth(&admin)
-        .send()
+    let revoke = |body: serde_json::Value| http.delete(&url).bearer_auth(&admin).json(&body).send();
+    let plan: serde_json::Value = revoke(serde_json::json!({}))
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let revoked = http
-        .delete(&url)
-        .bearer_auth(&admin)
-        .json(&serde_json::json!({"confirmation": plan["confirmation"]}))
-        .send()
+    let revoked = revoke(serde_json::json!({"confirmation": plan["confirmation"]}))
         .await
         .unwrap();
     assert_eq!(revoked.status(), 200);

@@ -356,7 +356,9 @@ pub fn assert_gone(c: &Counts) {
 #[test]
 fn create_through_rest_makes_exactly_the_expected_resources() {
     let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[]);
+    // Every AWS call through the sim's front (it relays moto's), so its call log sees
+    // what the deletion at the end calls.
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
     let token = hypd.admin_token();
     let (status, started) = create(&hypd, &token, two_groups("ml-a"));
     assert_eq!(status, 200, "{started}");
@@ -441,7 +443,10 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     };
     let before = (operations(), count(&world, "ml-b"));
     let path = "/api/v1/clusters/ml-b";
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
     let (status, dry) = hypd.call(&token, Method::DELETE, path, Some(json!({"dry_run": true})));
+    let changed = mutating_calls(&world);
+    assert!(changed.is_empty(), "a dry run called {changed:?}");
     assert_eq!(status, 200, "{dry}");
     let plan = &dry["plan"];
     assert_eq!(plan["target"], "cluster/ml-b");
@@ -475,11 +480,74 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     assert!(first["confirmation"].is_string());
     assert_eq!(operations(), before.0);
 
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
     let (status, deleted) = hypd.confirmed(&token, Method::DELETE, path, None);
     assert_eq!(status, 200, "{deleted}");
     let op = hypd.finish(&token, deleted["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
     assert_gone(&count(&world, "ml-b"));
+    // The same code: every kind of object the deletion changed is in the plan, and the
+    // deletion changed every kind the plan lists (retries make call counts differ).
+    let mut called = std::collections::BTreeSet::new();
+    for (service, operation) in mutating_calls(&world) {
+        let kind = changed_kind(&service, &operation).unwrap_or_else(|| {
+            panic!("the deletion called {service} {operation}, which no plan change names")
+        });
+        called.insert(kind.to_owned());
+    }
+    let planned: std::collections::BTreeSet<String> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .filter(|c| c["action"] != "none" && c["action"] != "adopt" && c["kind"] != "hypd:Cluster")
+        .map(|c| c["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(called, planned);
+}
+
+/// The calls the world saw that are not reads.
+fn mutating_calls(world: &World) -> Vec<(String, String)> {
+    let (_, log) = world.sim.call(Method::GET, "/_sim/calls", None);
+    log["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["service"].as_str().unwrap().to_owned(),
+                c["operation"].as_str().unwrap().to_owned(),
+            )
+        })
+        .filter(|(_, op)| {
+            !["Describe", "List", "Get", "Head"]
+                .iter()
+                .any(|p| op.starts_with(p))
+        })
+        .collect()
+}
+
+/// The plan kind a mutating call of a deletion changes.
+fn changed_kind(service: &str, operation: &str) -> Option<&'static str> {
+    Some(match (service, operation) {
+        ("sagemaker", "DeleteCluster") => "sagemaker:Cluster",
+        ("eks", "DeleteAddon") => "eks:Addon",
+        ("eks", "DeleteCluster") => "eks:Cluster",
+        ("eks", "DeleteAccessEntry") => "eks:AccessEntry",
+        ("iam", "DeleteRole" | "DetachRolePolicy" | "DeleteRolePolicy") => "iam:Role",
+        ("iam", "DeleteOpenIDConnectProvider") => "iam:OpenIDConnectProvider",
+        ("ec2", "DeleteVpcEndpoints") => "ec2:VpcEndpoint",
+        ("ec2", "DeleteNatGateway") => "ec2:NatGateway",
+        ("ec2", "ReleaseAddress") => "ec2:ElasticIp",
+        ("ec2", "DeleteRouteTable" | "DisassociateRouteTable") => "ec2:RouteTable",
+        ("ec2", "DeleteSubnet") => "ec2:Subnet",
+        ("ec2", "DeleteSecurityGroup") => "ec2:SecurityGroup",
+        ("ec2", "DetachInternetGateway" | "DeleteInternetGateway") => "ec2:InternetGateway",
+        ("ec2", "DeleteVpc") => "ec2:Vpc",
+        ("s3", "DeleteObject" | "DeleteObjects") => "s3:Object",
+        ("s3", "DeleteBucket") => "s3:Bucket",
+        _ => return None,
+    })
 }
 
 fn deletes(plan: &Value) -> impl Iterator<Item = &Value> {
