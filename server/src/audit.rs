@@ -16,6 +16,8 @@ const SECRET_KEYS: &[&str] = &[
     "password",
     "secret_access_key",
     "session_token",
+    // Single use and bound to its caller, but still what runs a destructive command.
+    "confirmation",
 ];
 
 /// Longest string value kept whole in an audited request. Names, ARNs and CIDRs are far
@@ -158,10 +160,12 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_at_any_depth() {
-        let v = serde_json::json!({"name": "ci", "token": "hypd_x", "nested": [{"password": "p"}]});
+        let v = serde_json::json!({"name": "ci", "token": "hypd_x", "nested": [{"password": "p"}],
+            "confirmation": "hypd_confirm_0"});
         let r = redact(&v);
         assert_eq!(r["name"], "ci");
         assert_eq!(r["token"], "<redacted>");
+        assert_eq!(r["confirmation"], "<redacted>");
         assert_eq!(r["nested"][0]["password"], "<redacted>");
     }
 
