@@ -118,11 +118,9 @@ fn live_operations(
     })
 }
 
-#[component]
-pub fn ClusterList() -> impl IntoView {
-    let live = use_live();
-    // Reloaded when the live channel (re)connects and whenever an operation finishes:
-    // finished operations are what change clusters.
+/// The cluster list, reloaded when the live channel (re)connects and whenever an
+/// operation finishes: finished operations are what change clusters.
+pub fn live_clusters(live: Live) -> Resource<Result<crate::api::clusters::ClusterList, ApiError>> {
     let finished = Memo::new(move |_| {
         live.operations.with(|m| {
             m.values()
@@ -131,10 +129,16 @@ pub fn ClusterList() -> impl IntoView {
                 .max()
         })
     });
-    let clusters = Resource::new(
+    Resource::new(
         move || (live.epoch.get(), finished.get()),
         |_| call(&ListClusters {}),
-    );
+    )
+}
+
+#[component]
+pub fn ClusterList() -> impl IntoView {
+    let live = use_live();
+    let clusters = live_clusters(live);
     // One read for every row's latest operation: no call per cluster.
     let operations = Resource::new(
         move || live.epoch.get(),

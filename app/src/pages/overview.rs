@@ -8,14 +8,14 @@ use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
 use leptos_router::components::Redirect;
 
-use super::clusters::{NodeHealthSummary, cluster_state, latest_on};
+use super::clusters::{NodeHealthSummary, cluster_state, latest_on, live_clusters};
 use super::create::CreateButton;
 use super::import::ImportButton;
 use super::progress::command_title;
 use super::{StateBadge, Table, loading};
 use crate::api::ApiError;
 use crate::api::call::call;
-use crate::api::clusters::{ClusterSummary, ListClusters};
+use crate::api::clusters::ClusterSummary;
 use crate::api::operations::{ListOperations, Operation, OperationState};
 use crate::console::get_console_info;
 use crate::live::use_live;
@@ -137,20 +137,7 @@ pub fn Overview() -> impl IntoView {
 #[component]
 fn Dashboard() -> impl IntoView {
     let live = use_live();
-    // Reloaded on each (re)connect and whenever an operation finishes: finished
-    // operations are what change clusters.
-    let finished = Memo::new(move |_| {
-        live.operations.with(|m| {
-            m.values()
-                .filter(|o| o.state.is_terminal())
-                .map(|o| o.updated_at.clone())
-                .max()
-        })
-    });
-    let clusters = Resource::new(
-        move || (live.epoch.get(), finished.get()),
-        |_| call(&ListClusters {}),
-    );
+    let clusters = live_clusters(live);
     let operations = Resource::new(
         move || live.epoch.get(),
         |_| async move { call(&ListOperations::default()).await },
