@@ -273,6 +273,13 @@ fn check_arn(s: &str) -> Result<(), String> {
     }
 }
 
+/// `s` has a length in `len` and only ASCII letters, digits and the `extra` characters.
+fn letters_digits_and(s: &str, len: std::ops::RangeInclusive<usize>, extra: &[char]) -> bool {
+    len.contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+}
+
 fn check_training_plan_arn(s: &str) -> Result<(), String> {
     check_arn(s)?;
     let parts: Vec<&str> = s.splitn(6, ':').collect();
@@ -287,9 +294,7 @@ fn check_training_plan_arn(s: &str) -> Result<(), String> {
 }
 
 fn check_token_name(s: &str) -> Result<(), String> {
-    let ok = (1..=64).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ok = letters_digits_and(s, 1..=64, &['-', '_', '.']);
     if ok {
         Ok(())
     } else {
@@ -301,9 +306,7 @@ fn check_token_name(s: &str) -> Result<(), String> {
 }
 
 fn check_idempotency_key(s: &str) -> Result<(), String> {
-    let ok = (8..=128).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    let ok = letters_digits_and(s, 8..=128, &['-', '_', '.', ':']);
     if ok {
         Ok(())
     } else {
@@ -473,9 +476,7 @@ string_value!(
 );
 
 fn check_operation_id(s: &str) -> Result<(), String> {
-    let ok = (1..=128).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    let ok = letters_digits_and(s, 1..=128, &['-', '_', '.', ':']);
     if ok {
         Ok(())
     } else {
@@ -487,9 +488,7 @@ fn check_operation_id(s: &str) -> Result<(), String> {
 }
 
 fn check_operation_target(s: &str) -> Result<(), String> {
-    let ok = (1..=200).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/'));
+    let ok = letters_digits_and(s, 1..=200, &['-', '_', '.', ':', '/']);
     if ok {
         Ok(())
     } else {
