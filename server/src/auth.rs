@@ -51,7 +51,7 @@ pub struct Actor {
 }
 
 /// 32 random bytes, hex: 256 bits of entropy.
-fn random_hex() -> Result<String, ApiError> {
+pub(crate) fn random_hex() -> Result<String, ApiError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
     Ok(hex(&bytes))

@@ -10,7 +10,7 @@ use app::api::ApiError;
 use app::api::values::{CONFIRMATION_PREFIX, Confirmation};
 use serde_json::value::RawValue;
 
-use crate::auth::{Actor, hash_secret};
+use crate::auth::{Actor, hash_secret, random_hex};
 use crate::clock;
 use crate::store::{Store, StoreError, on_pool};
 
@@ -31,12 +31,7 @@ pub async fn issue(
     command: &str,
     request: &str,
 ) -> Result<(Confirmation, String), ApiError> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
-    let secret = format!(
-        "{CONFIRMATION_PREFIX}{}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let secret = format!("{CONFIRMATION_PREFIX}{}", random_hex()?);
     let confirmation = Confirmation::parse(&secret).map_err(ApiError::internal)?;
     let (now, expires_at) = (clock::now(), clock::after(VALID_FOR));
     on_pool!(store, |pool| sqlx::query(

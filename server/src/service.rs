@@ -102,16 +102,13 @@ impl Service {
             authorize(actor, spec.role, spec.name)?;
             let request = decode::<C>(input)?;
             request.validate()?;
-            if spec.effect == Effect::Destructive || request.dry_run() {
-                match self.gate(actor, request).await? {
-                    Gate::Answered(answer) => return Ok(answer),
-                    Gate::Run(request, confirmation) => {
-                        confirmed = confirmation;
-                        return self.answer(actor, request).await;
-                    }
-                }
-            }
-            self.answer(actor, request).await
+            let (request, confirmation) = match self.gate(actor, request).await? {
+                Gate::Answered(answer) => return Ok(answer),
+                Gate::Run(request, confirmation) => (request, confirmation),
+            };
+            confirmed = confirmation;
+            let output = self.handle(actor, request).await?;
+            serde_json::value::to_raw_value(&output).map_err(ApiError::internal)
         }
         .await;
         if let Some(confirmation) = &confirmed {
@@ -127,16 +124,9 @@ impl Service {
         result
     }
 
-    async fn answer<C: Command>(&self, actor: &Actor, request: C) -> Result<Box<RawValue>, ApiError>
-    where
-        Self: Handler<C>,
-    {
-        let output = self.handle(actor, request).await?;
-        serde_json::value::to_raw_value(&output).map_err(ApiError::internal)
-    }
-
     /// `dry_run` answers with the plan; a destructive command runs only with a valid
-    /// confirmation, and otherwise answers with the plan and a new confirmation.
+    /// confirmation, and otherwise answers with the plan and a new confirmation; any
+    /// other request runs as it came.
     async fn gate<C: Command>(&self, actor: &Actor, request: C) -> Result<Gate<C>, ApiError>
     where
         Self: Handler<C>,
@@ -169,18 +159,13 @@ impl Service {
         };
         match confirm::redeem(&self.store, actor, name, &hash, &confirmation).await? {
             confirm::Redeemed::Fresh => Ok(Gate::Run(bare, Some(confirmation))),
-            confirm::Redeemed::Replay(answer) => {
-                let answer = self.replayed(&answer).await?;
-                Ok(Gate::Answered(
-                    RawValue::from_string(answer).map_err(ApiError::internal)?,
-                ))
-            }
+            confirm::Redeemed::Replay(answer) => Ok(Gate::Answered(self.replayed(&answer).await?)),
         }
     }
 
     /// A confirmed call's first answer, sent again: an operation is shown as it is now,
     /// and as not created by this call.
-    async fn replayed(&self, answer: &str) -> Result<String, ApiError> {
+    async fn replayed(&self, answer: &str) -> Result<Box<RawValue>, ApiError> {
         let mut value: Value = serde_json::from_str(answer).map_err(ApiError::internal)?;
         if let Some(id) = value.get("operation_id").and_then(Value::as_str)
             && let Some(op) = crate::operation::get(&self.store, id).await?
@@ -188,7 +173,7 @@ impl Service {
             value["state"] = serde_json::to_value(op.state).map_err(ApiError::internal)?;
             value["created"] = Value::Bool(false);
         }
-        serde_json::to_string(&value).map_err(ApiError::internal)
+        serde_json::value::to_raw_value(&value).map_err(ApiError::internal)
     }
 
     /// What a pre-flight may read.
