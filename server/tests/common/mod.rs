@@ -163,6 +163,28 @@ impl Hypd {
         (status, json)
     }
 
+    /// Runs one SQL statement on the SQLite store (as the engine or an operator would
+    /// write it); returns how many rows it changed.
+    #[allow(dead_code)]
+    pub fn sql(&self, statement: &str) -> usize {
+        let db = self.data_dir.path().join("hypd.db");
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); n=c.execute(sys.argv[2]).rowcount; c.commit(); print(n)",
+            ])
+            .arg(&db)
+            .arg(statement)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
     /// Calls a destructive command as `token` the way a client that has reviewed the
     /// plan does: once for the plan and its confirmation, then again with it.
     #[allow(dead_code)]

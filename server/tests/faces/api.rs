@@ -110,40 +110,12 @@ impl Api {
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))
     }
 
-    /// Runs one SQL statement on the store; returns how many rows it changed.
-    fn sql(&self, statement: &str) -> usize {
-        let db = self.hypd.data_dir.path().join("hypd.db");
-        let out = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); n=c.execute(sys.argv[2]).rowcount; c.commit(); print(n)",
-            ])
-            .arg(&db)
-            .arg(statement)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-    }
-
     /// Writes an operation row directly, as the engine would.
     fn insert_operation(&self, id: &str, state: &str) {
-        let db = self.hypd.data_dir.path().join("hypd.db");
-        let status = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); \
-                 c.execute(\"INSERT INTO operations (id, command, target, state, created_at, updated_at) VALUES (?, 'create_cluster', 'cluster/ml-1', ?, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')\", (sys.argv[2], sys.argv[3])); c.commit()",
-            ])
-            .arg(&db)
-            .args([id, state])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let written = self.hypd.sql(&format!(
+            "INSERT INTO operations (id, command, target, state, created_at, updated_at) VALUES ('{id}', 'create_cluster', 'cluster/ml-1', '{state}', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')"
+        ));
+        assert_eq!(written, 1);
     }
 }
 
@@ -886,7 +858,9 @@ fn destructive_commands_run_only_with_their_confirmation() {
     // An expired confirmation is refused (its expiry moved into the past in the store).
     let (_, second) = revoke(&api.token, "bystander", json!({}));
     let late = second["confirmation"].as_str().unwrap().to_owned();
-    let changed = api.sql("UPDATE confirmations SET expires_at = '2000-01-01T00:00:00.000Z'");
+    let changed = api
+        .hypd
+        .sql("UPDATE confirmations SET expires_at = '2000-01-01T00:00:00.000Z'");
     assert_eq!(changed, 2, "both confirmations are in the store");
     refused(
         revoke(&api.token, "bystander", json!({"confirmation": late})),

@@ -7,19 +7,14 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{Error, Message};
 
 fn write_operation(hypd: &Hypd, id: &str, state: &str) {
-    let db = hypd.data_dir.path().join("hypd.db");
-    let script = "import sqlite3,sys,datetime; c=sqlite3.connect(sys.argv[1]); \
-        now=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]+'Z'; \
-        c.execute(\"INSERT INTO operations (id, command, target, state, created_at, updated_at) VALUES (?, 'create_cluster', 'cluster/ml-1', ?, ?, ?) \
-        ON CONFLICT(id) DO UPDATE SET state=excluded.state, updated_at=excluded.updated_at\", \
-        (sys.argv[2], sys.argv[3], now, now)); c.commit()";
-    let ok = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(&db)
-        .args([id, state])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    // SQLite's own clock, in the store's format (milliseconds, Z).
+    let now = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+    let written = hypd.sql(&format!(
+        "INSERT INTO operations (id, command, target, state, created_at, updated_at) \
+         VALUES ('{id}', 'create_cluster', 'cluster/ml-1', '{state}', {now}, {now}) \
+         ON CONFLICT(id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at"
+    ));
+    assert_eq!(written, 1);
 }
 
 /// A WebSocket upgrade as a browser page at `origin` sends it with the console session.
