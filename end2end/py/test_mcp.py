@@ -62,6 +62,10 @@ async def exercise(server, mode):
         assert p5["hyperpod_instance_type"] == "ml.p5.48xlarge"
         assert p5["accelerator"]["count"] == 8 and p5["accelerator"]["kind"] == "gpu"
         assert p5["efa_supported"] and p5["max_efa_interfaces"] == 32 and p5["efa_only_allowed"]
+        short = structured(
+            await client.call_tool("list_instance_types", {"availability_zone": "us-east-1a", "fields": ["accelerator"]})
+        )
+        assert short["instance_types"] and all(set(t) == {"instance_type", "accelerator"} for t in short["instance_types"])
 
         clusters = structured(await client.call_tool("list_clusters", {}))
         assert clusters == {"clusters": []}

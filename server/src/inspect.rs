@@ -13,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime};
 use app::api::ApiError;
 use app::api::inspect::{
     Accelerator, AcceleratorKind, AvailabilityZone, AvailabilityZoneList, Freshness,
-    InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
-    RegionInfo, RegionList, Whoami, WhoamiOutput, efa_only_allowed,
+    InstanceTypeField, InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones,
+    ListInstanceTypes, ListRegions, RegionInfo, RegionList, Whoami, WhoamiOutput, efa_only_allowed,
 };
 use app::api::listing::Listing;
 use app::api::values::Region;
@@ -199,8 +199,53 @@ struct Rendered {
 }
 
 /// The filters an instance-type list is rendered once for (region, zone, accelerated
-/// only). Lists of named types are rendered per request: there are too many to keep.
-type ListKey = (String, Option<String>, bool);
+/// only, the fields sent as a bit set). Lists of named types are rendered per request:
+/// there are too many to keep.
+type ListKey = (String, Option<String>, bool, u16);
+
+/// The fields asked for as a bit set over `InstanceTypeField::ALL`; all of them when
+/// none are named, and `instance_type` always, so every object still says what it is.
+fn field_set(fields: &[InstanceTypeField]) -> u16 {
+    let bit = |f: &InstanceTypeField| {
+        1 << InstanceTypeField::ALL
+            .iter()
+            .position(|a| a == f)
+            .unwrap_or_default()
+    };
+    if fields.is_empty() {
+        return InstanceTypeField::ALL.iter().fold(0, |set, f| set | bit(f));
+    }
+    fields
+        .iter()
+        .fold(bit(&InstanceTypeField::InstanceType), |set, f| set | bit(f))
+}
+
+/// `items` as a JSON array of objects with only the keys in `set`.
+fn render_fields<'a>(
+    items: impl Iterator<Item = &'a InstanceTypeInfo>,
+    set: u16,
+) -> Result<Listing<InstanceTypeInfo>, serde_json::Error> {
+    if set == field_set(&[]) {
+        return Listing::render(items);
+    }
+    let keep: Vec<&str> = InstanceTypeField::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| set & (1 << i) != 0)
+        .map(|(_, f)| f.name())
+        .collect();
+    let cut = items
+        .map(|t| {
+            let serde_json::Value::Object(mut o) = serde_json::to_value(t)? else {
+                unreachable!("an InstanceTypeInfo is an object")
+            };
+            o.retain(|k, _| keep.contains(&k.as_str()));
+            Ok(o)
+        })
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+    let raw = serde_json::value::to_raw_value(&cut)?;
+    Ok(Listing::Rendered(Arc::from(raw)))
+}
 
 /// Rendered lists kept at most; past it they are all dropped (each is ~30 kB, and the
 /// keys a console and agents use are a handful per region).
@@ -312,7 +357,8 @@ impl Inspector {
         {
             return Ok(r.list.clone());
         }
-        let list = Listing::render(all.iter().filter(|t| keep(t))).map_err(ApiError::internal)?;
+        let list =
+            render_fields(all.iter().filter(|t| keep(t)), key.3).map_err(ApiError::internal)?;
         if rendered.len() >= RENDERED_KEPT {
             rendered.clear();
         }
@@ -631,14 +677,15 @@ impl Handler<ListInstanceTypes> for Service {
                     .as_ref()
                     .is_none_or(|az| t.offered_in.iter().any(|z| z == az))
         };
+        let fields = field_set(&r.fields);
         let instance_types = if r.instance_types.is_empty() {
             self.catalogue.rendered_list(
-                (region.clone(), az.clone(), r.accelerated_only),
+                (region.clone(), az.clone(), r.accelerated_only, fields),
                 &all,
                 keep,
             )?
         } else {
-            Listing::Items(all.iter().filter(|t| keep(t)).cloned().collect())
+            render_fields(all.iter().filter(|t| keep(t)), fields).map_err(ApiError::internal)?
         };
         Ok(InstanceTypeList {
             region,
@@ -680,7 +727,7 @@ mod tests {
     fn a_list_is_rendered_once_per_catalogue_fill() {
         let inspector = Inspector::default();
         let all = Arc::new(vec![cpu_type("m5.large", "a"), cpu_type("c5.large", "b")]);
-        let key = || ("r".to_owned(), Some("a".to_owned()), false);
+        let key = || ("r".to_owned(), Some("a".to_owned()), false, field_set(&[]));
         let in_a = |t: &InstanceTypeInfo| t.offered_in.iter().any(|z| z == "a");
         let first = inspector.rendered_list(key(), &all, in_a).unwrap();
         let again = inspector.rendered_list(key(), &all, in_a).unwrap();
@@ -701,10 +748,30 @@ mod tests {
 
         // Kept lists are bounded.
         for i in 0..RENDERED_KEPT * 2 {
-            let k = (format!("r{i}"), None, false);
+            let k = (format!("r{i}"), None, false, field_set(&[]));
             inspector.rendered_list(k, &all, |_| true).unwrap();
         }
         assert!(inspector.rendered.lock().unwrap().len() <= RENDERED_KEPT);
+    }
+
+    #[test]
+    fn fields_cut_each_object_to_the_keys_asked_for() {
+        let all = [cpu_type("m5.large", "a")];
+        let text = |fields: &[InstanceTypeField]| {
+            let (text, _) = rendered_text(&render_fields(all.iter(), field_set(fields)).unwrap());
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()
+        };
+        assert_eq!(
+            text(&[InstanceTypeField::OfferedIn, InstanceTypeField::Vcpus]),
+            serde_json::json!([{"instance_type": "m5.large", "vcpus": 4, "offered_in": ["a"]}])
+        );
+        // None named is every field, as the whole object reads.
+        assert_eq!(text(&[]), serde_json::json!([all[0]]));
+        assert_eq!(
+            text(&InstanceTypeField::ALL),
+            text(&[]),
+            "every field named is the whole object"
+        );
     }
 
     #[test]

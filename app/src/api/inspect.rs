@@ -153,6 +153,15 @@ pub struct ListInstanceTypes {
     )]
     #[schemars(length(max = 100))]
     pub instance_types: Vec<InstanceType>,
+    /// Only these fields of each type (`instance_type` is always sent); every field when
+    /// empty. An agent choosing by accelerator and zone needs a third of the ~30 kB.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "at_most::<_, _, 10>"
+    )]
+    #[schemars(length(max = 10))]
+    pub fields: Vec<InstanceTypeField>,
     #[serde(default)]
     pub refresh: bool,
 }
@@ -164,6 +173,7 @@ impl Default for ListInstanceTypes {
             availability_zone: None,
             accelerated_only: true,
             instance_types: Vec::new(),
+            fields: Vec::new(),
             refresh: false,
         }
     }
@@ -212,9 +222,57 @@ pub struct InstanceTypeInfo {
     pub offered_in: Vec<String>,
 }
 
+/// A field of `InstanceTypeInfo`, by its name in the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceTypeField {
+    InstanceType,
+    HyperpodInstanceType,
+    Vcpus,
+    MemoryMib,
+    Accelerator,
+    EfaSupported,
+    MaxEfaInterfaces,
+    EfaOnlyAllowed,
+    NetworkPerformance,
+    OfferedIn,
+}
+
+impl InstanceTypeField {
+    pub const ALL: [InstanceTypeField; 10] = [
+        Self::InstanceType,
+        Self::HyperpodInstanceType,
+        Self::Vcpus,
+        Self::MemoryMib,
+        Self::Accelerator,
+        Self::EfaSupported,
+        Self::MaxEfaInterfaces,
+        Self::EfaOnlyAllowed,
+        Self::NetworkPerformance,
+        Self::OfferedIn,
+    ];
+
+    /// Its key in an `InstanceTypeInfo` object.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::InstanceType => "instance_type",
+            Self::HyperpodInstanceType => "hyperpod_instance_type",
+            Self::Vcpus => "vcpus",
+            Self::MemoryMib => "memory_mib",
+            Self::Accelerator => "accelerator",
+            Self::EfaSupported => "efa_supported",
+            Self::MaxEfaInterfaces => "max_efa_interfaces",
+            Self::EfaOnlyAllowed => "efa_only_allowed",
+            Self::NetworkPerformance => "network_performance",
+            Self::OfferedIn => "offered_in",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct InstanceTypeList {
     pub region: String,
+    /// With `fields`, each object has only those keys (and `instance_type`).
     pub instance_types: Listing<InstanceTypeInfo>,
     pub freshness: Freshness,
 }
@@ -253,6 +311,41 @@ pub fn efa_only_allowed(instance_type: &str, max_efa_interfaces: Option<u32>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `fields` can name every key of an `InstanceTypeInfo`, by the name it has there.
+    #[test]
+    fn instance_type_fields_are_the_info_keys() {
+        let info = InstanceTypeInfo {
+            instance_type: "p5.48xlarge".into(),
+            hyperpod_instance_type: "ml.p5.48xlarge".into(),
+            vcpus: 192,
+            memory_mib: 2_097_152,
+            accelerator: None,
+            efa_supported: true,
+            max_efa_interfaces: 32,
+            efa_only_allowed: true,
+            network_performance: None,
+            offered_in: vec![],
+        };
+        let keys: Vec<String> = serde_json::to_value(&info)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut names: Vec<String> = InstanceTypeField::ALL
+            .iter()
+            .map(|f| {
+                assert_eq!(serde_json::to_value(f).unwrap(), f.name());
+                f.name().to_owned()
+            })
+            .collect();
+        names.sort();
+        let mut keys = keys;
+        keys.sort();
+        assert_eq!(names, keys);
+    }
 
     #[test]
     fn efa_only_eligibility() {

@@ -199,6 +199,26 @@ fn inspection_comes_from_ec2_and_is_cached_with_freshness() {
             .any(|z| z == "us-east-1a")
     }));
 
+    // Asking for fewer fields sends only those (and the name), for the same types.
+    let (status, cut) = api.get(
+        "/api/v1/instance-types?availability_zone=us-east-1a&fields=accelerator&fields=offered_in",
+    );
+    assert_eq!(status, 200, "{cut}");
+    let cut = cut["instance_types"].as_array().unwrap();
+    assert_eq!(cut.len(), list.len());
+    for (short, whole) in cut.iter().zip(list) {
+        let keys: Vec<&String> = short.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["accelerator", "instance_type", "offered_in"],
+            "{short}"
+        );
+        assert_eq!(short["accelerator"], whole["accelerator"]);
+    }
+    let (status, bad) = api.get("/api/v1/instance-types?fields=price");
+    assert_eq!(status, 422, "{bad}");
+    assert_eq!(bad["error"]["errors"][0]["field"], "fields[0]", "{bad}");
+
     let (status, all) = api.get("/api/v1/instance-types?accelerated_only=false");
     assert_eq!(status, 200);
     let all = all["instance_types"].as_array().unwrap();
