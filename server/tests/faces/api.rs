@@ -887,4 +887,22 @@ fn destructive_commands_run_only_with_their_confirmation() {
         "expired",
     );
     assert!(active("bystander"));
+
+    // A confirmed call that fails gives its confirmation back: once what failed is put
+    // right (here the token, renamed away in the store, renamed back), the same one runs.
+    token("moved");
+    let (_, plan) = revoke(&api.token, "moved", json!({}));
+    let confirmation = plan["confirmation"].as_str().unwrap().to_owned();
+    let rename = |from: &str, to: &str| {
+        api.hypd.sql(&format!(
+            "UPDATE api_tokens SET name = '{to}' WHERE name = '{from}'"
+        ))
+    };
+    assert_eq!(rename("moved", "moved-away"), 1);
+    let (status, failed) = revoke(&api.token, "moved", json!({"confirmation": confirmation}));
+    assert_eq!(status, 404, "{failed}");
+    assert_eq!(rename("moved-away", "moved"), 1);
+    let (status, done) = revoke(&api.token, "moved", json!({"confirmation": confirmation}));
+    assert_eq!(status, 200, "{done}");
+    assert!(!active("moved"));
 }
