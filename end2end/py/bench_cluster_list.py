@@ -67,6 +67,8 @@ def set_clusters(db, n):
             for i in range(n)
         ],
     )
+    # As hypd's own writes do: the cached list is served while the revision stands.
+    c.execute("UPDATE revisions SET revision = revision + 1 WHERE name = 'clusters'")
     c.commit()
 
 

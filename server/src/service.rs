@@ -57,6 +57,8 @@ pub struct Service {
     pub wake: Wake,
     /// What the account offers (regions, zones, instance types), cached.
     pub catalogue: Inspector,
+    /// The cluster list as last rendered.
+    pub clusters: crate::cluster::ListCache,
 }
 
 impl Service {
@@ -68,6 +70,7 @@ impl Service {
             sandbox,
             wake: Wake::default(),
             catalogue: Inspector::default(),
+            clusters: Default::default(),
         }
     }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::{ApiError, FieldError};
 use super::inspect::efa_only_allowed;
+use super::listing::Listing;
 use super::operations::OperationRef;
 use super::plan::{FieldChange, Gated};
 use super::values::{
@@ -49,7 +50,7 @@ pub struct ListClusters {}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterList {
-    pub clusters: Vec<ClusterSummary>,
+    pub clusters: Listing<ClusterSummary>,
 }
 
 impl Command for ListClusters {

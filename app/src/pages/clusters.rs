@@ -13,7 +13,8 @@ use leptos_router::hooks::{use_navigate, use_params_map};
 use super::{PlanView, StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
-    ClusterDescription, DeleteCluster, DescribeCluster, GetCluster, ListClusters, ObservedNodes,
+    ClusterDescription, ClusterSummary, DeleteCluster, DescribeCluster, GetCluster, ListClusters,
+    ObservedNodes,
 };
 use crate::api::operations::{ListOperations, Operation, OperationState, RetryOperation};
 use crate::api::plan::{ConfirmationRequired, Gated};
@@ -120,7 +121,7 @@ fn live_operations(
 
 /// The cluster list, reloaded when the live channel (re)connects and whenever an
 /// operation finishes: finished operations are what change clusters.
-pub fn live_clusters(live: Live) -> Resource<Result<crate::api::clusters::ClusterList, ApiError>> {
+pub fn live_clusters(live: Live) -> Resource<Result<Vec<ClusterSummary>, ApiError>> {
     let finished = Memo::new(move |_| {
         live.operations.with(|m| {
             m.values()
@@ -131,7 +132,10 @@ pub fn live_clusters(live: Live) -> Resource<Result<crate::api::clusters::Cluste
     });
     Resource::new(
         move || (live.epoch.get(), finished.get()),
-        |_| call(&ListClusters {}),
+        |_| async {
+            let list = call(&ListClusters {}).await?;
+            list.clusters.into_items().map_err(ApiError::internal)
+        },
     )
 }
 
@@ -158,7 +162,7 @@ pub fn ClusterList() -> impl IntoView {
                     let loaded = operations.map(|l| l.operations).unwrap_or_default();
                     let operations = live_operations(live, loaded, None);
                     match clusters {
-                        Ok(list) if list.clusters.is_empty() => {
+                        Ok(list) if list.is_empty() => {
                             EitherOf3::A(view! {
                                 <div class="panel empty">
                                     <p>"No clusters yet."</p>
@@ -177,7 +181,6 @@ pub fn ClusterList() -> impl IntoView {
                                     columns={&["Name", "Status", "Region", "Kubernetes", "HyperPod", "Nodes", "Updated"]}
                                 >
                                     {list
-                                        .clusters
                                         .into_iter()
                                         .map(|c| {
                                             let word = {

@@ -155,7 +155,7 @@ fn Dashboard() -> impl IntoView {
                 {move || Suspend::new(async move {
                     let (clusters, operations) = (clusters.await, operations.await);
                     match (clusters, operations) {
-                        (Ok(c), Ok(o)) => Either::Left(view! { <Panels clusters=c.clusters loaded=o.operations/> }),
+                        (Ok(c), Ok(o)) => Either::Left(view! { <Panels clusters=c loaded=o.operations/> }),
                         (Err(e), _) | (_, Err(e)) => Either::Right(view! { <ErrorPanel error=e/> }),
                     }
                 })}

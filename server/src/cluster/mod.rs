@@ -20,6 +20,7 @@ use app::api::clusters::{
     ClusterDescription, ClusterList, ClusterSummary, DescribeCluster, GetCluster, ListClusters,
     NodeCounts, ObservedNodes,
 };
+use app::api::listing::Listing;
 
 use crate::auth::Actor;
 use crate::service::{Handler, Service};
@@ -84,10 +85,45 @@ fn summary(r: Row) -> ClusterSummary {
     }
 }
 
-pub async fn list(store: &Store) -> Result<Vec<ClusterSummary>, StoreError> {
+async fn read_all(store: &Store) -> Result<Vec<ClusterSummary>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM clusters ORDER BY name");
     let rows: Vec<Row> = on_pool!(store, |pool| sqlx::query_as(&sql).fetch_all(pool).await)?;
     Ok(rows.into_iter().map(summary).collect())
+}
+
+/// Bumps the clusters' revision; every write of `clusters` runs it in its transaction.
+const BUMP: &str = "UPDATE revisions SET revision = revision + 1 WHERE name = 'clusters'";
+
+async fn revision(store: &Store) -> Result<i64, StoreError> {
+    let (n,): (i64,) = on_pool!(store, |pool| sqlx::query_as(
+        "SELECT revision FROM revisions WHERE name = 'clusters'"
+    )
+    .fetch_one(pool)
+    .await)?;
+    Ok(n)
+}
+
+/// The cluster list as it is sent, kept for the revision it was read at. Rendering it is
+/// nearly all of a list's cost (serializing ~430 bytes per cluster), and the list changes
+/// only when a cluster is written; with it, a list costs one one-row read whatever the
+/// number of clusters.
+#[derive(Default)]
+pub struct ListCache(std::sync::Mutex<Option<(i64, Listing<ClusterSummary>)>>);
+
+impl ListCache {
+    pub async fn list(&self, store: &Store) -> Result<Listing<ClusterSummary>, ApiError> {
+        // Read before the rows: a write committed between the two makes the rows newer
+        // than the revision kept with them, which only costs a render at the next ask.
+        let at = revision(store).await?;
+        if let Some((kept, list)) = &*self.0.lock().unwrap_or_else(|e| e.into_inner())
+            && *kept == at
+        {
+            return Ok(list.clone());
+        }
+        let list = Listing::render(&read_all(store).await?).map_err(ApiError::internal)?;
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, list.clone()));
+        Ok(list)
+    }
 }
 
 pub async fn get(store: &Store, name: &str) -> Result<Option<ClusterSummary>, StoreError> {
@@ -148,6 +184,7 @@ async fn write(
         .bind(&now)
         .execute(&mut *tx)
         .await?;
+        sqlx::query(BUMP).execute(&mut *tx).await?;
         if let Some(actor) = activate_for {
             sqlx::query(
                 "INSERT INTO active_clusters (actor, cluster, updated_at) VALUES ($1, $2, $3) \
@@ -177,19 +214,25 @@ pub async fn observe_nodes(
         counts: counts.clone(),
         observed_at: crate::clock::now(),
     };
-    on_pool!(store, |pool| sqlx::query(
-        "UPDATE clusters SET nodes_total = $2, nodes_healthy = $3, nodes_pending = $4, \
-         nodes_unhealthy = $5, nodes_observed_at = $6 WHERE name = $1"
-    )
-    .bind(name)
-    .bind(i64::from(counts.total))
-    .bind(i64::from(counts.healthy))
-    .bind(i64::from(counts.pending))
-    .bind(i64::from(counts.unhealthy))
-    .bind(&observed.observed_at)
-    .execute(pool)
-    .await
-    .map(|_| ()))?;
+    let done: Result<(), sqlx::Error> = on_pool!(store, |pool| async {
+        let mut tx = pool.begin().await?;
+        sqlx::query(
+            "UPDATE clusters SET nodes_total = $2, nodes_healthy = $3, nodes_pending = $4, \
+             nodes_unhealthy = $5, nodes_observed_at = $6 WHERE name = $1",
+        )
+        .bind(name)
+        .bind(i64::from(counts.total))
+        .bind(i64::from(counts.healthy))
+        .bind(i64::from(counts.pending))
+        .bind(i64::from(counts.unhealthy))
+        .bind(&observed.observed_at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(BUMP).execute(&mut *tx).await?;
+        tx.commit().await
+    }
+    .await);
+    done?;
     Ok(observed)
 }
 
@@ -202,19 +245,24 @@ pub async fn set_status(
     to: &str,
 ) -> Result<(), StoreError> {
     let now = crate::clock::now();
-    for f in from {
-        on_pool!(store, |pool| sqlx::query(
-            "UPDATE clusters SET status = $3, updated_at = $4 WHERE name = $1 AND status = $2"
-        )
-        .bind(name)
-        .bind(*f)
-        .bind(to)
-        .bind(&now)
-        .execute(pool)
-        .await
-        .map(|_| ()))?;
+    let done: Result<(), sqlx::Error> = on_pool!(store, |pool| async {
+        let mut tx = pool.begin().await?;
+        for f in from {
+            sqlx::query(
+                "UPDATE clusters SET status = $3, updated_at = $4 WHERE name = $1 AND status = $2",
+            )
+            .bind(name)
+            .bind(*f)
+            .bind(to)
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(BUMP).execute(&mut *tx).await?;
+        tx.commit().await
     }
-    Ok(())
+    .await);
+    Ok(done?)
 }
 
 /// The cluster later commands act on for `actor` when they name none.
@@ -240,6 +288,7 @@ pub async fn forget(store: &Store, name: &str) -> Result<(), StoreError> {
             .bind(name)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(BUMP).execute(&mut *tx).await?;
         tx.commit().await
     }
     .await);
@@ -257,7 +306,7 @@ async fn managed(store: &Store, name: &str) -> Result<ClusterSummary, ApiError> 
 impl Handler<ListClusters> for Service {
     async fn handle(&self, _: &Actor, _: ListClusters) -> Result<ClusterList, ApiError> {
         Ok(ClusterList {
-            clusters: list(&self.store).await?,
+            clusters: self.clusters.list(&self.store).await?,
         })
     }
 }
@@ -276,5 +325,85 @@ impl Handler<DescribeCluster> for Service {
         let observed = observe_nodes(&self.store, r.name.as_str(), &described.node_counts).await?;
         described.cluster.nodes = Some(observed);
         Ok(described)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Database;
+
+    fn text(l: &Listing<ClusterSummary>) -> (String, *const u8) {
+        match l {
+            Listing::Rendered(raw) => (raw.get().to_owned(), raw.get().as_ptr()),
+            Listing::Items(_) => panic!("not rendered"),
+        }
+    }
+
+    fn names(l: &Listing<ClusterSummary>) -> Vec<String> {
+        let items: Vec<ClusterSummary> = serde_json::from_str(&text(l).0).unwrap();
+        items.into_iter().map(|c| c.name).collect()
+    }
+
+    /// The cached list is the table's content after every kind of write, made by this
+    /// replica or another one on the same database, and the same bytes between writes.
+    #[tokio::test]
+    async fn the_cached_list_follows_every_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::Sqlite(dir.path().join("hypd.db"));
+        let (store, other) = (
+            Store::open(&db).await.unwrap(),
+            Store::open(&db).await.unwrap(),
+        );
+        let cache = ListCache::default();
+        let row = |name| Record {
+            name,
+            region: "us-east-1",
+            status: "creating",
+            kubernetes_version: None,
+            eks_cluster_arn: None,
+            hyperpod_cluster_arn: None,
+        };
+        assert!(names(&cache.list(&store).await.unwrap()).is_empty());
+        record(&store, &row("a")).await.unwrap();
+        record_and_activate(&other, &row("b"), "admin")
+            .await
+            .unwrap();
+        let listed = cache.list(&store).await.unwrap();
+        assert_eq!(names(&listed), ["a", "b"]);
+        let again = cache.list(&store).await.unwrap();
+        assert_eq!(
+            text(&again),
+            text(&listed),
+            "the same bytes, not rendered again"
+        );
+
+        let status = |l: &Listing<ClusterSummary>| {
+            let items: Vec<ClusterSummary> = serde_json::from_str(&text(l).0).unwrap();
+            items
+                .into_iter()
+                .map(|c| (c.status, c.nodes.map(|n| n.counts.total)))
+                .collect::<Vec<_>>()
+        };
+        set_status(&other, "a", &["creating"], "active")
+            .await
+            .unwrap();
+        assert_eq!(
+            status(&cache.list(&store).await.unwrap())[0],
+            ("active".into(), None)
+        );
+        let counts = NodeCounts {
+            total: 3,
+            healthy: 3,
+            pending: 0,
+            unhealthy: 0,
+        };
+        observe_nodes(&other, "a", &counts).await.unwrap();
+        assert_eq!(
+            status(&cache.list(&store).await.unwrap())[0],
+            ("active".into(), Some(3))
+        );
+        forget(&other, "b").await.unwrap();
+        assert_eq!(names(&cache.list(&store).await.unwrap()), ["a"]);
     }
 }
