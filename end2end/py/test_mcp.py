@@ -204,13 +204,17 @@ async def create_and_follow(server):
         fields = sorted(e["field"] for e in bad.structured_content["error"]["errors"])
         assert fields == ["instance_groups[0].efa_only", "instance_groups[0].instance_count"], bad.structured_content
 
-        started = structured(
-            await client.call_tool(
-                "create_cluster",
-                {"name": "mcp-gpu", "availability_zone": "us-east-1a",
-                 "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}]},
-            )
-        )
+        request = {"name": "mcp-gpu", "availability_zone": "us-east-1a",
+                   "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}]}
+        # The agent sees the plan first: every stage's changes, nothing made or stored.
+        dry = structured(await client.call_tool("create_cluster", {**request, "dry_run": True}))
+        stages = [s["stage"] for s in dry["plan"]["stages"]]
+        assert stages[0] == "network" and stages[-1] == "storage", stages
+        kinds = {c["kind"] for s in dry["plan"]["stages"] for c in s["changes"] if c["action"] == "create"}
+        assert {"ec2:Vpc", "eks:Cluster", "sagemaker:Cluster", "hypd:Cluster"} <= kinds, kinds
+        listed = structured(await client.call_tool("list_operations", {"target": "cluster/mcp-gpu"}))
+        assert listed["operations"] == [], listed
+        started = structured(await client.call_tool("create_cluster", request))
         while True:
             waited = structured(
                 await client.call_tool("wait_operation", {"operation_id": started["operation_id"], "timeout_seconds": 60})

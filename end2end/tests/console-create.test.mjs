@@ -192,6 +192,16 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.keyboard.press('Backspace');
   await page.focus('#name');
   await page.keyboard.press('Enter');
+  // The first submit only plans: every object each stage would make, nothing made yet.
+  await page.waitForSelector('.review .plan li[data-kind="ec2:Vpc"][data-action="create"]');
+  for (const kind of ['eks:Cluster', 'sagemaker:Cluster', 'hypd:Cluster']) {
+    assert.equal(await page.locator(`.review .plan li[data-kind="${kind}"]`).count(), 1, kind);
+  }
+  assert.equal(await page.textContent('button[type="submit"]'), 'Create cluster');
+  assert.match(page.url(), /\/clusters\/new$/);
+  await shot(page, 'create-form-plan');
+  await page.focus('#name');
+  await page.keyboard.press('Enter');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.evaluate(() => {
     window.__sameDocument = true;

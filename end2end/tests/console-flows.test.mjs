@@ -103,6 +103,8 @@ async function importThroughForm(page, name) {
   await page.selectOption('#region', 'us-east-1');
   await page.click('button[type="submit"]');
   try {
+    await page.waitForSelector('.review .plan');
+    await page.click('button[type="submit"]');
     await page.waitForURL(/\/operations\/[^/]+$/);
   } catch (e) {
     await shot(page, `import-${name}-stuck`);
@@ -155,6 +157,10 @@ test('import a cluster through the form and watch it succeed live', async () => 
 
   await page.fill('#name', eks.name);
   await page.selectOption('#region', 'us-east-1');
+  await page.click('button[type="submit"]');
+  // Reviewed first: the plan, then the same button runs it.
+  await page.waitForSelector('.review .plan li[data-kind="hypd:Cluster"][data-action="create"]');
+  assert.equal(await page.textContent('button[type="submit"]'), 'Import cluster');
   await page.click('button[type="submit"]');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.evaluate(() => {

@@ -287,14 +287,18 @@ pub struct ImportCluster {
     /// Re-sending a request with the same key returns the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
+    /// Only answer with the plan: every object each stage would make or change, ids made
+    /// by an earlier stage shown as "(known after apply)". Nothing is changed or stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 impl Command for ImportCluster {
-    type Output = OperationRef;
+    type Output = Gated<OperationRef>;
     const SPEC: CommandSpec = CommandSpec {
         name: "import_cluster",
         summary: "Manage an existing EKS cluster (and its HyperPod cluster) with hypd",
-        description: "Adopts an existing, ACTIVE EKS cluster: grants hypd's own IAM principal cluster-admin through an EKS access entry, finds the HyperPod cluster it orchestrates (or the one named), records the cluster and makes it your active cluster. Nothing else is changed. Returns an operation: follow it with wait_operation.",
+        description: "Adopts an existing, ACTIVE EKS cluster: grants hypd's own IAM principal cluster-admin through an EKS access entry, finds the HyperPod cluster it orchestrates (or the one named), records the cluster and makes it your active cluster. Nothing else is changed. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -302,6 +306,8 @@ impl Command for ImportCluster {
         method: HttpMethod::Post,
         path: "/api/v1/clusters/import",
     };
+
+    super::command::dry_run_request!();
 }
 
 /// Where the accelerated instances come from. It cannot change for the instance group's
@@ -502,6 +508,10 @@ pub struct CreateCluster {
     /// Re-sending a request with the same key returns the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
+    /// Only answer with the plan: every object each stage would make or change, ids made
+    /// by an earlier stage shown as "(known after apply)". Nothing is changed or stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// The single-group request stored before instance groups were a list. Operations
@@ -563,6 +573,7 @@ impl CreateCluster {
                     storage: old.storage,
                     network: old.network,
                     idempotency_key: old.idempotency_key,
+                    dry_run: false,
                 })
             }
         }
@@ -578,11 +589,11 @@ impl CreateCluster {
 }
 
 impl Command for CreateCluster {
-    type Output = OperationRef;
+    type Output = Gated<OperationRef>;
     const SPEC: CommandSpec = CommandSpec {
         name: "create_cluster",
         summary: "Create a GPU cluster: network, IAM, EKS, HyperPod with automatic node recovery, storage",
-        description: "Creates everything a HyperPod-on-EKS training cluster needs from decision-level inputs (name, Availability Zone, and one or more instance groups, each with instance type, count, capacity type: on-demand, spot or a training plan, EFA-only, deep health checks): a VPC with public, private and /20 compute subnets, NAT, S3 endpoint and an EFA security group; IAM roles; the EKS control plane with hypd's access entry and OIDC provider; EKS add-ons; the HyperPod node components; the HyperPod cluster with NodeRecovery=Automatic and continuous provisioning, its nodes Ready; the shared S3 bucket mounted as a PersistentVolumeClaim. Problems found before anything is created (name taken, type not supported by HyperPod or not offered in the AZ, quota too small, overlapping CIDR, EFA-only on an ineligible type) are field errors. Returns an operation (15-30 minutes on AWS): follow it with wait_operation.",
+        description: "Creates everything a HyperPod-on-EKS training cluster needs from decision-level inputs (name, Availability Zone, and one or more instance groups, each with instance type, count, capacity type: on-demand, spot or a training plan, EFA-only, deep health checks): a VPC with public, private and /20 compute subnets, NAT, S3 endpoint and an EFA security group; IAM roles; the EKS control plane with hypd's access entry and OIDC provider; EKS add-ons; the HyperPod node components; the HyperPod cluster with NodeRecovery=Automatic and continuous provisioning, its nodes Ready; the shared S3 bucket mounted as a PersistentVolumeClaim. Problems found before anything is created (name taken, type not supported by HyperPod or not offered in the AZ, quota too small, overlapping CIDR, EFA-only on an ineligible type) are field errors. Returns an operation (15-30 minutes on AWS): follow it with wait_operation. `dry_run: true` returns only the plan, stage by stage.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -590,6 +601,8 @@ impl Command for CreateCluster {
         method: HttpMethod::Post,
         path: "/api/v1/clusters",
     };
+
+    super::command::dry_run_request!();
 
     fn validate(&self) -> Result<(), ApiError> {
         let mut errors = Vec::new();

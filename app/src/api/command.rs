@@ -147,6 +147,21 @@ macro_rules! gated_request {
 }
 pub(crate) use gated_request;
 
+/// The `Command` methods of a request with a `dry_run: bool` field: every mutating
+/// command that is not destructive (it runs without a confirmation).
+macro_rules! dry_run_request {
+    () => {
+        fn dry_run(&self) -> bool {
+            self.dry_run
+        }
+
+        fn clear_gate(&mut self) {
+            self.dry_run = false;
+        }
+    };
+}
+pub(crate) use dry_run_request;
+
 /// A command's description with its schemas, as the registry lists it.
 #[derive(Clone, Copy)]
 pub struct CommandEntry {

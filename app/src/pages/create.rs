@@ -8,7 +8,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
-use super::{CommandLink, CommandPage, loading};
+use super::{CommandLink, CommandPage, Review, ReviewPlan, loading};
 use crate::api::call::call;
 use crate::api::clusters::CreateCluster;
 use crate::api::inspect::{
@@ -222,6 +222,7 @@ fn CreateForm() -> impl IntoView {
     };
 
     let navigate = use_navigate();
+    let review = Review::default();
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         form.clear();
@@ -231,14 +232,15 @@ fn CreateForm() -> impl IntoView {
         leptos::task::spawn_local(async move {
             // The same decoding and rules as the server: most mistakes never leave the page.
             let outcome = match check_create(input).await {
-                Ok(request) => call(&request).await,
+                Ok(request) => review.send(request, |r| r.dry_run = true).await,
                 Err(e) => Err(e),
             };
             match outcome {
-                Ok(started) => navigate(
+                Ok(Some(started)) => navigate(
                     &format!("/operations/{}", started.operation_id),
                     Default::default(),
                 ),
+                Ok(None) => form.busy.set(false),
                 Err(e) => {
                     form.busy.set(false);
                     form.show(e);
@@ -248,7 +250,7 @@ fn CreateForm() -> impl IntoView {
     };
 
     view! {
-        <form class="panel form" on:submit=submit novalidate aria-describedby="create-intro">
+        <form class="panel form" on:submit=submit on:input=move |_| review.reset() on:change=move |_| review.reset() novalidate aria-describedby="create-intro">
             <p id="create-intro" class="muted">
                 "hypd creates a VPC, IAM roles, the EKS control plane with its add-ons, the HyperPod cluster with automatic node recovery, and the shared bucket. It takes 15 to 30 minutes on AWS; the operation's page follows it live."
             </p>
@@ -304,9 +306,15 @@ fn CreateForm() -> impl IntoView {
                 <FieldInput form record=top field=&VERSION/>
             </details>
             <FormAlert form/>
+            <ReviewPlan review/>
             <div class="actions">
                 <button class="primary" type="submit" disabled=move || form.busy.get()>
-                    {move || if form.busy.get() { "Creating…" } else { "Create cluster" }}
+                    {move || match (form.busy.get(), review.reviewing()) {
+                        (true, false) => "Planning…",
+                        (true, true) => "Creating…",
+                        (false, false) => "Review plan",
+                        (false, true) => "Create cluster",
+                    }}
                 </button>
                 <a class="button" href="/clusters">"Cancel"</a>
             </div>

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
-use super::{CommandLink, CommandPage, loading};
+use super::{CommandLink, CommandPage, Review, ReviewPlan, loading};
 use crate::api::Command;
 use crate::api::call::call;
 use crate::api::clusters::ImportCluster;
@@ -46,6 +46,7 @@ fn ImportForm() -> impl IntoView {
     let (form, record) = FormState::declared(FIELDS);
     let regions = Resource::new(|| (), |_| call(&ListRegions { refresh: false }));
     let navigate = use_navigate();
+    let review = Review::default();
 
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
@@ -58,11 +59,12 @@ fn ImportForm() -> impl IntoView {
         form.busy.set(true);
         let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
-            match call(&request).await {
-                Ok(started) => navigate(
+            match review.send(request, |r| r.dry_run = true).await {
+                Ok(Some(started)) => navigate(
                     &format!("/operations/{}", started.operation_id),
                     Default::default(),
                 ),
+                Ok(None) => form.busy.set(false),
                 Err(e) => {
                     form.busy.set(false);
                     form.show(e);
@@ -72,7 +74,7 @@ fn ImportForm() -> impl IntoView {
     };
 
     view! {
-        <form class="panel form" on:submit=submit novalidate aria-describedby="import-intro">
+        <form class="panel form" on:submit=submit on:input=move |_| review.reset() on:change=move |_| review.reset() novalidate aria-describedby="import-intro">
             <p id="import-intro" class="muted">
                 "hypd adopts an existing, ACTIVE EKS cluster: it grants its own IAM principal cluster-admin through an EKS access entry, finds the HyperPod cluster the EKS cluster orchestrates, and records it. Nothing else changes."
             </p>
@@ -97,9 +99,15 @@ fn ImportForm() -> impl IntoView {
                 <FieldInput form record field=&HYPERPOD/>
             </details>
             <FormAlert form/>
+            <ReviewPlan review/>
             <div class="actions">
                 <button class="primary" type="submit" disabled=move || form.busy.get()>
-                    {move || if form.busy.get() { "Importing…" } else { "Import cluster" }}
+                    {move || match (form.busy.get(), review.reviewing()) {
+                        (true, false) => "Planning…",
+                        (true, true) => "Importing…",
+                        (false, false) => "Review plan",
+                        (false, true) => "Import cluster",
+                    }}
                 </button>
                 <a class="button" href="/clusters">"Cancel"</a>
             </div>

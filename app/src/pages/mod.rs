@@ -204,3 +204,72 @@ pub fn PlanView(plan: crate::api::plan::Plan) -> impl IntoView {
         </div>
     }
 }
+
+/// A create or import form's two steps: the first submit sends the request as a dry run
+/// and shows its plan, the second runs exactly that request. Editing the form goes back
+/// to the first step, so what runs is what was reviewed.
+#[derive(Clone, Copy)]
+pub struct Review(RwSignal<Option<crate::api::plan::Plan>>);
+
+impl Default for Review {
+    fn default() -> Self {
+        Review(RwSignal::new(None))
+    }
+}
+
+impl Review {
+    pub fn reviewing(self) -> bool {
+        self.0.with(Option::is_some)
+    }
+
+    pub fn reset(self) {
+        if self.0.with_untracked(Option::is_some) {
+            self.0.set(None);
+        }
+    }
+
+    /// Sends `request`: for its plan first (`dry_run` set by `dry`), for real once the
+    /// plan is shown. The operation when it ran, `None` when the plan is now shown.
+    pub async fn send<C>(
+        self,
+        mut request: C,
+        dry: impl FnOnce(&mut C),
+    ) -> Result<Option<crate::api::operations::OperationRef>, ApiError>
+    where
+        C: crate::api::Command<
+                Output = crate::api::plan::Gated<crate::api::operations::OperationRef>,
+            >,
+    {
+        use crate::api::plan::Gated;
+        if !self.reviewing() {
+            dry(&mut request);
+        }
+        match crate::api::call::call(&request).await? {
+            Gated::Done(op) => Ok(Some(op)),
+            Gated::DryRun(d) => {
+                self.0.set(Some(d.plan));
+                Ok(None)
+            }
+            Gated::ConfirmationRequired(c) => {
+                self.0.set(Some(c.plan));
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The plan a [`Review`] holds, once the first submit fetched it.
+#[component]
+pub fn ReviewPlan(review: Review) -> impl IntoView {
+    move || {
+        review.0.get().map(|plan| {
+            view! {
+                <section class="review" aria-labelledby="review-title">
+                    <h2 id="review-title">"Review the plan"</h2>
+                    <p class="hint">"Nothing has been made yet. Submit again to run exactly this; change the form to plan again."</p>
+                    <PlanView plan/>
+                </section>
+            }
+        })
+    }
+}

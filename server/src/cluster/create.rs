@@ -8,16 +8,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use app::api::clusters::CreateCluster;
+use app::api::plan::{Action, Change};
 use app::api::values::IdempotencyKey;
 use app::api::{ApiError, Command};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::dependencies::DEFAULT_KUBERNETES_VERSION;
 use super::network::{self, Network};
 use super::{access, addons, components, hyperpod, identity, storage};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::eks::cluster::{ControlPlaneSpec, EksCluster};
-use crate::resources::{Want, converge, kube, missing};
+use crate::resources::{Want, converge, is_planning, kube, missing, planned};
 
 const EKS_POLL: Duration = Duration::from_secs(30);
 const NODE_POLL: Duration = Duration::from_secs(30);
@@ -150,11 +152,17 @@ impl Pipeline for CreateCluster {
     ) -> Result<Progress, ApiError> {
         let region = super::stored_region(self.region.as_ref(), Self::SPEC.name)?;
         let name = self.name.as_str();
-        // A retried creation is creating again.
-        super::set_status(&cx.store, name, &["failed"], "creating").await?;
+        // A plan writes nothing of hypd's own but the change it lists at Activate.
+        let planning = is_planning();
+        if !planning {
+            // A retried creation is creating again.
+            super::set_status(&cx.store, name, &["failed"], "creating").await?;
+        }
         match stage {
             Stage::Network => {
-                super::record(&cx.store, &record(self, &region, "creating", out)).await?;
+                if !planning {
+                    super::record(&cx.store, &record(self, &region, "creating", out)).await?;
+                }
                 network::ensure(
                     &cx.aws,
                     &region,
@@ -221,12 +229,19 @@ impl Pipeline for CreateCluster {
                 }
             }
             Stage::Activate => {
-                super::record_and_activate(
-                    &cx.store,
-                    &record(self, &region, "creating", out),
-                    &cx.requested_by,
-                )
-                .await?;
+                let change = || {
+                    Change::new(Action::Create, "hypd:Cluster", name)
+                        .field("status", None, Some(json!("creating")))
+                        .field("active_for", None, Some(json!(cx.requested_by)))
+                };
+                if !planned(change) {
+                    super::record_and_activate(
+                        &cx.store,
+                        &record(self, &region, "creating", out),
+                        &cx.requested_by,
+                    )
+                    .await?;
+                }
                 Ok(Progress::Done)
             }
             Stage::Addons => {
@@ -273,6 +288,9 @@ impl Pipeline for CreateCluster {
                 out.storage = Some(made);
                 if !bound {
                     return Ok(Progress::wait(Duration::from_secs(5), message));
+                }
+                if planning {
+                    return Ok(Progress::Done);
                 }
                 // The list shows node health without asking AWS: seed it here.
                 let nodes = super::describe::node_counts(&cx.aws, &region, name).await?;

@@ -87,11 +87,13 @@ pub async fn ensure(
     region: &str,
 ) -> Result<Storage, ApiError> {
     let (pv, pvc) = manifests(bucket, region);
-    converge(&Applied::cluster(client, pv)).await?;
-    converge(&Applied::namespaced(client, pvc)).await?;
-    current(client)
+    let volume = converge(&Applied::cluster(client, pv)).await?;
+    let claim = converge(&Applied::namespaced(client, pvc))
         .await?
-        .ok_or_else(|| ApiError::internal("the shared claim vanished right after it was applied"))
+        .ok_or_else(|| {
+            ApiError::internal("the shared claim vanished right after it was applied")
+        })?;
+    Ok(storage(claim, volume))
 }
 
 /// The shared claim as the cluster has it now; `None` when it has none (an imported
@@ -101,23 +103,27 @@ pub async fn current(client: &kube::Client) -> Result<Option<Storage>, ApiError>
     let Some(claim) = kubernetes::get(&claims, CLAIM).await? else {
         return Ok(None);
     };
-    let volume = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
-    let bucket = match &volume {
-        Some(v) => kubernetes::get(&Api::<PersistentVolume>::all(client.clone()), v)
-            .await?
-            .and_then(|pv| pv.spec?.csi?.volume_attributes?.get("bucketName").cloned()),
+    let volume = match claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+        Some(v) => kubernetes::get(&Api::<PersistentVolume>::all(client.clone()), v).await?,
         None => None,
     };
-    Ok(Some(Storage {
+    Ok(Some(storage(claim, volume)))
+}
+
+/// What the claim and the volume it names say of the shared storage.
+fn storage(claim: PersistentVolumeClaim, volume: Option<PersistentVolume>) -> Storage {
+    let name = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
+    let bucket = volume.and_then(|pv| pv.spec?.csi?.volume_attributes?.get("bucketName").cloned());
+    Storage {
         bucket: bucket.unwrap_or_default(),
-        persistent_volume: volume.unwrap_or_default(),
+        persistent_volume: name.unwrap_or_default(),
         claim: CLAIM.to_owned(),
         namespace: NAMESPACE.to_owned(),
         phase: claim
             .status
             .and_then(|s| s.phase)
             .unwrap_or_else(|| "Pending".to_owned()),
-    }))
+    }
 }
 
 #[cfg(test)]

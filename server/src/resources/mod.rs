@@ -16,7 +16,7 @@ pub mod tags;
 use std::future::Future;
 
 use app::api::ApiError;
-use app::api::plan::Change;
+use app::api::plan::{Change, KNOWN_AFTER_APPLY};
 
 /// What hypd wants of an object: to exist as specified, or to be gone.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,19 +60,42 @@ pub trait Resource: Sync {
 
     /// The change as a plan shows it.
     fn describe(&self, op: &Self::Op, observed: &Self::Observed) -> Change;
+
+    /// What `apply` would record in `observed` for `op`, without a call: the values only
+    /// the provider gives (ids, ARNs, an issuer) as [`KNOWN_AFTER_APPLY`]. A plan goes on
+    /// from there, so what later changes and stages would do with the object is planned
+    /// too (a subnet in the VPC this plan creates).
+    fn assume(&self, op: &Self::Op, observed: &mut Self::Observed);
+}
+
+/// How a plan names an object: by its id once it has one, else (not made yet, or made
+/// by this plan) by `name`.
+pub fn shown(id: Option<&str>, name: impl FnOnce() -> String) -> String {
+    match id {
+        Some(id) if !known_after_apply(id) => id.to_owned(),
+        _ => name(),
+    }
+}
+
+/// Whether `value` is one a plan has not got yet. Observes given one find nothing (an
+/// object inside a VPC the plan creates does not exist) without asking.
+pub fn known_after_apply(value: &str) -> bool {
+    value.contains(KNOWN_AFTER_APPLY)
 }
 
 /// Observes `r`, applies the changes its diff finds, and returns what is there after.
-/// Inside [`planning`], the changes are recorded instead of applied and what was
-/// observed is returned as it is: a step run for a plan calls exactly this code, so the
-/// plan holds the changes the step would make.
+/// Inside [`planning`], each change is recorded instead of applied and assumed made
+/// ([`Resource::assume`]): a step run for a plan calls exactly this code, so the plan
+/// holds the changes the step would make.
 pub async fn converge<R: Resource>(r: &R) -> Result<R::Observed, ApiError> {
     let mut observed = r.observe().await?;
     let ops = r.diff(&observed)?;
-    let planned = PLANNED.try_with(|p| {
-        lock(p).extend(ops.iter().map(|op| r.describe(op, &observed)));
-    });
-    if planned.is_ok() {
+    if is_planning() {
+        for op in &ops {
+            let change = r.describe(op, &observed);
+            PLANNED.with(|p| lock(p).changes.push(change));
+            r.assume(op, &mut observed);
+        }
         return Ok(observed);
     }
     for op in ops {
@@ -82,25 +105,34 @@ pub async fn converge<R: Resource>(r: &R) -> Result<R::Observed, ApiError> {
 }
 
 tokio::task_local! {
-    /// The changes recorded while a step runs for a plan.
-    static PLANNED: std::sync::Mutex<Vec<Change>>;
+    /// What a step run for a plan has recorded so far.
+    static PLANNED: std::sync::Mutex<Planned>;
 }
 
-fn lock(p: &std::sync::Mutex<Vec<Change>>) -> std::sync::MutexGuard<'_, Vec<Change>> {
+#[derive(Default)]
+struct Planned {
+    changes: Vec<Change>,
+    /// Objects assumed made, by kind and scope: what later observes of the same plan see.
+    made: Vec<(&'static str, String, String)>,
+}
+
+fn lock(p: &std::sync::Mutex<Planned>) -> std::sync::MutexGuard<'_, Planned> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `f` (a stage's step) for a plan: every [`converge`] in it records its changes
-/// instead of making them. Returns what `f` returned and the changes, in order. The
-/// clients `f` uses should be read-only as well ([`crate::aws::Aws::read_only`]).
-pub async fn planning<F: Future>(f: F) -> (F::Output, Vec<Change>) {
+/// Runs `f` (a pipeline's steps) for a plan: every [`converge`] in it records its
+/// changes instead of making them, and what one step assumed made, the next one's
+/// observes see. [`take_planned`] hands over the changes recorded so far. The clients `f`
+/// uses should be read-only as well ([`crate::aws::Aws::read_only`]).
+pub async fn planning<F: Future>(f: F) -> F::Output {
+    PLANNED.scope(std::sync::Mutex::default(), f).await
+}
+
+/// The changes recorded since the last take (one stage's), in order; none outside a plan.
+pub fn take_planned() -> Vec<Change> {
     PLANNED
-        .scope(std::sync::Mutex::new(Vec::new()), async move {
-            let out = f.await;
-            let changes = PLANNED.with(|p| std::mem::take(&mut *lock(p)));
-            (out, changes)
-        })
-        .await
+        .try_with(|p| std::mem::take(&mut lock(p).changes))
+        .unwrap_or_default()
 }
 
 /// True inside [`planning`]: a step asks before it writes hypd's own store, or waits on
@@ -112,7 +144,28 @@ pub fn is_planning() -> bool {
 /// Records a change that is not a [`Resource`]'s (hypd's own records) when planning.
 /// Returns true when it was recorded, i.e. the caller must not make it.
 pub fn planned(change: impl FnOnce() -> Change) -> bool {
-    PLANNED.try_with(|p| lock(p).push(change())).is_ok()
+    PLANNED.try_with(|p| lock(p).changes.push(change())).is_ok()
+}
+
+/// Inside a plan, notes that an object of `kind` in `scope` (a VPC id) is assumed made
+/// with `value` (its block): an observe of the same plan adds it to what it found.
+pub fn assume_made(kind: &'static str, scope: &str, value: String) {
+    let _ = PLANNED.try_with(|p| lock(p).made.push((kind, scope.to_owned(), value)));
+}
+
+/// The values of the objects of `kind` in `scope` this plan assumed made (none outside
+/// a plan).
+pub fn made_in_plan(kind: &str, scope: &str) -> Vec<String> {
+    PLANNED
+        .try_with(|p| {
+            lock(p)
+                .made
+                .iter()
+                .filter(|(k, s, _)| *k == kind && s == scope)
+                .map(|(_, _, v)| v.clone())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The changes `converge` would make now, without making them.
@@ -163,5 +216,9 @@ impl<K: Listed> Resource for DeleteEach<K> {
 
     fn describe(&self, id: &String, _: &Vec<String>) -> Change {
         Change::new(app::api::plan::Action::Delete, K::KIND, id)
+    }
+
+    fn assume(&self, id: &String, observed: &mut Vec<String>) {
+        observed.retain(|o| o != id);
     }
 }

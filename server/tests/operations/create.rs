@@ -360,11 +360,93 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     // what the deletion at the end calls.
     let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
     let token = hypd.admin_token();
+
+    // A dry run on the empty account makes nothing, stores nothing, and lists, stage by
+    // stage, every object the creation then makes.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let mut dry_request = two_groups("ml-a");
+    dry_request["dry_run"] = json!(true);
+    let (status, dry) = create(&hypd, &token, dry_request);
+    assert_eq!(status, 200, "{dry}");
+    let changed = mutating_calls(&world);
+    assert!(changed.is_empty(), "a dry run called {changed:?}");
+    let (_, listed) = hypd.call(&token, Method::GET, "/api/v1/operations", None);
+    assert_eq!(
+        listed["operations"],
+        json!([]),
+        "a dry run stores no operation"
+    );
+    let (_, clusters) = hypd.call(&token, Method::GET, "/api/v1/clusters", None);
+    assert_eq!(clusters["clusters"], json!([]), "nor a cluster");
+    let plan = dry["plan"].clone();
+    let planned_stages: Vec<&str> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(planned_stages[0], "network");
+    assert_eq!(planned_stages.len(), 9, "{plan:#}");
+    assert!(
+        creates(&plan).any(|c| c["kind"] == "ec2:Subnet"
+            && c["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["new"] == "(known after apply)")),
+        "ids made by the run are known after apply: {plan:#}"
+    );
+    for kind in [
+        "eks:AccessEntry",
+        "hypd:Cluster",
+        "k8s:v1/PersistentVolumeClaim",
+    ] {
+        assert!(
+            creates(&plan).any(|c| c["kind"] == kind),
+            "{kind} in {plan:#}"
+        );
+    }
+    // Distinct blocks for the subnets a new VPC gets, as the run carves them.
+    let blocks: Vec<&Value> = creates(&plan)
+        .filter(|c| c["kind"] == "ec2:Subnet")
+        .flat_map(|c| c["fields"].as_array().unwrap())
+        .filter(|f| f["field"] == "cidr_block")
+        .map(|f| &f["new"])
+        .collect();
+    let distinct: std::collections::BTreeSet<String> =
+        blocks.iter().map(|b| b.to_string()).collect();
+    assert_eq!(distinct.len(), blocks.len(), "{blocks:?}");
+
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
     let (status, started) = create(&hypd, &token, two_groups("ml-a"));
     assert_eq!(status, 200, "{started}");
     let id = started["operation_id"].as_str().unwrap().to_owned();
     let op = hypd.finish(&token, &id);
     assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(
+        planned_creates(&plan),
+        present(&count(&world, "ml-a")),
+        "the plan lists what the run made: {plan:#}"
+    );
+    // The same code: the kinds the run changed are the kinds the plan lists.
+    let called: std::collections::BTreeSet<String> = mutating_calls(&world)
+        .into_iter()
+        .filter_map(
+            |(service, operation)| match created_kind(&service, &operation) {
+                Some(kind) => Some(kind.to_owned()),
+                None if service == "kubernetes" => None,
+                None => {
+                    panic!("the creation called {service} {operation}, which no plan change names")
+                }
+            },
+        )
+        .collect();
+    let planned: std::collections::BTreeSet<String> = creates(&plan)
+        .chain(changes_of(&plan).filter(|c| c["action"] == "update"))
+        .map(|c| c["kind"].as_str().unwrap().to_owned())
+        .filter(|k| !k.starts_with("k8s:") && k != "hypd:Cluster")
+        .collect();
+    assert_eq!(called, planned);
     let names: Vec<&str> = op["stages"]
         .as_array()
         .unwrap()
@@ -550,13 +632,65 @@ fn changed_kind(service: &str, operation: &str) -> Option<&'static str> {
     })
 }
 
-fn deletes(plan: &Value) -> impl Iterator<Item = &Value> {
+/// The plan kind a mutating call of a creation changes.
+fn created_kind(service: &str, operation: &str) -> Option<&'static str> {
+    Some(match (service, operation) {
+        ("ec2", "CreateVpc" | "ModifyVpcAttribute") => "ec2:Vpc",
+        ("ec2", "CreateInternetGateway" | "AttachInternetGateway") => "ec2:InternetGateway",
+        ("ec2", "CreateSubnet") => "ec2:Subnet",
+        ("ec2", "AllocateAddress") => "ec2:ElasticIp",
+        ("ec2", "CreateNatGateway") => "ec2:NatGateway",
+        ("ec2", "CreateRouteTable" | "CreateRoute" | "ReplaceRoute" | "AssociateRouteTable") => {
+            "ec2:RouteTable"
+        }
+        ("ec2", "CreateVpcEndpoint") => "ec2:VpcEndpoint",
+        (
+            "ec2",
+            "CreateSecurityGroup"
+            | "AuthorizeSecurityGroupIngress"
+            | "AuthorizeSecurityGroupEgress",
+        ) => "ec2:SecurityGroup",
+        ("iam", "CreateRole" | "AttachRolePolicy" | "PutRolePolicy" | "UpdateAssumeRolePolicy") => {
+            "iam:Role"
+        }
+        ("iam", "CreateOpenIDConnectProvider") => "iam:OpenIDConnectProvider",
+        ("eks", "CreateCluster") => "eks:Cluster",
+        ("eks", "CreateAccessEntry" | "AssociateAccessPolicy") => "eks:AccessEntry",
+        ("eks", "CreateAddon") => "eks:Addon",
+        ("eks", "CreatePodIdentityAssociation") => "eks:PodIdentityAssociation",
+        ("s3", "CreateBucket" | "PutBucketTagging") => "s3:Bucket",
+        ("s3", "PutObject") => "s3:Object",
+        ("sagemaker", "CreateCluster") => "sagemaker:Cluster",
+        _ => return None,
+    })
+}
+
+fn changes_of(plan: &Value) -> impl Iterator<Item = &Value> {
     plan["stages"]
         .as_array()
         .unwrap()
         .iter()
         .flat_map(|s| s["changes"].as_array().unwrap())
-        .filter(|c| c["action"] == "delete")
+}
+
+fn creates(plan: &Value) -> impl Iterator<Item = &Value> {
+    changes_of(plan).filter(|c| c["action"] == "create")
+}
+
+fn deletes(plan: &Value) -> impl Iterator<Item = &Value> {
+    changes_of(plan).filter(|c| c["action"] == "delete")
+}
+
+/// Creations per kind in a plan, for the kinds [`Counts`] counts.
+fn planned_creates(plan: &Value) -> std::collections::BTreeMap<String, usize> {
+    let mut by_kind = std::collections::BTreeMap::new();
+    for c in creates(plan) {
+        let kind = c["kind"].as_str().unwrap();
+        if COUNTED_KINDS.contains(&kind) {
+            *by_kind.entry(kind.to_owned()).or_insert(0) += 1;
+        }
+    }
+    by_kind
 }
 
 /// Deletions per kind in a plan, for the kinds [`Counts`] counts.
@@ -571,29 +705,49 @@ fn planned_deletes(plan: &Value) -> std::collections::BTreeMap<String, usize> {
     by_kind
 }
 
+/// The plan kinds [`present`] counts, in its order.
+const COUNTED_KINDS: [&str; 14] = [
+    "ec2:Vpc",
+    "ec2:Subnet",
+    "ec2:NatGateway",
+    "ec2:ElasticIp",
+    "ec2:InternetGateway",
+    "ec2:RouteTable",
+    "ec2:VpcEndpoint",
+    "ec2:SecurityGroup",
+    "iam:Role",
+    "iam:OpenIDConnectProvider",
+    "s3:Object",
+    "eks:Cluster",
+    "eks:Addon",
+    "sagemaker:Cluster",
+];
+
 /// What exists, per plan kind. Pod identity associations go with their EKS cluster,
 /// so no stage deletes them one by one.
 fn present(c: &Counts) -> std::collections::BTreeMap<String, usize> {
-    [
-        ("ec2:Vpc", c.vpcs),
-        ("ec2:Subnet", c.subnets),
-        ("ec2:NatGateway", c.nat_gateways),
-        ("ec2:ElasticIp", c.addresses),
-        ("ec2:InternetGateway", c.internet_gateways),
-        ("ec2:RouteTable", c.route_tables),
-        ("ec2:VpcEndpoint", c.s3_endpoints),
-        ("ec2:SecurityGroup", c.security_groups),
-        ("iam:Role", c.roles),
-        ("iam:OpenIDConnectProvider", c.oidc_providers),
-        ("s3:Object", c.lifecycle_scripts),
-        ("eks:Cluster", c.eks_clusters),
-        ("eks:Addon", c.addons),
-        ("sagemaker:Cluster", c.hyperpod_clusters),
-    ]
-    .into_iter()
-    .filter(|(_, n)| *n > 0)
-    .map(|(k, n)| (k.to_owned(), n))
-    .collect()
+    let counts = [
+        c.vpcs,
+        c.subnets,
+        c.nat_gateways,
+        c.addresses,
+        c.internet_gateways,
+        c.route_tables,
+        c.s3_endpoints,
+        c.security_groups,
+        c.roles,
+        c.oidc_providers,
+        c.lifecycle_scripts,
+        c.eks_clusters,
+        c.addons,
+        c.hyperpod_clusters,
+    ];
+    COUNTED_KINDS
+        .into_iter()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect()
 }
 
 #[test]

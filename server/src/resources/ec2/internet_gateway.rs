@@ -3,13 +3,13 @@
 //! crash left it made but not attached.
 
 use app::api::ApiError;
-use app::api::plan::{Action, Change};
+use app::api::plan::{Action, Change, KNOWN_AFTER_APPLY};
 use aws_sdk_ec2::types::ResourceType;
 use serde_json::json;
 
 use super::{Client, filter, name, of_cluster, ours, tags_for};
 use crate::aws::SdkResultExt;
-use crate::resources::{Resource, missing};
+use crate::resources::{Resource, known_after_apply, missing, shown};
 
 const KIND: &str = "ec2:InternetGateway";
 const ROLE: &str = "igw";
@@ -46,14 +46,19 @@ impl Resource for InternetGateway {
     type Op = Op;
 
     async fn observe(&self) -> Result<Observed, ApiError> {
-        let attached = self
-            .ec2
-            .describe_internet_gateways()
-            .filters(filter("attachment.vpc-id", &self.vpc_id))
-            .send()
-            .await
-            .upstream("ec2", "DescribeInternetGateways")?;
-        if let Some(g) = attached.internet_gateways().first() {
+        let attached = if known_after_apply(&self.vpc_id) {
+            Vec::new()
+        } else {
+            self.ec2
+                .describe_internet_gateways()
+                .filters(filter("attachment.vpc-id", &self.vpc_id))
+                .send()
+                .await
+                .upstream("ec2", "DescribeInternetGateways")?
+                .internet_gateways
+                .unwrap_or_default()
+        };
+        if let Some(g) = attached.first() {
             return Ok(Observed {
                 id: g.internet_gateway_id().map(str::to_owned),
                 attached: true,
@@ -128,12 +133,16 @@ impl Resource for InternetGateway {
             Op::Attach => Change::new(
                 Action::Update,
                 KIND,
-                observed
-                    .id
-                    .clone()
-                    .unwrap_or_else(|| name(&self.cluster, ROLE)),
+                shown(observed.id.as_deref(), || name(&self.cluster, ROLE)),
             )
             .field("attachment.vpc_id", None, Some(json!(self.vpc_id))),
+        }
+    }
+
+    fn assume(&self, op: &Op, observed: &mut Observed) {
+        match op {
+            Op::Create => observed.id = Some(KNOWN_AFTER_APPLY.to_owned()),
+            Op::Attach => observed.attached = true,
         }
     }
 }
@@ -224,6 +233,16 @@ impl Resource for ClusterInternetGateways {
                 None,
             ),
             TeardownOp::Delete(id) => Change::new(Action::Delete, KIND, id),
+        }
+    }
+    fn assume(&self, op: &TeardownOp, observed: &mut Self::Observed) {
+        match op {
+            TeardownOp::Detach { id, vpc_id } => {
+                for (_, vpcs) in observed.iter_mut().filter(|(g, _)| g == id) {
+                    vpcs.retain(|v| v != vpc_id);
+                }
+            }
+            TeardownOp::Delete(id) => observed.retain(|(g, _)| g != id),
         }
     }
 }

@@ -184,6 +184,16 @@ impl Resource for NatGateway {
                 .field("nat_gateway_id", None, Some(json!(KNOWN_AFTER_APPLY))),
         }
     }
+
+    /// Assumed made is assumed available: a plan goes on past the wait for it.
+    fn assume(&self, op: &Op, observed: &mut Observed) {
+        match op {
+            Op::AllocateAddress => observed.address = Some(KNOWN_AFTER_APPLY.to_owned()),
+            Op::Create => {
+                observed.gateway = Some((KNOWN_AFTER_APPLY.to_owned(), NatGatewayState::Available))
+            }
+        }
+    }
 }
 
 /// Teardown: the cluster's NAT gateways, then (once they are gone, as their addresses stay
@@ -293,6 +303,13 @@ impl Resource for ClusterNatGateways {
         match op {
             TeardownOp::Delete(id) => Change::new(Action::Delete, KIND, id),
             TeardownOp::Release(id) => Change::new(Action::Delete, ADDRESS_KIND, id),
+        }
+    }
+
+    fn assume(&self, op: &TeardownOp, observed: &mut TeardownObserved) {
+        match op {
+            TeardownOp::Delete(id) => observed.gateways.retain(|(g, _)| g != id),
+            TeardownOp::Release(id) => observed.addresses.retain(|a| a != id),
         }
     }
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{Client, name, of_cluster, ours, tags_for};
 use crate::aws::SdkResultExt;
-use crate::resources::{Resource, missing};
+use crate::resources::{Resource, missing, shown};
 
 const KIND: &str = "ec2:RouteTable";
 const DEFAULT: &str = "0.0.0.0/0";
@@ -202,10 +202,7 @@ impl Resource for RouteTable {
 
     fn describe(&self, op: &Op, observed: &Observed) -> Change {
         let s = &self.spec;
-        let shown = observed
-            .id
-            .clone()
-            .unwrap_or_else(|| name(&s.cluster, &s.role_tag()));
+        let shown = shown(observed.id.as_deref(), || name(&s.cluster, &s.role_tag()));
         match op {
             Op::Create => Change::new(Action::Create, KIND, name(&s.cluster, &s.role_tag())).field(
                 "route_table_id",
@@ -222,6 +219,15 @@ impl Resource for RouteTable {
                 None,
                 Some(json!(subnet)),
             ),
+        }
+    }
+    fn assume(&self, op: &Op, observed: &mut Observed) {
+        match op {
+            Op::Create => observed.id = Some(KNOWN_AFTER_APPLY.to_owned()),
+            Op::CreateRoute | Op::ReplaceRoute => {
+                observed.default_route = Some(self.spec.default_route.id().to_owned())
+            }
+            Op::Associate(subnet) => observed.associated.push(subnet.clone()),
         }
     }
 }
@@ -307,6 +313,16 @@ impl Resource for ClusterRouteTables {
                 None,
             ),
             TeardownOp::Delete(id) => Change::new(Action::Delete, KIND, id),
+        }
+    }
+    fn assume(&self, op: &TeardownOp, observed: &mut Self::Observed) {
+        match op {
+            TeardownOp::Disassociate(a) => {
+                for (_, associations) in observed.iter_mut() {
+                    associations.retain(|x| x != a);
+                }
+            }
+            TeardownOp::Delete(id) => observed.retain(|(t, _)| t != id),
         }
     }
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{Client, filter, of_cluster, tags_for};
 use crate::aws::SdkResultExt;
-use crate::resources::{Listed, Resource, missing};
+use crate::resources::{Listed, Resource, missing, shown};
 
 const KIND: &str = "ec2:SecurityGroup";
 const ROLE: &str = "efa-sg";
@@ -159,7 +159,7 @@ impl Resource for EfaSecurityGroup {
     }
 
     fn describe(&self, op: &Op, observed: &Observed) -> Change {
-        let shown = observed.id.clone().unwrap_or_else(|| self.group_name());
+        let shown = shown(observed.id.as_deref(), || self.group_name());
         let rule = json!({"protocol": "all", "group": "itself"});
         match op {
             Op::Create => Change::new(Action::Create, KIND, self.group_name()).field(
@@ -173,6 +173,13 @@ impl Resource for EfaSecurityGroup {
             Op::AuthorizeSelfEgress => {
                 Change::new(Action::Update, KIND, shown).field("egress", None, Some(rule))
             }
+        }
+    }
+    fn assume(&self, op: &Op, observed: &mut Observed) {
+        match op {
+            Op::Create => observed.id = Some(KNOWN_AFTER_APPLY.to_owned()),
+            Op::AuthorizeSelfIngress => observed.self_ingress = true,
+            Op::AuthorizeSelfEgress => observed.self_egress = true,
         }
     }
 }

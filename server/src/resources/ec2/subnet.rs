@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{Client, filter, free_block, has_tag, name, of_cluster, tags_for};
 use crate::aws::SdkResultExt;
-use crate::resources::{Listed, Resource, tags};
+use crate::resources::{Listed, Resource, assume_made, known_after_apply, made_in_plan, tags};
 
 const KIND: &str = "ec2:Subnet";
 /// The role tag of compute subnets, which clusters of one VPC may share.
@@ -59,6 +59,9 @@ async fn subnets_of(
     ec2: &Client,
     vpc_id: &str,
 ) -> Result<Vec<aws_sdk_ec2::types::Subnet>, ApiError> {
+    if known_after_apply(vpc_id) {
+        return Ok(Vec::new());
+    }
     let out = ec2
         .describe_subnets()
         .filters(filter("vpc-id", vpc_id))
@@ -116,9 +119,15 @@ impl Resource for Subnet {
 
     async fn observe(&self) -> Result<Observed, ApiError> {
         let subnets = subnets_of(&self.ec2, &self.spec.vpc_id).await?;
+        // In a plan, the blocks of the subnets it already made are taken too.
+        let planned = made_in_plan(KIND, &self.spec.vpc_id);
         Ok(Observed {
             subnet: pick(&self.spec, &subnets),
-            used: subnets.iter().filter_map(cidr_of).collect(),
+            used: subnets
+                .iter()
+                .filter_map(cidr_of)
+                .chain(planned.iter().filter_map(|c| Cidr::parse(c).ok()))
+                .collect(),
         })
     }
 
@@ -170,6 +179,16 @@ impl Resource for Subnet {
             Some(json!(self.spec.availability_zone)),
         )
         .field("subnet_id", None, Some(json!(KNOWN_AFTER_APPLY)))
+    }
+
+    fn assume(&self, op: &Op, observed: &mut Observed) {
+        let Op::Create(block) = op;
+        assume_made(KIND, &self.spec.vpc_id, block.to_string());
+        observed.used.push(*block);
+        observed.subnet = Some(SubnetState {
+            id: KNOWN_AFTER_APPLY.to_owned(),
+            cidr: Some(*block),
+        });
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{Client, filter, free_vpc_block, name, ours, tags_for};
 use crate::aws::SdkResultExt;
-use crate::resources::{Listed, Resource, missing};
+use crate::resources::{Listed, Resource, missing, shown};
 
 const KIND: &str = "ec2:Vpc";
 const ROLE: &str = "vpc";
@@ -260,10 +260,9 @@ impl Resource for Vpc {
     }
 
     fn describe(&self, op: &Op, observed: &Observed) -> Change {
-        let shown = observed
-            .vpc
-            .as_ref()
-            .map_or_else(|| name(&self.cluster, ROLE), |v| v.id.clone());
+        let shown = shown(observed.vpc.as_ref().map(|v| v.id.as_str()), || {
+            name(&self.cluster, ROLE)
+        });
         match op {
             Op::Create(cidr) => Change::new(Action::Create, KIND, name(&self.cluster, ROLE))
                 .field("cidr_block", None, Some(json!(cidr.to_string())))
@@ -273,6 +272,28 @@ impl Resource for Vpc {
                 Some(json!(false)),
                 Some(json!(true)),
             ),
+        }
+    }
+
+    fn assume(&self, op: &Op, observed: &mut Observed) {
+        match op {
+            Op::Create(cidr) => {
+                observed.vpc = Some(VpcState {
+                    id: KNOWN_AFTER_APPLY.to_owned(),
+                    cidr: *cidr,
+                    created: true,
+                    dns_support: false,
+                    dns_hostnames: false,
+                })
+            }
+            Op::EnableDns(attribute) => {
+                if let Some(vpc) = observed.vpc.as_mut() {
+                    match attribute {
+                        VpcAttributeName::EnableDnsHostnames => vpc.dns_hostnames = true,
+                        _ => vpc.dns_support = true,
+                    }
+                }
+            }
         }
     }
 }

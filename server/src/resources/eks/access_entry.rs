@@ -83,14 +83,18 @@ impl Resource for AccessEntry {
     async fn observe(&self) -> Result<Observed, ApiError> {
         let mut o = Observed::default();
         if self.want.present().is_some() {
-            let c = super::cluster::describe(&self.eks, &self.cluster)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::field(
-                        "name",
-                        format!("there is no EKS cluster named {}", self.cluster),
-                    )
-                })?;
+            let c = super::cluster::describe(&self.eks, &self.cluster).await?;
+            if c.is_none() && super::cluster::made_by_this_plan(&self.cluster) {
+                // A plan's new cluster: API access mode, no entries yet.
+                o.authentication_mode = Some(AuthenticationMode::ApiAndConfigMap);
+                return Ok(o);
+            }
+            let c = c.ok_or_else(|| {
+                ApiError::field(
+                    "name",
+                    format!("there is no EKS cluster named {}", self.cluster),
+                )
+            })?;
             o.authentication_mode = c.authentication_mode;
             o.cluster_updating = c.status == Some(ClusterStatus::Updating);
         }
@@ -200,6 +204,19 @@ impl Resource for AccessEntry {
             Op::AssociateClusterAdmin => Change::new(Action::Update, KIND, &self.principal_arn)
                 .field("access_policies", None, Some(json!(CLUSTER_ADMIN_POLICY))),
             Op::Delete => Change::new(Action::Delete, KIND, &self.principal_arn),
+        }
+    }
+    fn assume(&self, op: &Op, o: &mut Observed) {
+        match op {
+            Op::EnableAccessEntries => {
+                o.authentication_mode = Some(AuthenticationMode::ApiAndConfigMap)
+            }
+            Op::Create => {
+                o.exists = true;
+                o.managed = true;
+            }
+            Op::AssociateClusterAdmin => o.cluster_admin = true,
+            Op::Delete => o.exists = false,
         }
     }
 }

@@ -186,6 +186,18 @@ impl Resource for Addon {
             Op::Delete => change(Action::Delete),
         }
     }
+    /// Assumed made is assumed active (a plan goes on past the wait), and deleted gone.
+    fn assume(&self, op: &Op, observed: &mut Option<State>) {
+        *observed = match op {
+            Op::Create | Op::Update => Some(State {
+                status: Some(AddonStatus::Active),
+                version: self.want.present().cloned(),
+                ours: true,
+                issues: Vec::new(),
+            }),
+            Op::Delete => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::{Client, cluster_tags, issues};
 use crate::aws::{SdkResultExt, failed_state};
-use crate::resources::{Resource, Want, missing, tags};
+use crate::resources::{Resource, Want, assume_made, made_in_plan, missing, tags};
 
 const KIND: &str = "eks:Cluster";
 
@@ -82,6 +82,11 @@ impl State {
 }
 
 /// What EKS has now under `name`, `None` when nothing.
+/// Whether the plan being made creates EKS cluster `name` (so it is not there to read).
+pub fn made_by_this_plan(name: &str) -> bool {
+    !made_in_plan(KIND, name).is_empty()
+}
+
 pub async fn describe(eks: &Client, name: &str) -> Result<Option<State>, ApiError> {
     let found = eks
         .describe_cluster()
@@ -200,6 +205,27 @@ impl Resource for EksCluster {
                 .field("oidc_issuer", None, Some(json!(KNOWN_AFTER_APPLY))),
             (Op::Create, Want::Absent) => Change::new(Action::Create, KIND, &self.name),
             (Op::Delete, _) => Change::new(Action::Delete, KIND, &self.name),
+        }
+    }
+    /// Assumed made is assumed active (a plan goes on past the wait), and deleted gone.
+    fn assume(&self, op: &Op, observed: &mut Option<State>) {
+        if let Op::Create = op {
+            assume_made(KIND, &self.name, String::new());
+        }
+        *observed = match (op, &self.want) {
+            (Op::Create, Want::Present(spec)) => Some(State {
+                arn: Some(KNOWN_AFTER_APPLY.to_owned()),
+                status: Some(ClusterStatus::Active),
+                version: Some(spec.kubernetes_version.clone()),
+                platform_version: None,
+                oidc_issuer: Some(KNOWN_AFTER_APPLY.to_owned()),
+                endpoint: None,
+                certificate_authority: None,
+                authentication_mode: Some(AuthenticationMode::ApiAndConfigMap),
+                ours: true,
+                health_issues: Vec::new(),
+            }),
+            _ => None,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! service account; pointed at the right role again if someone changed it.
 
 use app::api::ApiError;
-use app::api::plan::{Action, Change};
+use app::api::plan::{Action, Change, KNOWN_AFTER_APPLY};
 use serde_json::json;
 
 use super::{Client, cluster_tags};
@@ -46,6 +46,10 @@ impl Resource for PodIdentity {
     type Op = Op;
 
     async fn observe(&self) -> Result<Observed, ApiError> {
+        // Nothing is associated yet with a cluster the plan makes.
+        if super::cluster::made_by_this_plan(&self.cluster) {
+            return Ok(Observed::default());
+        }
         let found = self
             .eks
             .list_pod_identity_associations()
@@ -140,6 +144,12 @@ impl Resource for PodIdentity {
                 Some(json!(self.role_arn)),
             ),
         }
+    }
+    fn assume(&self, op: &Op, o: &mut Observed) {
+        if let Op::Create = op {
+            o.association_id = Some(KNOWN_AFTER_APPLY.to_owned());
+        }
+        o.role_arn = Some(self.role_arn.clone());
     }
 }
 

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use app::api::ApiError;
-use app::api::plan::{Action, Change};
+use app::api::plan::{Action, Change, KNOWN_AFTER_APPLY};
 use serde_json::{Value, json};
 
 use super::{Client, cluster_tags, document, pairs};
@@ -313,6 +313,34 @@ impl Resource for Role {
                 None,
             ),
             Op::Delete => change(Action::Delete),
+        }
+    }
+    fn assume(&self, op: &Op, observed: &mut Observed) {
+        let spec = self.want.present();
+        match op {
+            Op::Create => {
+                *observed = Observed {
+                    arn: Some(KNOWN_AFTER_APPLY.to_owned()),
+                    ours: true,
+                    trust: spec.map(|s| s.trust.document()).unwrap_or_default(),
+                    ..Observed::default()
+                }
+            }
+            Op::UpdateTrust => {
+                observed.trust = spec.map(|s| s.trust.document()).unwrap_or_default()
+            }
+            Op::Attach(policy) => observed.attached.push(policy.clone()),
+            Op::PutInline(policy) => {
+                let doc = spec.and_then(|s| s.inline.get(policy)).cloned();
+                observed
+                    .inline
+                    .insert(policy.clone(), doc.unwrap_or_default());
+            }
+            Op::Detach(policy) => observed.attached.retain(|p| p != policy),
+            Op::DeleteInline(policy) => {
+                observed.inline.remove(policy);
+            }
+            Op::Delete => *observed = Observed::default(),
         }
     }
 }

@@ -25,14 +25,17 @@ pub const FIELD_MANAGER: &str = "hypd";
 /// EKS accepts tokens for at most 15 minutes; a client lives for one stage step.
 const TOKEN_LIFETIME: Duration = Duration::from_secs(14 * 60);
 
-/// A client for EKS cluster `cluster` in `region`, authenticated as hypd.
+/// A client for EKS cluster `cluster` in `region`, authenticated as hypd. In a plan that
+/// creates the cluster, a client of a cluster with nothing in it yet ([`EmptyCluster`]).
 pub async fn connect(aws: &Aws, region: &str, cluster: &str) -> Result<kube::Client, ApiError> {
-    let c = super::eks::cluster::describe(&aws.eks(region), cluster)
-        .await?
-        .ok_or_else(|| ApiError::NotFound {
-            resource: "EKS cluster".into(),
-            name: cluster.to_owned(),
-        })?;
+    let c = super::eks::cluster::describe(&aws.eks(region), cluster).await?;
+    if c.is_none() && super::eks::cluster::made_by_this_plan(cluster) {
+        return Ok(kube::Client::new(EmptyCluster, "default"));
+    }
+    let c = c.ok_or_else(|| ApiError::NotFound {
+        resource: "EKS cluster".into(),
+        name: cluster.to_owned(),
+    })?;
     let endpoint = c.endpoint.as_deref().ok_or_else(|| ApiError::Conflict {
         message: format!(
             "EKS cluster {cluster} has no API endpoint yet (status {})",
@@ -46,6 +49,79 @@ pub async fn connect(aws: &Aws, region: &str, cluster: &str) -> Result<kube::Cli
         .ok_or_else(|| ApiError::internal(format!("EKS cluster {cluster} has no CA data")))?;
     let token = token(aws, region, cluster, SystemTime::now()).await?;
     client(endpoint, ca, &token)
+}
+
+/// The API of a cluster a plan creates, as it is when first up: no object of any kind.
+/// A read of one object is a 404, a list is empty; nothing else is asked in a plan (its
+/// changes are recorded, not applied), and anything else is refused.
+#[derive(Clone, Copy)]
+pub struct EmptyCluster;
+
+impl tower::Service<http::Request<kube::client::Body>> for EmptyCluster {
+    type Response = http::Response<http_body_util::Full<axum::body::Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+        std::future::ready(Ok(empty_cluster_answer(req.method(), req.uri().path())))
+    }
+}
+
+/// What [`EmptyCluster`] answers: after `/api/<v>` or `/apis/<group>/<v>`, an odd number
+/// of segments names a collection (`pods`, `namespaces/ns/pods`), an even one an object.
+fn empty_cluster_answer(
+    method: &http::Method,
+    path: &str,
+) -> http::Response<http_body_util::Full<axum::body::Bytes>> {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let prefix = if segments.first() == Some(&"apis") {
+        3
+    } else {
+        2
+    };
+    let rest = segments.len().saturating_sub(prefix);
+    let status = |code: u16, reason: &str, message: &str| {
+        serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code,
+        })
+    };
+    let (code, body) = match *method {
+        http::Method::GET if rest % 2 == 1 => (
+            200,
+            serde_json::json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "0"}, "items": []}),
+        ),
+        http::Method::GET => (
+            404,
+            status(
+                404,
+                "NotFound",
+                "the cluster is not made yet: nothing is in it",
+            ),
+        ),
+        _ => (
+            405,
+            status(
+                405,
+                "MethodNotAllowed",
+                "a plan does not change a cluster it has not made",
+            ),
+        ),
+    };
+    http::Response::builder()
+        .status(code)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body.to_string(),
+        )))
+        .unwrap_or_default()
 }
 
 fn client(endpoint: &str, ca_base64: &str, token: &str) -> Result<kube::Client, ApiError> {

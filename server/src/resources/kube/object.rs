@@ -218,6 +218,12 @@ impl<K: Object> Resource for Applied<K> {
         change.namespace = self.object.meta().namespace.clone();
         change
     }
+    fn assume(&self, op: &Op, live: &mut Option<K>) {
+        *live = match op {
+            Op::Apply { .. } => Some(self.object.clone()),
+            Op::Delete => None,
+        }
+    }
 }
 
 #[cfg(test)]

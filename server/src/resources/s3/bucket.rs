@@ -226,6 +226,20 @@ impl Resource for Bucket {
             Op::Delete => Change::new(Action::Delete, KIND, &self.name),
         }
     }
+    fn assume(&self, op: &Op, o: &mut Observed) {
+        match op {
+            Op::Create => {
+                *o = Observed {
+                    exists: true,
+                    ours: true,
+                    keys: Vec::new(),
+                    created: true,
+                }
+            }
+            Op::DeleteObject(key) => o.keys.retain(|k| k != key),
+            Op::Delete => *o = Observed::default(),
+        }
+    }
 }
 
 #[cfg(test)]

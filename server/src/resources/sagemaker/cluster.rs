@@ -430,6 +430,38 @@ impl Resource for HyperPodCluster {
             Op::Delete => Change::new(Action::Delete, KIND, &self.name),
         }
     }
+    /// Assumed made or updated is assumed in service with the groups asked for (a plan
+    /// goes on past the wait), and deleted gone.
+    fn assume(&self, op: &Op, observed: &mut Option<State>) {
+        let Some(spec) = self.want.present().filter(|_| !matches!(op, Op::Delete)) else {
+            *observed = None;
+            return;
+        };
+        let arn = observed.as_ref().and_then(|s| s.arn.clone());
+        *observed = Some(State {
+            arn: arn.or_else(|| Some(KNOWN_AFTER_APPLY.to_owned())),
+            status: Some(ClusterStatus::Inservice),
+            failure_message: None,
+            ours: true,
+            groups: spec
+                .groups
+                .iter()
+                .map(|g| GroupState {
+                    name: g.name.clone(),
+                    instance_type: Some(g.instance_type.clone()),
+                    current_count: g.instance_count,
+                    target_count: g.instance_count,
+                    status: Some("InService".to_owned()),
+                    deep_health_checks: g.deep_health_checks,
+                    training_plan_arn: match &g.capacity {
+                        GroupCapacity::TrainingPlan(arn) => Some(arn.clone()),
+                        _ => None,
+                    },
+                    threads_per_core: g.threads_per_core,
+                })
+                .collect(),
+        });
+    }
 }
 
 #[cfg(test)]
