@@ -150,6 +150,11 @@ async def import_and_follow(server, sim):
         err = missing.structured_content["error"]
         assert err["kind"] == "validation" and err["errors"][0]["field"] == "name", err
 
+        # The plan first: hypd's access entry and its record, nothing else made.
+        dry = structured(await client.call_tool("import_cluster", {"name": "mcp-eks", "dry_run": True}))
+        planned = {(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]}
+        assert ("create", "hypd:Cluster") in planned, dry
+        assert {kind for action, kind in planned if action != "none"} <= {"eks:AccessEntry", "hypd:Cluster"}, dry
         started = structured(await client.call_tool("import_cluster", {"name": "mcp-eks"}))
         assert started["status_command"] == "get_operation" and started["created"] is True
         again = structured(await client.call_tool("import_cluster", {"name": "mcp-eks"}))

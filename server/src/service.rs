@@ -217,7 +217,12 @@ impl<P: Registered> Handler<P> for Service {
     }
 
     async fn preview(&self, actor: &Actor, request: P) -> Result<Plan, ApiError> {
-        crate::operation::preview::preview(&self.preflight(), actor, request).await
+        Box::pin(crate::operation::preview::preview(
+            &self.preflight(),
+            actor,
+            request,
+        ))
+        .await
     }
 }
 

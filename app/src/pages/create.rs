@@ -8,7 +8,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
-use super::{CommandLink, CommandPage, Review, ReviewPlan, loading};
+use super::{CommandLink, CommandPage, Review, ReviewActions, loading};
 use crate::api::call::call;
 use crate::api::clusters::CreateCluster;
 use crate::api::inspect::{
@@ -306,18 +306,7 @@ fn CreateForm() -> impl IntoView {
                 <FieldInput form record=top field=&VERSION/>
             </details>
             <FormAlert form/>
-            <ReviewPlan review/>
-            <div class="actions">
-                <button class="primary" type="submit" disabled=move || form.busy.get()>
-                    {move || match (form.busy.get(), review.reviewing()) {
-                        (true, false) => "Planning…",
-                        (true, true) => "Creating…",
-                        (false, false) => "Review plan",
-                        (false, true) => "Create cluster",
-                    }}
-                </button>
-                <a class="button" href="/clusters">"Cancel"</a>
-            </div>
+            <ReviewActions form review run="Create cluster" running="Creating…" cancel="/clusters"/>
         </form>
     }
 }

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
-use super::{CommandLink, CommandPage, Review, ReviewPlan, loading};
+use super::{CommandLink, CommandPage, Review, ReviewActions, loading};
 use crate::api::Command;
 use crate::api::call::call;
 use crate::api::clusters::ImportCluster;
@@ -99,18 +99,7 @@ fn ImportForm() -> impl IntoView {
                 <FieldInput form record field=&HYPERPOD/>
             </details>
             <FormAlert form/>
-            <ReviewPlan review/>
-            <div class="actions">
-                <button class="primary" type="submit" disabled=move || form.busy.get()>
-                    {move || match (form.busy.get(), review.reviewing()) {
-                        (true, false) => "Planning…",
-                        (true, true) => "Importing…",
-                        (false, false) => "Review plan",
-                        (false, true) => "Import cluster",
-                    }}
-                </button>
-                <a class="button" href="/clusters">"Cancel"</a>
-            </div>
+            <ReviewActions form review run="Import cluster" running="Importing…" cancel="/clusters"/>
         </form>
     }
 }

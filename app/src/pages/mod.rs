@@ -258,10 +258,19 @@ impl Review {
     }
 }
 
-/// The plan a [`Review`] holds, once the first submit fetched it.
+/// The end of a reviewed form: the plan a [`Review`] holds once the first submit fetched
+/// it, and the submit button, which asks for the plan first and runs it second.
 #[component]
-pub fn ReviewPlan(review: Review) -> impl IntoView {
-    move || {
+pub fn ReviewActions(
+    form: crate::form::FormState,
+    review: Review,
+    /// The command as the button says it, e.g. "Create cluster".
+    run: &'static str,
+    /// The button while the command is being sent, e.g. "Creating…".
+    running: &'static str,
+    cancel: &'static str,
+) -> impl IntoView {
+    let plan = move || {
         review.0.get().map(|plan| {
             view! {
                 <section class="review" aria-labelledby="review-title">
@@ -270,6 +279,23 @@ pub fn ReviewPlan(review: Review) -> impl IntoView {
                     <PlanView plan/>
                 </section>
             }
+            .into_any()
         })
+    };
+    // Type-erased: the forms around it are deep enough already.
+    view! {
+        {plan}
+        <div class="actions">
+            <button class="primary" type="submit" disabled=move || form.busy.get()>
+                {move || match (form.busy.get(), review.reviewing()) {
+                    (true, false) => "Planning…",
+                    (true, true) => running,
+                    (false, false) => "Review plan",
+                    (false, true) => run,
+                }}
+            </button>
+            <a class="button" href=cancel>"Cancel"</a>
+        </div>
     }
+    .into_any()
 }

@@ -88,12 +88,11 @@ impl Pipeline for ImportCluster {
         match stage {
             Stage::Eks => {
                 let c = find_eks(&cx.aws, &region, name).await?;
+                // Known while it is still CREATING: a plan goes on with them.
+                out.eks_cluster_arn = c.arn.clone();
+                out.kubernetes_version = c.version.clone();
                 match &c.status {
-                    Some(ClusterStatus::Active) => {
-                        out.eks_cluster_arn = c.arn;
-                        out.kubernetes_version = c.version;
-                        Ok(Progress::Done)
-                    }
+                    Some(ClusterStatus::Active) => Ok(Progress::Done),
                     Some(s @ (ClusterStatus::Creating | ClusterStatus::Updating)) => Ok(
                         Progress::wait(POLL, format!("EKS cluster {name} is {}", s.as_str())),
                     ),

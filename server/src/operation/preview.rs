@@ -31,7 +31,9 @@ pub async fn preview<P: Pipeline>(
         let mut outputs = P::Outputs::default();
         let mut stages = Vec::new();
         for stage in request.plan() {
-            request.step(&step_cx, stage, &mut outputs).await?;
+            // On the heap: a step's future is large (every resource it converges), and a
+            // preview runs under whichever face asked, MCP's own futures included.
+            Box::pin(request.step(&step_cx, stage, &mut outputs)).await?;
             stages.push(StagePlan {
                 stage: stage.name().to_owned(),
                 title: stage.title().to_owned(),
