@@ -246,7 +246,66 @@ def test_create_cluster_through_mcp(hypd, sim):
     assert agent["status"]["numberReady"] == 1, agent["status"]
     claim = json.loads(kubectl(sim, "mcp-gpu", "get", "pvc", "shared-s3", "-o", "json"))
     assert claim["status"]["phase"] == "Bound", claim
+    anyio.run(drift_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
+
+
+def aws(service, endpoint):
+    import boto3
+
+    return boto3.client(
+        service, endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+
+
+def drift_outside_hypd(hypd, sim):
+    """What a person does by hand to mcp-gpu, with the official clients."""
+    moto = hypd.env["AWS_ENDPOINT_URL"]
+    ec2 = aws("ec2", moto)
+    [group] = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["hypd-mcp-gpu-efa"]}])["SecurityGroups"]
+    gid = group["GroupId"]
+    ec2.revoke_security_group_ingress(GroupId=gid, IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid}]}])
+    aws("iam", moto).detach_role_policy(RoleName="hypd-mcp-gpu-eks", PolicyArn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy")
+    aws("eks", sim).delete_addon(clusterName="mcp-gpu", addonName="metrics-server")
+    kubectl(sim, "mcp-gpu", "-n", "aws-hyperpod", "label", "daemonset", "health-monitoring-agent",
+            "app.kubernetes.io/managed-by=someone-else", "--overwrite")
+
+
+async def drift_and_reconcile(server, hypd, sim):
+    """get_drift on a clean cluster is empty; each change made outside hypd is named;
+    reconcile_cluster shows the same as its plan, then puts back exactly that."""
+    async with Client(server) as client:
+        clean = structured(await client.call_tool("get_drift", {"name": "mcp-gpu"}))
+        assert clean["made_by"] == "create_cluster" and clean["drifted"] == [], clean
+
+        drift_outside_hypd(hypd, sim)
+        report = structured(await client.call_tool("get_drift", {"name": "mcp-gpu"}))
+        by_kind = {d["kind"]: d for d in report["drifted"]}
+        assert set(by_kind) == {"ec2:SecurityGroup", "iam:Role", "eks:Addon", "k8s:apps/v1/DaemonSet"}, report
+        assert by_kind["ec2:SecurityGroup"]["state"] == "missing" and by_kind["ec2:SecurityGroup"]["fields"][0]["field"] == "ingress"
+        role = by_kind["iam:Role"]
+        assert role["name"] == "hypd-mcp-gpu-eks" and role["fields"][0]["expected"].endswith("AmazonEKSClusterPolicy"), role
+        assert by_kind["eks:Addon"]["name"] == "metrics-server" and by_kind["eks:Addon"]["state"] == "missing"
+        daemonset = by_kind["k8s:apps/v1/DaemonSet"]
+        assert daemonset["state"] == "differs" and "kubectl-label" in daemonset["changed_by"], daemonset
+        label = [f for f in daemonset["fields"] if "managed-by" in f["field"]]
+        assert label and label[0]["expected"] == "hypd" and label[0]["actual"] == "someone-else", daemonset
+
+        dry = structured(await client.call_tool("reconcile_cluster", {"name": "mcp-gpu", "dry_run": True}))
+        planned = {c["kind"] for s in dry["plan"]["stages"] for c in s["changes"]}
+        assert planned == set(by_kind), dry
+        started = structured(await client.call_tool("reconcile_cluster", {"name": "mcp-gpu"}))
+        while True:
+            waited = structured(
+                await client.call_tool("wait_operation", {"operation_id": started["operation_id"], "timeout_seconds": 60})
+            )
+            if not waited["timed_out"]:
+                break
+        assert waited["operation"]["state"] == "succeeded", waited
+        after = structured(await client.call_tool("get_drift", {"name": "mcp-gpu"}))
+        assert after["drifted"] == [], after
+    agent = json.loads(kubectl(sim, "mcp-gpu", "-n", "aws-hyperpod", "get", "daemonset", "health-monitoring-agent", "-o", "json"))
+    assert agent["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "hypd", agent["metadata"]["labels"]
 
 
 async def delete_in_two_steps(server):

@@ -238,6 +238,27 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.emulateMedia({ colorScheme: 'light' });
   await fitsWidth(page, 1024);
 
+  // Drift, asked for: nothing yet. An add-on deleted behind hypd's back (the EKS API,
+  // as the AWS CLI would call it) is then named, and Reconcile shows its plan before it
+  // puts it back.
+  await page.click('button.check-drift');
+  await page.waitForSelector('.drift .drift-none');
+  const removed = await fetch(new URL('/clusters/e2e-ml/addons/metrics-server', server.world.simUrl), { method: 'DELETE' });
+  assert.equal(removed.status, 200, await removed.text());
+  await page.click('button.check-drift');
+  await page.waitForSelector('.drift-list li[data-kind="eks:Addon"][data-state="missing"]');
+  await shot(page, 'cluster-drift');
+  await page.click('button.reconcile');
+  await page.waitForSelector('.drift .plan li[data-kind="eks:Addon"][data-action="create"]');
+  assert.equal(await page.textContent('button.reconcile'), 'Run reconcile');
+  await page.click('button.reconcile');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.click('button.check-drift');
+  await page.waitForSelector('.drift .drift-none');
+
   // Its name is taken now: the server says so beside the name field.
   await fillForm(page, 'e2e-ml');
   await page.click('button[type="submit"]');

@@ -873,3 +873,145 @@ mod tests {
         );
     }
 }
+
+/// What drifted from what hypd made: the cluster's own pipeline (the creation, or the
+/// import) planned again on the live world, with the request that made it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetDrift {
+    pub name: EksClusterName,
+}
+
+/// How an object differs from what hypd made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DriftState {
+    /// hypd made it and it is gone (or a setting of it is, such as a rule or a policy).
+    Missing,
+    /// It is there with fields other than hypd set.
+    Differs,
+    /// It is there and hypd would remove it.
+    Unexpected,
+}
+
+/// One field as hypd set it and as it is now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FieldDrift {
+    pub field: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual: Option<serde_json::Value>,
+}
+
+/// One object that drifted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Drifted {
+    /// The stage of the cluster's pipeline that owns it.
+    pub stage: String,
+    pub state: DriftState,
+    /// As plans name kinds: `ec2:SecurityGroup`, `iam:Role`, `k8s:apps/v1/DaemonSet`, …
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldDrift>,
+    /// Kubernetes field managers other than hypd that wrote the object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_by: Vec<String>,
+}
+
+impl Drifted {
+    /// A planned change of the cluster's pipeline as drift: what the change would set is
+    /// what hypd expects, what it would replace is what is there.
+    pub fn of(stage: &str, c: super::plan::Change) -> Self {
+        use super::plan::Action;
+        Drifted {
+            stage: stage.to_owned(),
+            state: match c.action {
+                Action::Create => DriftState::Missing,
+                Action::Delete => DriftState::Unexpected,
+                Action::Update | Action::Adopt | Action::None => {
+                    // A setting added back (a rule, a policy) was missing, not different.
+                    if !c.fields.is_empty() && c.fields.iter().all(|f| f.old.is_none()) {
+                        DriftState::Missing
+                    } else {
+                        DriftState::Differs
+                    }
+                }
+            },
+            kind: c.kind,
+            name: c.name,
+            namespace: c.namespace,
+            fields: c
+                .fields
+                .into_iter()
+                .map(|f| FieldDrift {
+                    field: f.field,
+                    expected: f.new,
+                    actual: f.old,
+                })
+                .collect(),
+            changed_by: c.changed_by,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DriftReport {
+    pub name: String,
+    /// The command whose request is hypd's desired state: `create_cluster` or
+    /// `import_cluster` (an imported cluster's desired state is hypd's access only).
+    pub made_by: String,
+    /// When the live world was read (RFC 3339, UTC).
+    pub checked_at: String,
+    /// Empty when nothing drifted.
+    pub drifted: Vec<Drifted>,
+}
+
+impl Command for GetDrift {
+    type Output = DriftReport;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "get_drift",
+        summary: "Report what changed outside hypd in what hypd made for a cluster",
+        description: "Plans the cluster's own creation (or import) again against the live world, with the request that made it, and reports every object that no longer is as hypd made it: kind, name, stage, missing / differs / unexpected, each field as hypd expects it and as it is, and for Kubernetes objects the field managers that wrote them. Covers security-group rules, route tables, IAM roles' policies and trust, the OIDC provider, EKS add-ons and access, the HyperPod cluster's instance groups, the node components and the shared storage objects. Read-only; an empty list means nothing drifted. reconcile_cluster puts it back.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/drift",
+    };
+}
+
+/// Puts back what drifted: the cluster's own stages run again with the request that made
+/// it, so each makes exactly the changes its diff finds and nothing else.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileCluster {
+    pub name: EksClusterName,
+    /// Re-sending a request with the same key returns the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Only answer with the plan: the drift, as the changes that put it back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl Command for ReconcileCluster {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "reconcile_cluster",
+        summary: "Put back what drifted in what hypd made for a cluster",
+        description: "Runs the cluster's own stages again with the request that made it (network, IAM, EKS, access, add-ons, node components, HyperPod, storage; for an imported cluster only hypd's access), each changing only what get_drift reports and nothing else. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan, which is the drift as changes.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/reconcile",
+    };
+
+    super::command::dry_run_request!();
+}

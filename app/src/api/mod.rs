@@ -32,6 +32,8 @@ macro_rules! for_each_command {
             $crate::api::clusters::CreateCluster,
             $crate::api::clusters::ImportCluster,
             $crate::api::clusters::DeleteCluster,
+            $crate::api::clusters::GetDrift,
+            $crate::api::clusters::ReconcileCluster,
             $crate::api::operations::ListOperations,
             $crate::api::operations::GetOperation,
             $crate::api::operations::WaitOperation,

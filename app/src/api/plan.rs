@@ -66,6 +66,10 @@ pub struct Change {
     /// For updates: the fields that change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<FieldChange>,
+    /// For a Kubernetes object: the field managers other than hypd that wrote it (from
+    /// its `managedFields`), e.g. `kubectl-edit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_by: Vec<String>,
 }
 
 impl Change {
@@ -76,6 +80,7 @@ impl Change {
             name: name.into(),
             namespace: None,
             fields: Vec::new(),
+            changed_by: Vec::new(),
         }
     }
 

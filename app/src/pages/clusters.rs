@@ -10,6 +10,7 @@ use leptos::either::{Either, EitherOf3};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
+use super::drift::DriftPanel;
 use super::{PlanView, StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
@@ -360,6 +361,7 @@ pub fn ClusterDetail() -> impl IntoView {
                     }
                 })}
             </Transition>
+            {move || view! { <DriftPanel name=name()/> }}
             <div class="panel">
                 <h2>"Operations on this cluster"</h2>
                 <Transition fallback=loading>

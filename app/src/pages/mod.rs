@@ -4,6 +4,7 @@
 
 pub mod clusters;
 pub mod create;
+pub mod drift;
 pub mod import;
 pub mod operations;
 pub mod overview;

@@ -150,154 +150,167 @@ impl Pipeline for CreateCluster {
         stage: Stage,
         out: &mut Outputs,
     ) -> Result<Progress, ApiError> {
-        let region = super::stored_region(self.region.as_ref(), Self::SPEC.name)?;
-        let name = self.name.as_str();
-        // A plan writes nothing of hypd's own but the change it lists at Activate.
-        let planning = is_planning();
-        if !planning {
-            // A retried creation is creating again.
-            super::set_status(&cx.store, name, &["failed"], "creating").await?;
+        converge_stage(self, cx, stage, out, true).await
+    }
+}
+
+/// Runs stage `stage` of the creation; with `records`, it also writes hypd's record of
+/// the cluster as a creation does (a reconcile runs the stages without: the record
+/// stays as it is).
+pub async fn converge_stage(
+    r: &CreateCluster,
+    cx: &Context,
+    stage: Stage,
+    out: &mut Outputs,
+    records: bool,
+) -> Result<Progress, ApiError> {
+    let region = super::stored_region(r.region.as_ref(), CreateCluster::SPEC.name)?;
+    let name = r.name.as_str();
+    // A plan writes nothing of hypd's own but the change it lists at Activate.
+    let writes = records && !is_planning();
+    if writes {
+        // A retried creation is creating again.
+        super::set_status(&cx.store, name, &["failed"], "creating").await?;
+    }
+    match stage {
+        Stage::Network => {
+            if writes {
+                super::record(&cx.store, &record(r, &region, "creating", out)).await?;
+            }
+            network::ensure(
+                &cx.aws,
+                &region,
+                name,
+                r.availability_zone.as_str(),
+                &r.network,
+                &mut out.network,
+            )
+            .await
         }
-        match stage {
-            Stage::Network => {
-                if !planning {
-                    super::record(&cx.store, &record(self, &region, "creating", out)).await?;
+        Stage::Iam => {
+            let arns = identity::ensure_roles(&cx.aws, &region, name, bucket(r)?).await?;
+            let [eks, execution, s3_csi] = <[String; 3]>::try_from(arns)
+                .map_err(|_| ApiError::internal("three cluster roles expected"))?;
+            out.eks_role_arn = Some(eks);
+            out.execution_role_arn = Some(execution);
+            out.s3_csi_role_arn = Some(s3_csi);
+            Ok(Progress::Done)
+        }
+        Stage::Eks => {
+            let spec = ControlPlaneSpec {
+                kubernetes_version: r
+                    .kubernetes_version
+                    .as_ref()
+                    .map_or(DEFAULT_KUBERNETES_VERSION, |v| v.as_str())
+                    .to_owned(),
+                role_arn: out
+                    .eks_role_arn
+                    .clone()
+                    .ok_or_else(|| missing("the EKS role"))?,
+                subnet_ids: out.network.private_subnet_ids.clone(),
+                security_group_id: out.network.security_group_id.clone(),
+            };
+            let state = converge(&EksCluster {
+                eks: cx.aws.eks(&region),
+                name: name.to_owned(),
+                want: Want::Present(spec),
+            })
+            .await?;
+            let Some(c) = state else {
+                return Ok(Progress::wait(
+                    EKS_POLL,
+                    format!("EKS cluster {name} is CREATING"),
+                ));
+            };
+            out.eks_cluster_arn = c.arn.clone();
+            out.kubernetes_version = c.version.clone();
+            out.oidc_issuer = c.oidc_issuer.clone();
+            Ok(Progress::unless(EKS_POLL, c.progress(name)?))
+        }
+        Stage::Access => {
+            let issuer = out
+                .oidc_issuer
+                .clone()
+                .ok_or_else(|| missing("the OIDC issuer"))?;
+            out.oidc_provider_arn =
+                Some(identity::ensure_oidc_provider(&cx.aws, &region, name, &issuer).await?);
+            match access::grant(&cx.aws, &region, name).await? {
+                access::Access::Granted { principal, .. } => {
+                    out.principal_arn = Some(principal);
+                    Ok(Progress::Done)
                 }
-                network::ensure(
-                    &cx.aws,
-                    &region,
-                    name,
-                    self.availability_zone.as_str(),
-                    &self.network,
-                    &mut out.network,
+                access::Access::Wait(p) => Ok(p),
+            }
+        }
+        Stage::Activate => {
+            let change = || {
+                Change::new(Action::Create, "hypd:Cluster", name)
+                    .field("status", None, Some(json!("creating")))
+                    .field("active_for", None, Some(json!(cx.requested_by)))
+            };
+            if !planned(change) {
+                super::record_and_activate(
+                    &cx.store,
+                    &record(r, &region, "creating", out),
+                    &cx.requested_by,
                 )
-                .await
-            }
-            Stage::Iam => {
-                let arns = identity::ensure_roles(&cx.aws, &region, name, bucket(self)?).await?;
-                let [eks, execution, s3_csi] = <[String; 3]>::try_from(arns)
-                    .map_err(|_| ApiError::internal("three cluster roles expected"))?;
-                out.eks_role_arn = Some(eks);
-                out.execution_role_arn = Some(execution);
-                out.s3_csi_role_arn = Some(s3_csi);
-                Ok(Progress::Done)
-            }
-            Stage::Eks => {
-                let spec = ControlPlaneSpec {
-                    kubernetes_version: self
-                        .kubernetes_version
-                        .as_ref()
-                        .map_or(DEFAULT_KUBERNETES_VERSION, |v| v.as_str())
-                        .to_owned(),
-                    role_arn: out
-                        .eks_role_arn
-                        .clone()
-                        .ok_or_else(|| missing("the EKS role"))?,
-                    subnet_ids: out.network.private_subnet_ids.clone(),
-                    security_group_id: out.network.security_group_id.clone(),
-                };
-                let state = converge(&EksCluster {
-                    eks: cx.aws.eks(&region),
-                    name: name.to_owned(),
-                    want: Want::Present(spec),
-                })
                 .await?;
-                let Some(c) = state else {
-                    return Ok(Progress::wait(
-                        EKS_POLL,
-                        format!("EKS cluster {name} is CREATING"),
-                    ));
-                };
-                out.eks_cluster_arn = c.arn.clone();
-                out.kubernetes_version = c.version.clone();
-                out.oidc_issuer = c.oidc_issuer.clone();
-                Ok(Progress::unless(EKS_POLL, c.progress(name)?))
             }
-            Stage::Access => {
-                let issuer = out
-                    .oidc_issuer
-                    .clone()
-                    .ok_or_else(|| missing("the OIDC issuer"))?;
-                out.oidc_provider_arn =
-                    Some(identity::ensure_oidc_provider(&cx.aws, &region, name, &issuer).await?);
-                match access::grant(&cx.aws, &region, name).await? {
-                    access::Access::Granted { principal, .. } => {
-                        out.principal_arn = Some(principal);
-                        Ok(Progress::Done)
-                    }
-                    access::Access::Wait(p) => Ok(p),
-                }
+            Ok(Progress::Done)
+        }
+        Stage::Addons => {
+            let role = out
+                .s3_csi_role_arn
+                .clone()
+                .ok_or_else(|| missing("the S3 CSI role"))?;
+            addons::ensure(&cx.aws, &region, name, &role, &mut out.addons).await
+        }
+        Stage::Components => {
+            let client = kube::connect(&cx.aws, &region, name).await?;
+            out.components = components::apply(&client, &region).await?;
+            Ok(Progress::Done)
+        }
+        Stage::Hyperpod => {
+            let eks_arn = out
+                .eks_cluster_arn
+                .clone()
+                .ok_or_else(|| missing("the EKS cluster ARN"))?;
+            let role = out
+                .execution_role_arn
+                .clone()
+                .ok_or_else(|| missing("the execution role"))?;
+            let network = out.network.clone();
+            let hcx = hyperpod::Context {
+                region: &region,
+                cluster: name,
+                bucket: bucket(r)?,
+                groups: &r.instance_groups,
+                eks_cluster_arn: &eks_arn,
+                execution_role: &role,
+                network: &network,
+            };
+            match hyperpod::ensure(&cx.aws, &hcx, &mut out.hyperpod).await? {
+                Progress::Done => nodes_ready(r, cx, &region).await,
+                waiting => Ok(waiting),
             }
-            Stage::Activate => {
-                let change = || {
-                    Change::new(Action::Create, "hypd:Cluster", name)
-                        .field("status", None, Some(json!("creating")))
-                        .field("active_for", None, Some(json!(cx.requested_by)))
-                };
-                if !planned(change) {
-                    super::record_and_activate(
-                        &cx.store,
-                        &record(self, &region, "creating", out),
-                        &cx.requested_by,
-                    )
-                    .await?;
-                }
-                Ok(Progress::Done)
+        }
+        Stage::Storage => {
+            let client = kube::connect(&cx.aws, &region, name).await?;
+            let made = storage::ensure(&client, bucket(r)?, &region).await?;
+            let bound = made.phase == "Bound";
+            let message = format!("claim {}/{} is {}", made.namespace, made.claim, made.phase);
+            out.storage = Some(made);
+            if !bound {
+                return Ok(Progress::wait(Duration::from_secs(5), message));
             }
-            Stage::Addons => {
-                let role = out
-                    .s3_csi_role_arn
-                    .clone()
-                    .ok_or_else(|| missing("the S3 CSI role"))?;
-                addons::ensure(&cx.aws, &region, name, &role, &mut out.addons).await
+            if !writes {
+                return Ok(Progress::Done);
             }
-            Stage::Components => {
-                let client = kube::connect(&cx.aws, &region, name).await?;
-                out.components = components::apply(&client, &region).await?;
-                Ok(Progress::Done)
-            }
-            Stage::Hyperpod => {
-                let eks_arn = out
-                    .eks_cluster_arn
-                    .clone()
-                    .ok_or_else(|| missing("the EKS cluster ARN"))?;
-                let role = out
-                    .execution_role_arn
-                    .clone()
-                    .ok_or_else(|| missing("the execution role"))?;
-                let network = out.network.clone();
-                let hcx = hyperpod::Context {
-                    region: &region,
-                    cluster: name,
-                    bucket: bucket(self)?,
-                    groups: &self.instance_groups,
-                    eks_cluster_arn: &eks_arn,
-                    execution_role: &role,
-                    network: &network,
-                };
-                match hyperpod::ensure(&cx.aws, &hcx, &mut out.hyperpod).await? {
-                    Progress::Done => nodes_ready(self, cx, &region).await,
-                    waiting => Ok(waiting),
-                }
-            }
-            Stage::Storage => {
-                let client = kube::connect(&cx.aws, &region, name).await?;
-                let made = storage::ensure(&client, bucket(self)?, &region).await?;
-                let bound = made.phase == "Bound";
-                let message = format!("claim {}/{} is {}", made.namespace, made.claim, made.phase);
-                out.storage = Some(made);
-                if !bound {
-                    return Ok(Progress::wait(Duration::from_secs(5), message));
-                }
-                if planning {
-                    return Ok(Progress::Done);
-                }
-                // The list shows node health without asking AWS: seed it here.
-                let nodes = super::describe::node_counts(&cx.aws, &region, name).await?;
-                super::record(&cx.store, &record(self, &region, "active", out)).await?;
-                super::observe_nodes(&cx.store, name, &nodes).await?;
-                Ok(Progress::Done)
-            }
+            // The list shows node health without asking AWS: seed it here.
+            let nodes = super::describe::node_counts(&cx.aws, &region, name).await?;
+            super::record(&cx.store, &record(r, &region, "active", out)).await?;
+            super::observe_nodes(&cx.store, name, &nodes).await?;
+            Ok(Progress::Done)
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod hyperpod;
 pub mod identity;
 pub mod import;
 pub mod network;
+pub mod reconcile;
 pub mod storage;
 
 use app::api::ApiError;

@@ -197,6 +197,7 @@ macro_rules! for_each_pipeline {
             app::api::clusters::CreateCluster,
             app::api::clusters::ImportCluster,
             app::api::clusters::DeleteCluster,
+            app::api::clusters::ReconcileCluster,
         }
     };
 }
@@ -326,7 +327,20 @@ mod tests {
                 "hyperpod", "addons", "eks", "iam", "network", "bucket", "forget"
             ]
         );
-        assert_eq!(names.len(), 3, "a new pipeline: add its stored names here");
+        assert_eq!(
+            of("reconcile_cluster"),
+            [
+                "network",
+                "iam",
+                "eks",
+                "access",
+                "addons",
+                "components",
+                "hyperpod",
+                "storage"
+            ]
+        );
+        assert_eq!(names.len(), 4, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -163,7 +163,99 @@ pub const CASES: &[Case] = &[
             call("bucket", "s3", "DeleteBucket"),
         ],
     },
+    Case {
+        command: "reconcile_cluster",
+        given: |world, hypd, token, name| {
+            let (status, started) = hypd.call(
+                token,
+                Method::POST,
+                "/api/v1/clusters",
+                Some(crate::create::small(name)),
+            );
+            assert_eq!(status, 200, "{started}");
+            let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+            assert_eq!(op["state"], "succeeded", "{op:#}");
+            drift(world, name);
+        },
+        start: |hypd, token, name| {
+            hypd.call(
+                token,
+                Method::POST,
+                &format!("/api/v1/clusters/{name}/reconcile"),
+                Some(json!({})),
+            )
+        },
+        check: |world, hypd, token, name| {
+            crate::create::assert_complete(&crate::create::count(world, name));
+            let (status, drift) = hypd.call(
+                token,
+                Method::GET,
+                &format!("/api/v1/clusters/{name}/drift"),
+                None,
+            );
+            assert_eq!(status, 200, "{drift}");
+            assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+        },
+        calls: &[
+            call("network", "ec2", "AuthorizeSecurityGroupIngress"),
+            call("iam", "iam", "AttachRolePolicy"),
+            call("addons", "eks", "CreateAddon"),
+        ],
+    },
 ];
+
+/// Changes cluster `name` outside hypd as a person would, with the AWS SDK: a revoked
+/// security-group rule, a detached role policy, a deleted add-on.
+pub fn drift(world: &World, name: &str) {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let conf = world.moto_sdk().await;
+        let ec2 = aws_sdk_ec2::Client::new(&conf);
+        let groups = ec2
+            .describe_security_groups()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("group-name")
+                    .values(format!("hypd-{name}-efa"))
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let id = groups.security_groups()[0].group_id().unwrap().to_owned();
+        ec2.revoke_security_group_ingress()
+            .group_id(&id)
+            .ip_permissions(
+                aws_sdk_ec2::types::IpPermission::builder()
+                    .ip_protocol("-1")
+                    .user_id_group_pairs(
+                        aws_sdk_ec2::types::UserIdGroupPair::builder()
+                            .group_id(&id)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        aws_sdk_iam::Client::new(&conf)
+            .detach_role_policy()
+            .role_name(format!("hypd-{name}-eks"))
+            .policy_arn("arn:aws:iam::aws:policy/AmazonEKSClusterPolicy")
+            .send()
+            .await
+            .unwrap();
+        let sim = aws_sdk_eks::config::Builder::from(&conf)
+            .endpoint_url(&world.sim.url)
+            .build();
+        aws_sdk_eks::Client::from_conf(sim)
+            .delete_addon()
+            .cluster_name(name)
+            .addon_name("metrics-server")
+            .send()
+            .await
+            .unwrap();
+    });
+}
 
 /// An EKS cluster made outside hypd, on subnets that exist (the world checks them).
 fn existing_eks(world: &World, name: &str) {

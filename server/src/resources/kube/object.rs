@@ -132,6 +132,22 @@ fn walk(desired: &Value, live: Option<&Value>, path: String, out: &mut Vec<Field
     }
 }
 
+/// The field managers other than hypd that wrote `live` (status writers aside).
+fn other_managers<K: Object>(live: &K) -> Vec<String> {
+    let mut managers: Vec<String> = live
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.subresource.as_deref() != Some("status"))
+        .filter_map(|m| m.manager.clone())
+        .filter(|m| m != FIELD_MANAGER)
+        .collect();
+    managers.sort();
+    managers.dedup();
+    managers
+}
+
 /// The changes for `want` given the live object. Pure.
 pub fn diff<K: Object>(
     want: &Want<()>,
@@ -208,9 +224,10 @@ impl<K: Object> Resource for Applied<K> {
     fn describe(&self, op: &Op, live: &Option<K>) -> Change {
         let mut change = match (op, live) {
             (Op::Apply { .. }, None) => Change::new(Action::Create, self.kind(), self.name()),
-            (Op::Apply { fields }, Some(_)) => {
+            (Op::Apply { fields }, Some(live)) => {
                 let mut c = Change::new(Action::Update, self.kind(), self.name());
                 c.fields = fields.clone();
+                c.changed_by = other_managers(live);
                 c
             }
             (Op::Delete, _) => Change::new(Action::Delete, self.kind(), self.name()),
