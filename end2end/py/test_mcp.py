@@ -431,7 +431,10 @@ def test_tools_are_compact_and_check_what_decode_checks(hypd):
     r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=headers)
     assert r.status_code == 200, r.text
     tools = {t["name"]: t for t in r.json()["result"]["tools"]}
-    assert len(tools) == 18
+    # One tool per command of the registry, as REST has one operation per command.
+    spec = httpx.get(f"{hypd.url}/api/v1/openapi.json", headers={"Authorization": f"Bearer {hypd.admin_token}"}).json()
+    operations = {o["operationId"] for path in spec["paths"].values() for o in path.values() if isinstance(o, dict) and "operationId" in o}
+    assert set(tools) == operations, set(tools) ^ operations
     per_tool = len(r.content) / len(tools)
     print(f"tools/list: {len(r.content)} bytes, {per_tool:.0f} per tool")
     assert per_tool < 1300, f"{len(r.content)} bytes for {len(tools)} tools"

@@ -8,18 +8,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use app::api::clusters::CreateCluster;
-use app::api::plan::{Action, Change};
 use app::api::values::IdempotencyKey;
 use app::api::{ApiError, Command};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::dependencies::DEFAULT_KUBERNETES_VERSION;
 use super::network::{self, Network};
 use super::{access, addons, components, hyperpod, identity, storage};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::eks::cluster::{ControlPlaneSpec, EksCluster};
-use crate::resources::{Want, converge, is_planning, kube, missing, planned};
+use crate::resources::{Want, converge, is_planning, kube, missing};
 
 const EKS_POLL: Duration = Duration::from_secs(30);
 const NODE_POLL: Duration = Duration::from_secs(30);
@@ -243,19 +241,12 @@ pub async fn converge_stage(
             }
         }
         Stage::Activate => {
-            let change = || {
-                Change::new(Action::Create, "hypd:Cluster", name)
-                    .field("status", None, Some(json!("creating")))
-                    .field("active_for", None, Some(json!(cx.requested_by)))
-            };
-            if !planned(change) {
-                super::record_and_activate(
-                    &cx.store,
-                    &record(r, &region, "creating", out),
-                    &cx.requested_by,
-                )
-                .await?;
-            }
+            super::record_and_activate(
+                &cx.store,
+                &record(r, &region, "creating", out),
+                &cx.requested_by,
+            )
+            .await?;
             Ok(Progress::Done)
         }
         Stage::Addons => {

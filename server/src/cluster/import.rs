@@ -5,18 +5,16 @@
 use std::time::Duration;
 
 use app::api::clusters::ImportCluster;
-use app::api::plan::{Action, Change};
 use app::api::values::IdempotencyKey;
 use app::api::{ApiError, Command};
 use aws_sdk_eks::types::ClusterStatus;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::access::{self, Access};
 use crate::aws::{Aws, SdkResultExt};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::eks::cluster::{self as eks, State};
-use crate::resources::{missing, planned};
+use crate::resources::missing;
 
 const POLL: Duration = Duration::from_secs(15);
 
@@ -126,14 +124,7 @@ impl Pipeline for ImportCluster {
                     eks_cluster_arn: out.eks_cluster_arn.as_deref(),
                     hyperpod_cluster_arn: out.hyperpod_cluster_arn.as_deref(),
                 };
-                let change = || {
-                    Change::new(Action::Create, "hypd:Cluster", name)
-                        .field("status", None, Some(json!("imported")))
-                        .field("active_for", None, Some(json!(cx.requested_by)))
-                };
-                if !planned(change) {
-                    super::record_and_activate(&cx.store, &record, &cx.requested_by).await?;
-                }
+                super::record_and_activate(&cx.store, &record, &cx.requested_by).await?;
                 Ok(Progress::Done)
             }
         }

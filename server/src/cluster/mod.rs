@@ -22,6 +22,7 @@ use app::api::clusters::{
     NodeCounts, ObservedNodes,
 };
 use app::api::listing::Listing;
+use app::api::plan::{Action, Change};
 
 use crate::auth::Actor;
 use crate::service::{Handler, Service};
@@ -152,12 +153,20 @@ pub async fn record(store: &Store, r: &Record<'_>) -> Result<(), StoreError> {
 }
 
 /// Writes the cluster's row (again, when a step runs twice) and makes it `actor`'s
-/// active cluster, in one transaction.
+/// active cluster, in one transaction. In a plan, it is the change listed instead.
 pub async fn record_and_activate(
     store: &Store,
     r: &Record<'_>,
     actor: &str,
 ) -> Result<(), StoreError> {
+    let change = || {
+        Change::new(Action::Create, "hypd:Cluster", r.name)
+            .field("status", None, Some(serde_json::json!(r.status)))
+            .field("active_for", None, Some(serde_json::json!(actor)))
+    };
+    if crate::resources::planned(change) {
+        return Ok(());
+    }
     write(store, r, Some(actor)).await
 }
 

@@ -124,18 +124,7 @@ pub const CASES: &[Case] = &[
     },
     Case {
         command: "delete_cluster",
-        given: |world, hypd, token, name| {
-            let (status, started) = hypd.call(
-                token,
-                Method::POST,
-                "/api/v1/clusters",
-                Some(crate::create::small(name)),
-            );
-            assert_eq!(status, 200, "{started}");
-            let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
-            assert_eq!(op["state"], "succeeded", "{op:#}");
-            crate::create::assert_complete(&crate::create::count(world, name));
-        },
+        given: created,
         start: |hypd, token, name| {
             hypd.confirmed(
                 token,
@@ -166,15 +155,7 @@ pub const CASES: &[Case] = &[
     Case {
         command: "reconcile_cluster",
         given: |world, hypd, token, name| {
-            let (status, started) = hypd.call(
-                token,
-                Method::POST,
-                "/api/v1/clusters",
-                Some(crate::create::small(name)),
-            );
-            assert_eq!(status, 200, "{started}");
-            let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
-            assert_eq!(op["state"], "succeeded", "{op:#}");
+            created(world, hypd, token, name);
             drift(world, name);
         },
         start: |hypd, token, name| {
@@ -203,6 +184,20 @@ pub const CASES: &[Case] = &[
         ],
     },
 ];
+
+/// Cluster `name`, created through REST and complete.
+fn created(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    let (status, started) = hypd.call(
+        token,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(crate::create::small(name)),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    crate::create::assert_complete(&crate::create::count(world, name));
+}
 
 /// Changes cluster `name` outside hypd as a person would, with the AWS SDK: a revoked
 /// security-group rule, a detached role policy, a deleted add-on.
