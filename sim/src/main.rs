@@ -85,6 +85,7 @@ fn app(world: world::Shared) -> Router {
             world.clone(),
             proxy::front,
         ))
+        .layer(axum::middleware::from_fn(world::with_agent))
         .with_state(world)
 }
 

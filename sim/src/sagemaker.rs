@@ -545,12 +545,7 @@ fn create_cluster(
             )));
         }
     }
-    let node_recovery = str_field(body, "NodeRecovery")
-        .unwrap_or("Automatic")
-        .to_owned();
-    if !["Automatic", "None"].contains(&node_recovery.as_str()) {
-        return Err(validation("NodeRecovery must be Automatic or None"));
-    }
+    let node_recovery = node_recovery(body)?.unwrap_or_else(|| "Automatic".to_owned());
     let provisioning = str_field(body, "NodeProvisioningMode");
     let on_eks = orchestrator.get("Eks").is_some();
     let mut starts = Vec::new();
@@ -588,6 +583,15 @@ fn create_cluster(
     Ok(json!({ "ClusterArn": arn }))
 }
 
+/// `NodeRecovery` of a CreateCluster or UpdateCluster request, if it names one.
+fn node_recovery(body: &Value) -> Result<Option<String>, AwsError> {
+    match str_field(body, "NodeRecovery") {
+        None => Ok(None),
+        Some(nr @ ("Automatic" | "None")) => Ok(Some(nr.to_owned())),
+        Some(_) => Err(validation("NodeRecovery must be Automatic or None")),
+    }
+}
+
 fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Value, AwsError> {
     let name = str_field(body, "ClusterName")
         .unwrap_or_default()
@@ -600,6 +604,17 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
             "Cluster {name} is {}; it can be updated only when InService",
             cluster.status(now, false)
         )));
+    }
+    let recovery = node_recovery(body)?;
+    if body.get("InstanceGroups").is_none() && body.get("InstanceGroupsToDelete").is_none() {
+        // InstanceGroups is optional: a call that names none changes the cluster's own
+        // settings, and its groups stay as they are.
+        let c = w.hyperpod(&name)?;
+        if let Some(nr) = recovery {
+            c.node_recovery = nr;
+        }
+        c.phase = Some((Phase::Updating, now));
+        return Ok(json!({ "ClusterArn": c.arn() }));
     }
     let to_delete: Vec<&str> = body
         .get("InstanceGroupsToDelete")
@@ -673,8 +688,8 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
     }
     let c = w.hyperpod(&name)?;
     c.groups = groups;
-    if let Some(nr) = str_field(body, "NodeRecovery") {
-        c.node_recovery = nr.to_owned();
+    if let Some(nr) = recovery {
+        c.node_recovery = nr;
     }
     c.phase = Some((Phase::Updating, now));
     Ok(json!({ "ClusterArn": c.arn() }))

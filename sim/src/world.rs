@@ -212,10 +212,9 @@ impl IntoResponse for AwsError {
 pub struct World {
     pub clock: Clock,
     pub faults: Vec<Fault>,
-    /// Every API call the world answered (or refused), oldest first, as
-    /// `(service, operation)`: tests compare what a client did with what it said it
-    /// would do. Bounded by [`CALLS_KEPT`].
-    pub calls: std::collections::VecDeque<(String, String)>,
+    /// Every API call the world answered (or refused), oldest first: tests compare what
+    /// a client did with what it said it would do. Bounded by [`CALLS_KEPT`].
+    pub calls: std::collections::VecDeque<Call>,
     next_fault: u64,
     pub eks: Eks,
     pub sagemaker: SageMaker,
@@ -224,6 +223,42 @@ pub struct World {
 }
 
 pub type Shared = Arc<Mutex<World>>;
+
+/// One API call as the log keeps it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Call {
+    pub service: String,
+    pub operation: String,
+    /// The caller's application name from its user agent (`app/NAME`, as the AWS SDKs
+    /// write it and CloudTrail records it), if it gave one.
+    pub agent: Option<String>,
+}
+
+tokio::task_local! {
+    /// The application name of the request being answered (see [`with_agent`]).
+    static AGENT: Option<String>;
+}
+
+/// The `app/NAME` of a request's user agent: the AWS SDKs put it in `x-amz-user-agent`
+/// and `User-Agent`, Kubernetes clients in `User-Agent`.
+pub fn agent_of(headers: &HeaderMap) -> Option<String> {
+    ["x-amz-user-agent", "user-agent"].iter().find_map(|h| {
+        headers
+            .get(*h)?
+            .to_str()
+            .ok()?
+            .split_whitespace()
+            .find_map(|t| t.strip_prefix("app/"))
+            .map(str::to_owned)
+    })
+}
+
+/// Middleware: every call logged while `request` is answered carries its caller's
+/// application name.
+pub async fn with_agent(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let agent = agent_of(request.headers());
+    AGENT.scope(agent, next.run(request)).await
+}
 
 /// Calls the log keeps; older ones are dropped.
 pub const CALLS_KEPT: usize = 100_000;
@@ -258,8 +293,11 @@ impl World {
         if self.calls.len() >= CALLS_KEPT {
             self.calls.pop_front();
         }
-        self.calls
-            .push_back((service.to_owned(), operation.to_owned()));
+        self.calls.push_back(Call {
+            service: service.to_owned(),
+            operation: operation.to_owned(),
+            agent: AGENT.try_with(Clone::clone).ok().flatten(),
+        });
     }
 
     /// The kind of the first error fault matching this call, if any (consuming one use);

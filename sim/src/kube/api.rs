@@ -35,10 +35,13 @@ struct Ctx {
 }
 
 pub fn router(world: Shared, cluster: String) -> Router {
-    Router::new().fallback(handle).with_state(Ctx {
-        world,
-        cluster: cluster.into(),
-    })
+    Router::new()
+        .fallback(handle)
+        .layer(axum::middleware::from_fn(crate::world::with_agent))
+        .with_state(Ctx {
+            world,
+            cluster: cluster.into(),
+        })
 }
 
 /// A Kubernetes `Status` error.

@@ -133,6 +133,26 @@ async fn hyperpod_lifecycle_on_eks() {
     })
     .await;
 
+    // InstanceGroups is optional: node recovery alone changes, the groups stay.
+    sm.update_cluster()
+        .cluster_name("ml-1")
+        .node_recovery(ClusterNodeRecovery::None)
+        .send()
+        .await
+        .unwrap();
+    wait_for("node recovery updated", || async {
+        status(&sm, "ml-1").await == Some(ClusterStatus::Inservice)
+    })
+    .await;
+    let d = sm
+        .describe_cluster()
+        .cluster_name("ml-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(d.node_recovery, Some(ClusterNodeRecovery::None));
+    assert_eq!(d.instance_groups.unwrap()[0].target_count, Some(3));
+
     // What AWS keeps immutable stays so.
     let (code, message) = refused(
         update(3, ClusterInstanceType::MlP4D24Xlarge)
