@@ -975,7 +975,7 @@ impl Command for GetDrift {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_drift",
         summary: "Report what changed outside hypd in what hypd made for a cluster",
-        description: "Plans the cluster's own creation (or import) again against the live world, with the request that made it, and reports every object that no longer is as hypd made it: kind, name, stage, missing / differs / unexpected, each field as hypd expects it and as it is, and for Kubernetes objects the field managers that wrote them. Covers security-group rules, route tables, IAM roles' policies and trust, the OIDC provider, EKS add-ons and access, the HyperPod cluster's instance groups, the node components and the shared storage objects. Read-only; an empty list means nothing drifted. reconcile_cluster puts it back.",
+        description: "Plans the cluster's own creation (or import) again against the live world, with the request that made it, and reports every object that no longer is as hypd made it: kind, name, stage, missing / differs / unexpected, each field as hypd expects it and as it is, and for Kubernetes objects the field managers that wrote them. Covers security-group rules, route tables (the default route, routes someone added, subnet associations), IAM roles' policies and trust, the OIDC provider, EKS add-ons and access, the HyperPod cluster's instance groups and node recovery, the node components and the shared storage objects. Read-only; an empty list means nothing drifted. reconcile_cluster puts it back.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

@@ -1,7 +1,8 @@
 //! A HyperPod cluster orchestrated by EKS, with automatic node recovery and continuous
 //! provisioning, and its instance groups. Present: created with every group; once
-//! InService, a group that is missing or whose count or deep health checks differ is
-//! sent again with `UpdateCluster` (which takes every group: all are listed). Settings
+//! InService, a group that is missing or whose count or deep health checks differ, or
+//! node recovery turned off, is sent again with `UpdateCluster` (which takes every group:
+//! all are listed, with automatic node recovery). Settings
 //! HyperPod fixes for a group's life (instance type, training plan, threads per core,
 //! capacity type, network interface) differing is a refusal, never an update. Absent:
 //! deleted if hypd's tags are on it.
@@ -130,6 +131,8 @@ pub struct State {
     pub status: Option<ClusterStatus>,
     pub failure_message: Option<String>,
     pub ours: bool,
+    /// `Automatic` or `None`.
+    pub node_recovery: Option<String>,
     pub groups: Vec<GroupState>,
 }
 
@@ -224,6 +227,7 @@ pub async fn describe(
             .filter(|m| !m.is_empty())
             .map(str::to_owned),
         ours,
+        node_recovery: c.node_recovery().map(|n| n.as_str().to_owned()),
         groups: c.instance_groups().iter().map(group_state).collect(),
     }))
 }
@@ -231,8 +235,8 @@ pub async fn describe(
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     Create,
-    /// UpdateCluster with every group; the groups that change and how.
-    UpdateGroups(Vec<FieldChange>),
+    /// UpdateCluster with every group and automatic node recovery; what changes.
+    Update(Vec<FieldChange>),
     Delete,
 }
 
@@ -297,6 +301,14 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
             });
         }
     }
+    let recovery = ClusterNodeRecovery::Automatic.as_str();
+    if state.node_recovery.as_deref() != Some(recovery) {
+        changes.push(FieldChange {
+            field: "node_recovery".into(),
+            old: state.node_recovery.clone().map(|n| json!(n)),
+            new: Some(json!(recovery)),
+        });
+    }
     if changes.is_empty() {
         return Ok(Vec::new());
     }
@@ -313,7 +325,7 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
             operation_id: None,
         });
     }
-    Ok(vec![Op::UpdateGroups(changes)])
+    Ok(vec![Op::Update(changes)])
 }
 
 impl Resource for HyperPodCluster {
@@ -375,12 +387,16 @@ impl Resource for HyperPodCluster {
                     .allowing("sagemaker", "CreateCluster", &["ResourceInUse"])?;
                 *observed = describe(&self.sagemaker, &self.name, false).await?;
             }
-            Op::UpdateGroups(_) => {
+            Op::Update(_) => {
                 let spec = self
                     .want
                     .present()
                     .ok_or_else(|| missing("the HyperPod spec"))?;
-                let mut req = self.sagemaker.update_cluster().cluster_name(&self.name);
+                let mut req = self
+                    .sagemaker
+                    .update_cluster()
+                    .cluster_name(&self.name)
+                    .node_recovery(ClusterNodeRecovery::Automatic);
                 for g in &spec.groups {
                     req = req.instance_groups(g.specification());
                 }
@@ -422,7 +438,7 @@ impl Resource for HyperPodCluster {
                 }
                 c
             }
-            Op::UpdateGroups(fields) => {
+            Op::Update(fields) => {
                 let mut c = Change::new(Action::Update, KIND, &self.name);
                 c.fields = fields.clone();
                 c
@@ -443,6 +459,7 @@ impl Resource for HyperPodCluster {
             status: Some(ClusterStatus::Inservice),
             failure_message: None,
             ours: true,
+            node_recovery: Some(ClusterNodeRecovery::Automatic.as_str().to_owned()),
             groups: spec
                 .groups
                 .iter()
@@ -503,6 +520,7 @@ mod tests {
             status: Some(ClusterStatus::Inservice),
             failure_message: None,
             ours: true,
+            node_recovery: Some("Automatic".into()),
             groups,
         })
     }
@@ -526,10 +544,27 @@ mod tests {
                 .is_empty()
         );
         let ops = diff(&want, &state(vec![live("a", 2), live("b", 3)])).unwrap();
-        let [Op::UpdateGroups(fields)] = ops.as_slice() else {
+        let [Op::Update(fields)] = ops.as_slice() else {
             panic!("{ops:?}")
         };
         assert_eq!(fields[0].field, "instance_groups[b].instance_count");
+    }
+
+    #[test]
+    fn node_recovery_turned_off_is_turned_on_again() {
+        let want = spec(vec![group("a", 2)]);
+        let mut off = state(vec![live("a", 2)]);
+        if let Some(s) = &mut off {
+            s.node_recovery = Some("None".into());
+        }
+        let ops = diff(&want, &off).unwrap();
+        let [Op::Update(fields)] = ops.as_slice() else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(fields.len(), 1, "{fields:?}");
+        assert_eq!(fields[0].field, "node_recovery");
+        assert_eq!(fields[0].old, Some(json!("None")));
+        assert_eq!(fields[0].new, Some(json!("Automatic")));
     }
 
     #[test]
