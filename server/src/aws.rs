@@ -243,7 +243,8 @@ pub struct Identity {
 /// Shared AWS configuration and the clients built from it.
 pub struct Aws {
     config: SdkConfig,
-    identity: Mutex<Option<(Instant, Identity)>>,
+    /// Shared with the copies made for steps ([`Aws::for_step`]): same account.
+    identity: std::sync::Arc<Mutex<Option<(Instant, Identity)>>>,
     /// Every client refuses mutating calls (see [`Aws::read_only`]).
     read_only: bool,
 }
@@ -324,6 +325,35 @@ impl Aws {
         Self::new(config)
     }
 
+    /// The same account, every call of which names the operation and stage it is made
+    /// for in its user agent (`app/hypd.<operation>.<stage>`, within the SDK's 50
+    /// characters): CloudTrail, and the Kubernetes audit log through
+    /// [`Aws::user_agent`], then tie each call to the step that made it.
+    pub fn for_step(&self, operation_id: &str, stage: &str) -> Self {
+        let name = format!("hypd.{operation_id}.{stage}");
+        // Ids and stage names are of AppName's characters; should that ever change,
+        // calls go out unnamed rather than not at all.
+        let config = match aws_config::AppName::new(name) {
+            Ok(app) => self.config.to_builder().app_name(app).build(),
+            Err(_) => self.config.clone(),
+        };
+        Self {
+            config,
+            identity: self.identity.clone(),
+            read_only: self.read_only,
+        }
+    }
+
+    /// The User-Agent hypd's Kubernetes clients send: hypd's own, plus the step's name
+    /// as the AWS SDK puts it (`app/…`) when the clients are a step's.
+    pub fn user_agent(&self) -> String {
+        let own = concat!("hypd/", env!("CARGO_PKG_VERSION"));
+        match self.config.app_name() {
+            Some(app) => format!("{own} app/{app}"),
+            None => own.to_owned(),
+        }
+    }
+
     /// The same account, with every mutating call refused before it is sent: for plan
     /// previews.
     pub fn read_only(&self) -> Self {
@@ -336,7 +366,7 @@ impl Aws {
     pub fn new(config: SdkConfig) -> Self {
         Self {
             config,
-            identity: Mutex::new(None),
+            identity: Default::default(),
             read_only: false,
         }
     }

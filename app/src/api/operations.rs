@@ -229,14 +229,18 @@ pub struct RetryOperation {
     #[serde(deserialize_with = "checked::<_, OperationId>")]
     #[schemars(with = "OperationId")]
     pub operation_id: String,
+    /// Only answer with the plan: what the stages still to run would change now, from
+    /// what the operation already made. Nothing is changed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 impl Command for RetryOperation {
-    type Output = OperationRef;
+    type Output = super::plan::Gated<OperationRef>;
     const SPEC: CommandSpec = CommandSpec {
         name: "retry_operation",
         summary: "Resume a failed operation from its failed stage",
-        description: "Runs a failed operation again from the stage that failed; stages that succeeded are not repeated, and the failed stage first looks at what already exists, so nothing is created twice. Only failed operations can be retried (see retryable in get_operation). Follow it with wait_operation.",
+        description: "Runs a failed operation again from the stage that failed; stages that succeeded are not repeated, and the failed stage first looks at what already exists, so nothing is created twice. Only failed operations can be retried (see retryable in get_operation). Follow it with wait_operation. `dry_run: true` returns only the plan of the stages still to run.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -244,6 +248,7 @@ impl Command for RetryOperation {
         method: HttpMethod::Post,
         path: "/api/v1/operations/{operation_id}/retry",
     };
+    super::command::dry_run_request!();
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -439,8 +439,13 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
             busy.set(true);
             problem.set(None);
             leptos::task::spawn_local(async move {
-                let started = call(&RetryOperation { operation_id }).await;
-                follow(started.map(|r| r.operation_id));
+                let started = call(&RetryOperation {
+                    operation_id: operation_id.clone(),
+                    dry_run: false,
+                })
+                .await;
+                // Sent without dry_run, the answer is the operation resumed.
+                follow(started.map(|r| r.done().map_or(operation_id, |r| r.operation_id)));
             });
         })
     };

@@ -82,6 +82,7 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
         leptos::task::spawn_local(async move {
             let result = call(&RetryOperation {
                 operation_id: operation_id.clone(),
+                dry_run: false,
             })
             .await;
             let result = match result {

@@ -87,53 +87,29 @@ impl Pipeline for CreateCluster {
 
     /// The name is free in hypd, EKS and HyperPod; the zone, instance types, quota,
     /// training plans and network fit. Fills in the region and the bucket name.
-    async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-        let region = cx.region(self.region.as_ref()).await?;
-        let zone = self.availability_zone.as_str();
-        cx.catalogue
-            .check_zone(cx.aws, region.as_str(), zone, "availability_zone")
-            .await?;
-        let name = self.name.as_str();
-        if super::get(cx.store, name).await?.is_some() {
-            return Err(ApiError::field(
-                "name",
-                format!("hypd already manages a cluster named {name}"),
-            ));
-        }
-        if crate::resources::eks::cluster::describe(&cx.aws.eks(region.as_str()), name)
-            .await?
-            .is_some()
+    async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
+        let request = with_defaults(self, cx).await?;
+        check_free_and_fitting(&request, cx).await?;
+        Ok(request)
+    }
+
+    /// The request that made cluster `name`, sent again, plans what it would change now
+    /// (nothing, unless the cluster drifted: the same stages as `get_drift`) instead of
+    /// being refused for the taken name. Any other request is planned as a creation.
+    async fn plan_preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
+        let request = with_defaults(self, cx).await?;
+        if let Some(super::reconcile::Desired::Created(made)) =
+            super::reconcile::desired(cx.store, request.name.as_str()).await?
+            && made
+                == (CreateCluster {
+                    idempotency_key: made.idempotency_key.clone(),
+                    ..request.clone()
+                })
         {
-            return Err(ApiError::field(
-                "name",
-                format!(
-                    "an EKS cluster named {name} already exists in {region}; import it with import_cluster or choose another name"
-                ),
-            ));
+            return Ok(request);
         }
-        hyperpod::check_name_free(cx.aws, region.as_str(), name).await?;
-        hyperpod::check_capacity(
-            cx.aws,
-            region.as_str(),
-            zone,
-            &self.instance_groups,
-            "instance_groups",
-        )
-        .await?;
-        // The node components' images are published per region.
-        components::manifests(region.as_str()).map_err(|e| ApiError::field("region", e))?;
-        network::check(cx.aws, region.as_str(), &self.network).await?;
-        if self.storage.s3_bucket.is_none() {
-            let account = cx.aws.identity().await?.account;
-            let bucket = format!("hypd-{name}-{account}").to_lowercase();
-            self.storage.s3_bucket = Some(
-                bucket
-                    .parse()
-                    .map_err(|e: String| ApiError::field("storage.s3_bucket", e))?,
-            );
-        }
-        self.region = Some(region);
-        Ok(self)
+        check_free_and_fitting(&request, cx).await?;
+        Ok(request)
     }
 
     /// The record says the creation failed (the operation says where and why).
@@ -150,6 +126,67 @@ impl Pipeline for CreateCluster {
     ) -> Result<Progress, ApiError> {
         converge_stage(self, cx, stage, out, true).await
     }
+}
+
+/// The request with what it left out filled in: hypd's region, the bucket named for the
+/// cluster and the account.
+async fn with_defaults(
+    mut r: CreateCluster,
+    cx: &Preflight<'_>,
+) -> Result<CreateCluster, ApiError> {
+    let region = cx.region(r.region.as_ref()).await?;
+    if r.storage.s3_bucket.is_none() {
+        let account = cx.aws.identity().await?.account;
+        let bucket = format!("hypd-{}-{account}", r.name).to_lowercase();
+        r.storage.s3_bucket = Some(
+            bucket
+                .parse()
+                .map_err(|e: String| ApiError::field("storage.s3_bucket", e))?,
+        );
+    }
+    r.region = Some(region);
+    Ok(r)
+}
+
+/// The name is free in hypd, EKS and HyperPod; the zone, instance types, quota, training
+/// plans and network fit.
+async fn check_free_and_fitting(r: &CreateCluster, cx: &Preflight<'_>) -> Result<(), ApiError> {
+    let region = super::stored_region(r.region.as_ref(), CreateCluster::SPEC.name)?;
+    let zone = r.availability_zone.as_str();
+    cx.catalogue
+        .check_zone(cx.aws, region.as_str(), zone, "availability_zone")
+        .await?;
+    let name = r.name.as_str();
+    if super::get(cx.store, name).await?.is_some() {
+        return Err(ApiError::field(
+            "name",
+            format!("hypd already manages a cluster named {name}"),
+        ));
+    }
+    if crate::resources::eks::cluster::describe(&cx.aws.eks(region.as_str()), name)
+        .await?
+        .is_some()
+    {
+        return Err(ApiError::field(
+            "name",
+            format!(
+                "an EKS cluster named {name} already exists in {region}; import it with import_cluster or choose another name"
+            ),
+        ));
+    }
+    hyperpod::check_name_free(cx.aws, region.as_str(), name).await?;
+    hyperpod::check_capacity(
+        cx.aws,
+        region.as_str(),
+        zone,
+        &r.instance_groups,
+        "instance_groups",
+    )
+    .await?;
+    // The node components' images are published per region.
+    components::manifests(region.as_str()).map_err(|e| ApiError::field("region", e))?;
+    network::check(cx.aws, region.as_str(), &r.network).await?;
+    Ok(())
 }
 
 /// Runs stage `stage` of the creation; with `records`, it also writes hypd's record of

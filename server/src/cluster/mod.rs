@@ -153,12 +153,16 @@ pub async fn record(store: &Store, r: &Record<'_>) -> Result<(), StoreError> {
 }
 
 /// Writes the cluster's row (again, when a step runs twice) and makes it `actor`'s
-/// active cluster, in one transaction. In a plan, it is the change listed instead.
+/// active cluster, in one transaction. In a plan, it is the change listed instead; a plan
+/// of the request that made a recorded cluster lists none (the record is there).
 pub async fn record_and_activate(
     store: &Store,
     r: &Record<'_>,
     actor: &str,
 ) -> Result<(), StoreError> {
+    if crate::resources::is_planning() && get(store, r.name).await?.is_some() {
+        return Ok(());
+    }
     let change = || {
         Change::new(Action::Create, "hypd:Cluster", r.name)
             .field("status", None, Some(serde_json::json!(r.status)))

@@ -8,6 +8,7 @@ use app::api::operations::{
     CancelOperation, GetOperation, ListOperations, Operation, OperationList, OperationRef,
     RetryOperation, WaitOperation, WaitResult,
 };
+use app::api::plan::{Gated, Plan};
 
 use super::control;
 use crate::auth::Actor;
@@ -61,8 +62,18 @@ impl Handler<WaitOperation> for Service {
 }
 
 impl Handler<RetryOperation> for Service {
-    async fn handle(&self, actor: &Actor, r: RetryOperation) -> Result<OperationRef, ApiError> {
-        control::retry(&self.store, &self.wake, actor, &r.operation_id).await
+    async fn handle(
+        &self,
+        actor: &Actor,
+        r: RetryOperation,
+    ) -> Result<Gated<OperationRef>, ApiError> {
+        control::retry(&self.store, &self.wake, actor, &r.operation_id)
+            .await
+            .map(Gated::from)
+    }
+
+    async fn preview(&self, actor: &Actor, r: RetryOperation) -> Result<Plan, ApiError> {
+        control::retry_plan(&self.preflight(), actor, &r.operation_id).await
     }
 }
 

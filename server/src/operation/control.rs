@@ -3,7 +3,10 @@
 
 use app::api::ApiError;
 use app::api::operations::{Operation, OperationRef, OperationState};
+use app::api::plan::Plan;
 
+use super::pipeline::Preflight;
+use super::preview::Stored;
 use super::submit::STATUS_COMMAND;
 use super::worker::Wake;
 use crate::auth::Actor;
@@ -15,6 +18,47 @@ fn not_found(id: &str) -> ApiError {
         resource: "operation".into(),
         name: id.into(),
     }
+}
+
+/// What retrying failed operation `id` would do now, stage by stage.
+pub async fn retry_plan(cx: &Preflight<'_>, actor: &Actor, id: &str) -> Result<Plan, ApiError> {
+    let op = super::get(cx.store, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    retryable(&op)?;
+    let (spec, outputs): (String, String) = on_pool!(cx.store, |pool| sqlx::query_as(
+        "SELECT spec, outputs FROM operations WHERE id = $1"
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await)
+    .map_err(StoreError::from)?;
+    let stored = Stored {
+        spec,
+        outputs,
+        unfinished: op
+            .stages
+            .iter()
+            .filter(|s| s.state != OperationState::Succeeded)
+            .map(|s| s.name.clone())
+            .collect(),
+    };
+    super::pipeline::retry_plan(cx, actor, &op.command, &stored).await
+}
+
+/// Only a failed operation can be retried (one in progress is answered as it is).
+fn retryable(op: &Operation) -> Result<(), ApiError> {
+    if op.state == OperationState::Failed || !op.state.is_terminal() {
+        return Ok(());
+    }
+    Err(ApiError::field(
+        "operation_id",
+        format!(
+            "operation {} is {}; only failed operations can be retried",
+            op.operation_id,
+            op.state.as_str()
+        ),
+    ))
 }
 
 /// Puts a failed operation back in line from its failed stage. Retrying one that is
@@ -32,18 +76,9 @@ pub async fn retry(
         state,
         created: false,
     };
-    match op.state {
-        OperationState::Failed => {}
-        s if !s.is_terminal() => return Ok(reference(s)),
-        s => {
-            return Err(ApiError::field(
-                "operation_id",
-                format!(
-                    "operation {id} is {}; only failed operations can be retried",
-                    s.as_str()
-                ),
-            ));
-        }
+    retryable(&op)?;
+    if op.state != OperationState::Failed {
+        return Ok(reference(op.state));
     }
     let now = clock::now();
     let result: Result<u64, sqlx::Error> = on_pool!(store, |pool| {

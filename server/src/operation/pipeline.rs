@@ -163,6 +163,16 @@ pub trait Pipeline: Command<Output: From<OperationRef>> + Clone {
     /// region, a bucket name), which are stored with the request.
     fn preflight(self, cx: &Preflight<'_>) -> impl Future<Output = Result<Self, ApiError>> + Send;
 
+    /// The pre-flight of a plan preview: [`Pipeline::preflight`], unless asking what a
+    /// request would change differs from whether it may run (a creation that already ran
+    /// plans nothing to do, where running it again is refused).
+    fn plan_preflight(
+        self,
+        cx: &Preflight<'_>,
+    ) -> impl Future<Output = Result<Self, ApiError>> + Send {
+        self.preflight(cx)
+    }
+
     /// Runs stage `stage` once.
     fn step(
         &self,
@@ -239,6 +249,26 @@ pub async fn run_stage(
                     Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
                     None,
                 ),
+            }
+        };
+    }
+    for_each_pipeline!(by_command)
+}
+
+/// What retrying the stored operation of command `command` would do now.
+pub async fn retry_plan(
+    cx: &Preflight<'_>,
+    actor: &crate::auth::Actor,
+    command: &str,
+    stored: &super::preview::Stored,
+) -> Result<app::api::plan::Plan, ApiError> {
+    macro_rules! by_command {
+        ($($p:ty),* $(,)?) => {
+            match command {
+                $(c if c == <$p as Command>::SPEC.name => {
+                    Box::pin(super::preview::remaining::<$p>(cx, actor, stored)).await
+                })*
+                other => Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
             }
         };
     }

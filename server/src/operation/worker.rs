@@ -214,8 +214,14 @@ impl Worker {
             }
             let name = op.stages[i].name.clone();
             let started = Instant::now();
+            let step_cx = Context {
+                aws: Arc::new(self.aws.for_step(&op.id, &name)),
+                store: cx.store.clone(),
+                operation_id: cx.operation_id.clone(),
+                requested_by: cx.requested_by.clone(),
+            };
             let (result, outputs) =
-                pipeline::run_stage(&cx, &op.command, &name, &op.spec, &op.outputs).await;
+                pipeline::run_stage(&step_cx, &op.command, &name, &op.spec, &op.outputs).await;
             let labels = [("command", op.command.clone()), ("stage", name.clone())];
             metrics::histogram!(telemetry::STEP_DURATION, &labels)
                 .record(started.elapsed().as_secs_f64());

@@ -48,7 +48,7 @@ pub async fn connect(aws: &Aws, region: &str, cluster: &str) -> Result<kube::Cli
         .as_deref()
         .ok_or_else(|| ApiError::internal(format!("EKS cluster {cluster} has no CA data")))?;
     let token = token(aws, region, cluster, SystemTime::now()).await?;
-    client(endpoint, ca, &token)
+    client(endpoint, ca, &token, &aws.user_agent())
 }
 
 /// The API of a cluster a plan creates, as it is when first up: no object of any kind.
@@ -124,7 +124,12 @@ fn empty_cluster_answer(
         .unwrap_or_default()
 }
 
-fn client(endpoint: &str, ca_base64: &str, token: &str) -> Result<kube::Client, ApiError> {
+fn client(
+    endpoint: &str,
+    ca_base64: &str,
+    token: &str,
+    user_agent: &str,
+) -> Result<kube::Client, ApiError> {
     // The AWS SDK and kube both link rustls; with more than one crypto provider compiled
     // in, rustls needs the process default chosen once. A second call is a no-op error.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -145,6 +150,10 @@ fn client(endpoint: &str, ca_base64: &str, token: &str) -> Result<kube::Client, 
     config.auth_info.token = Some(token.to_owned().into());
     config.read_timeout = Some(Duration::from_secs(30));
     config.default_retry = false;
+    // The audit log's userAgent: which hypd step made a call.
+    if let Ok(agent) = http::HeaderValue::from_str(user_agent) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     kube::Client::try_from(config)
         .map_err(|e| ApiError::internal(format!("Kubernetes client for {endpoint}: {e}")))
 }
