@@ -162,9 +162,10 @@ def eks_token(cluster: str, region: str = "us-east-1") -> str:
     return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
-def kubectl(sim_url: str, cluster: str, *args: str) -> str:
+def kubectl(sim_url: str, cluster: str, *args: str, editor: str | None = None) -> str:
     """kubectl against the sim's API server for EKS cluster `cluster`, as a user would
-    reach it: endpoint and CA from DescribeCluster, an EKS token."""
+    reach it: endpoint and CA from DescribeCluster, an EKS token. `editor` is the
+    KUBE_EDITOR `kubectl edit` runs on the object's YAML."""
     import shutil
     import tempfile
 
@@ -187,6 +188,9 @@ def kubectl(sim_url: str, cluster: str, *args: str) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig") as f:
         json.dump(config, f)
         f.flush()
-        done = subprocess.run([binary, "--kubeconfig", f.name, *args], capture_output=True, text=True, timeout=60)
+        env = {**os.environ, "KUBE_EDITOR": editor} if editor else None
+        done = subprocess.run(
+            [binary, "--kubeconfig", f.name, *args], capture_output=True, text=True, timeout=60, env=env
+        )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -2,6 +2,7 @@
 each in the client's default mode (server/discover first) and legacy mode (initialize)."""
 
 import json
+import time
 
 import anyio
 import httpx
@@ -25,6 +26,16 @@ def http_transport(hypd, token):
 def stdio_transport(hypd, token):
     env = {**hypd.env, "HYPD_URL": hypd.url, "HYPD_TOKEN": token}
     return StdioServerParameters(command=str(HYPD), args=["mcp"], env=env)
+
+
+async def finished(client, operation_id):
+    """wait_operation until operation `operation_id` is final; its last answer."""
+    while True:
+        waited = structured(
+            await client.call_tool("wait_operation", {"operation_id": operation_id, "timeout_seconds": 60})
+        )
+        if not waited["timed_out"]:
+            return waited
 
 
 def structured(result):
@@ -161,12 +172,7 @@ async def import_and_follow(server, sim):
         assert again["operation_id"] == started["operation_id"]
 
         op_id = started["operation_id"]
-        while True:
-            waited = structured(
-                await client.call_tool("wait_operation", {"operation_id": op_id, "timeout_seconds": 30})
-            )
-            if not waited["timed_out"]:
-                break
+        waited = await finished(client, op_id)
         op = waited["operation"]
         assert op["state"] == "succeeded", op
         assert [s["name"] for s in op["stages"]] == ["eks", "access", "hyperpod", "register"]
@@ -220,12 +226,7 @@ async def create_and_follow(server):
         listed = structured(await client.call_tool("list_operations", {"target": "cluster/mcp-gpu"}))
         assert listed["operations"] == [], listed
         started = structured(await client.call_tool("create_cluster", request))
-        while True:
-            waited = structured(
-                await client.call_tool("wait_operation", {"operation_id": started["operation_id"], "timeout_seconds": 60})
-            )
-            if not waited["timed_out"]:
-                break
+        waited = await finished(client, started["operation_id"])
         op = waited["operation"]
         assert op["state"] == "succeeded", op
         assert op["stages"][-1]["name"] == "storage"
@@ -247,6 +248,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     claim = json.loads(kubectl(sim, "mcp-gpu", "get", "pvc", "shared-s3", "-o", "json"))
     assert claim["status"]["phase"] == "Bound", claim
     anyio.run(drift_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(drift_again_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
 
 
@@ -295,17 +297,102 @@ async def drift_and_reconcile(server, hypd, sim):
         planned = {c["kind"] for s in dry["plan"]["stages"] for c in s["changes"]}
         assert planned == set(by_kind), dry
         started = structured(await client.call_tool("reconcile_cluster", {"name": "mcp-gpu"}))
-        while True:
-            waited = structured(
-                await client.call_tool("wait_operation", {"operation_id": started["operation_id"], "timeout_seconds": 60})
-            )
-            if not waited["timed_out"]:
-                break
+        waited = await finished(client, started["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
         after = structured(await client.call_tool("get_drift", {"name": "mcp-gpu"}))
         assert after["drifted"] == [], after
     agent = json.loads(kubectl(sim, "mcp-gpu", "-n", "aws-hyperpod", "get", "daemonset", "health-monitoring-agent", "-o", "json"))
     assert agent["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "hypd", agent["metadata"]["labels"]
+
+
+def drift_outside_hypd_again(hypd, sim):
+    """More of what a person does by hand: scale a group and turn node recovery off
+    (boto3, SageMaker), downgrade an add-on (boto3, EKS), route a block through the
+    private route table (boto3, EC2), let another service assume a role (boto3, IAM),
+    `kubectl edit` a node component's image, `kubectl delete` another."""
+    moto = hypd.env["AWS_ENDPOINT_URL"]
+    sagemaker = aws("sagemaker", sim)
+    [group] = sagemaker.describe_cluster(ClusterName="mcp-gpu")["InstanceGroups"]
+    settable = ("InstanceGroupName", "InstanceType", "LifeCycleConfig", "ExecutionRole", "ThreadsPerCore",
+                "InstanceStorageConfigs", "OnStartDeepHealthChecks")
+    scaled = {k: v for k, v in group.items() if k in settable} | {"InstanceCount": 0}
+    sagemaker.update_cluster(ClusterName="mcp-gpu", InstanceGroups=[scaled], NodeRecovery="None")
+    eks = aws("eks", sim)
+    eks.update_addon(clusterName="mcp-gpu", addonName="cert-manager", addonVersion="v1.17.2-eksbuild.1")
+    # Seen once the updates are done: what is updating takes no change until it is done.
+    deadline = time.monotonic() + 60
+    while (sagemaker.describe_cluster(ClusterName="mcp-gpu")["ClusterStatus"] != "InService"
+           or eks.describe_addon(clusterName="mcp-gpu", addonName="cert-manager")["addon"]["status"] != "ACTIVE"):
+        assert time.monotonic() < deadline, "the updates did not finish"
+        time.sleep(0.2)
+    ec2 = aws("ec2", moto)
+    [table] = ec2.describe_route_tables(Filters=[
+        {"Name": "tag:hypd:cluster", "Values": ["mcp-gpu"]}, {"Name": "tag:hypd:role", "Values": ["private-rt"]}
+    ])["RouteTables"]
+    [igw] = ec2.describe_internet_gateways(Filters=[{"Name": "tag:hypd:cluster", "Values": ["mcp-gpu"]}])["InternetGateways"]
+    ec2.create_route(RouteTableId=table["RouteTableId"], DestinationCidrBlock="10.99.0.0/16",
+                     GatewayId=igw["InternetGatewayId"])
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+    aws("iam", moto).update_assume_role_policy(RoleName="hypd-mcp-gpu-eks", PolicyDocument=json.dumps(trust))
+    kubectl(sim, "mcp-gpu", "-n", "kube-system", "edit", "daemonset", "nvidia-device-plugin-daemonset",
+            editor=r"sed -i -e 's|\(image: .*k8s-device-plugin\):.*|\1:v0.0.1-edited|'")
+    kubectl(sim, "mcp-gpu", "-n", "kube-system", "delete", "daemonset", "aws-efa-k8s-device-plugin-daemonset")
+    return table["RouteTableId"]
+
+
+async def drift_again_and_reconcile(server, hypd, sim):
+    """Each of those is named, with what hypd expects and what is there, and reconcile
+    puts back exactly that."""
+    table = drift_outside_hypd_again(hypd, sim)
+    async with Client(server) as client:
+        report = structured(await client.call_tool("get_drift", {"name": "mcp-gpu"}))
+        named = {(d["kind"], d["name"]): d for d in report["drifted"]}
+        assert set(named) == {
+            ("sagemaker:Cluster", "mcp-gpu"),
+            ("ec2:RouteTable", table),
+            ("iam:Role", "hypd-mcp-gpu-eks"),
+            ("eks:Addon", "cert-manager"),
+            ("k8s:apps/v1/DaemonSet", "nvidia-device-plugin-daemonset"),
+            ("k8s:apps/v1/DaemonSet", "aws-efa-k8s-device-plugin-daemonset"),
+        }, report
+        hyperpod = {f["field"]: f for f in named[("sagemaker:Cluster", "mcp-gpu")]["fields"]}
+        assert hyperpod["instance_groups[gpu].instance_count"]["expected"] == 1, hyperpod
+        assert hyperpod["instance_groups[gpu].instance_count"]["actual"] == 0, hyperpod
+        assert hyperpod["node_recovery"]["expected"] == "Automatic", hyperpod
+        assert hyperpod["node_recovery"]["actual"] == "None", hyperpod
+        [route] = named[("ec2:RouteTable", table)]["fields"]
+        assert route["field"] == "routes[10.99.0.0/16]" and route["actual"].startswith("igw-"), route
+        assert route.get("expected") is None, route
+        [trust] = named[("iam:Role", "hypd-mcp-gpu-eks")]["fields"]
+        assert trust["field"] == "trust" and "ec2.amazonaws.com" in json.dumps(trust["actual"]), trust
+        assert "eks.amazonaws.com" in json.dumps(trust["expected"]), trust
+        [version] = named[("eks:Addon", "cert-manager")]["fields"]
+        assert (version["expected"], version["actual"]) == ("v1.18.2-eksbuild.2", "v1.17.2-eksbuild.1"), version
+        edited = named[("k8s:apps/v1/DaemonSet", "nvidia-device-plugin-daemonset")]
+        assert edited["state"] == "differs" and "kubectl-edit" in edited["changed_by"], edited
+        assert any("v0.0.1-edited" in json.dumps(f["actual"]) for f in edited["fields"]), edited
+        deleted = named[("k8s:apps/v1/DaemonSet", "aws-efa-k8s-device-plugin-daemonset")]
+        assert deleted["state"] == "missing", deleted
+
+        started = structured(await client.call_tool("reconcile_cluster", {"name": "mcp-gpu"}))
+        waited = await finished(client, started["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        after = structured(await client.call_tool("get_drift", {"name": "mcp-gpu"}))
+        assert after["drifted"] == [], after
+    # Put back as the official clients see it.
+    moto = hypd.env["AWS_ENDPOINT_URL"]
+    d = aws("sagemaker", sim).describe_cluster(ClusterName="mcp-gpu")
+    assert d["NodeRecovery"] == "Automatic" and d["InstanceGroups"][0]["TargetCount"] == 1, d
+    [rt] = aws("ec2", moto).describe_route_tables(RouteTableIds=[table])["RouteTables"]
+    assert not [r for r in rt["Routes"] if r.get("DestinationCidrBlock") == "10.99.0.0/16"], rt["Routes"]
+    addon = aws("eks", sim).describe_addon(clusterName="mcp-gpu", addonName="cert-manager")["addon"]
+    assert addon["addonVersion"] == "v1.18.2-eksbuild.2", addon
+    role = aws("iam", moto).get_role(RoleName="hypd-mcp-gpu-eks")["Role"]
+    assert "eks.amazonaws.com" in json.dumps(role["AssumeRolePolicyDocument"]), role
+    plugin = json.loads(kubectl(sim, "mcp-gpu", "-n", "kube-system", "get", "daemonset", "nvidia-device-plugin-daemonset", "-o", "json"))
+    assert "edited" not in plugin["spec"]["template"]["spec"]["containers"][0]["image"], plugin["spec"]
+    kubectl(sim, "mcp-gpu", "-n", "kube-system", "get", "daemonset", "aws-efa-k8s-device-plugin-daemonset")
 
 
 async def delete_in_two_steps(server):
@@ -337,12 +424,7 @@ async def delete_in_two_steps(server):
         assert started["created"] is True
         again = structured(await client.call_tool("delete_cluster", confirmed))
         assert again["operation_id"] == started["operation_id"] and again["created"] is False
-        while True:
-            waited = structured(
-                await client.call_tool("wait_operation", {"operation_id": started["operation_id"], "timeout_seconds": 60})
-            )
-            if not waited["timed_out"]:
-                break
+        waited = await finished(client, started["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
         gone = await client.call_tool("get_cluster", {"name": "mcp-gpu"})
         assert gone.is_error and gone.structured_content["error"]["kind"] == "not_found"

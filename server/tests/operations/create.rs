@@ -217,20 +217,7 @@ fn assert_kubernetes_ready(world: &World, name: &str, groups: &[(&str, usize)]) 
     use kube::api::{Api, ListParams};
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        // hypd's own way in (DescribeCluster's endpoint and CA, an STS-signed token),
-        // against the sim's API server, which checks the token's signature.
-        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(&world.sim.url)
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_sts::config::Credentials::new(
-                "testing", "testing", None, None, "test",
-            ))
-            .load()
-            .await;
-        let aws = hypd::aws::Aws::new(conf);
-        let client = hypd::resources::kube::connect(&aws, "us-east-1", name)
-            .await
-            .unwrap();
+        let client = kube_client(world, name).await;
         let listed = Api::<Node>::all(client.clone())
             .list(&ListParams::default().labels("sagemaker.amazonaws.com/compute-type=hyperpod"))
             .await
@@ -292,6 +279,24 @@ fn assert_kubernetes_ready(world: &World, name: &str, groups: &[(&str, usize)]) 
             .unwrap();
         assert_eq!(claim.status.unwrap().phase.as_deref(), Some("Bound"));
     });
+}
+
+/// A client of cluster `name`'s Kubernetes API, reached hypd's own way (DescribeCluster's
+/// endpoint and CA, an STS-signed token) at the sim's API server, which checks the
+/// token's signature.
+pub async fn kube_client(world: &World, name: &str) -> kube::Client {
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(&world.sim.url)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sts::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .load()
+        .await;
+    let aws = hypd::aws::Aws::new(conf);
+    hypd::resources::kube::connect(&aws, "us-east-1", name)
+        .await
+        .unwrap()
 }
 
 fn hyperpod_clusters(world: &World, name: &str) -> usize {
@@ -431,20 +436,16 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     // The same code: the kinds the run changed are the kinds the plan lists.
     let called: std::collections::BTreeSet<String> = mutating_calls(&world)
         .into_iter()
-        .filter_map(
-            |(service, operation)| match created_kind(&service, &operation) {
-                Some(kind) => Some(kind.to_owned()),
-                None if service == "kubernetes" => None,
-                None => {
-                    panic!("the creation called {service} {operation}, which no plan change names")
-                }
-            },
-        )
+        .map(|(service, operation)| {
+            changed_kind(&service, &operation).unwrap_or_else(|| {
+                panic!("the creation called {service} {operation}, which no plan change names")
+            })
+        })
         .collect();
     let planned: std::collections::BTreeSet<String> = creates(&plan)
         .chain(changes_of(&plan).filter(|c| c["action"] == "update"))
-        .map(|c| c["kind"].as_str().unwrap().to_owned())
-        .filter(|k| !k.starts_with("k8s:") && k != "hypd:Cluster")
+        .map(|c| plan_kind(c["kind"].as_str().unwrap()))
+        .filter(|k| k != "hypd:Cluster")
         .collect();
     assert_eq!(called, planned);
     let names: Vec<&str> = op["stages"]
@@ -521,6 +522,26 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
         calls.len() - kube
     );
 
+    // The request that made it, planned again, has nothing to do (from read-only calls).
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let mut replan = two_groups("ml-a");
+    replan["dry_run"] = json!(true);
+    let (status, replan) = create(&hypd, &token, replan);
+    assert_eq!(status, 200, "{replan}");
+    assert_eq!(replan["plan"]["stages"].as_array().unwrap().len(), 9);
+    let to_do: Vec<&Value> = changes_of(&replan["plan"])
+        .filter(|c| c["action"] != "none")
+        .collect();
+    assert!(to_do.is_empty(), "nothing to do: {replan:#}");
+    let changed = mutating_calls(&world);
+    assert!(changed.is_empty(), "the dry run called {changed:?}");
+    // Another request for the same name is planned as a creation: refused, name taken.
+    let mut other = small("ml-a");
+    other["dry_run"] = json!(true);
+    let (status, other) = create(&hypd, &token, other);
+    assert_eq!(status, 422, "{other}");
+    assert_eq!(other["error"]["errors"][0]["field"], "name");
+
     // Its name is now taken: refused before anything is made.
     let (status, again) = create(&hypd, &token, two_groups("ml-a"));
     assert_eq!(status, 422, "a created cluster's name is taken: {again}");
@@ -594,7 +615,7 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
         let kind = changed_kind(&service, &operation).unwrap_or_else(|| {
             panic!("the deletion called {service} {operation}, which no plan change names")
         });
-        called.insert(kind.to_owned());
+        called.insert(kind);
     }
     let planned: std::collections::BTreeSet<String> = plan["stages"]
         .as_array()
@@ -602,13 +623,22 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
         .iter()
         .flat_map(|s| s["changes"].as_array().unwrap())
         .filter(|c| c["action"] != "none" && c["action"] != "adopt" && c["kind"] != "hypd:Cluster")
-        .map(|c| c["kind"].as_str().unwrap().to_owned())
+        .map(|c| plan_kind(c["kind"].as_str().unwrap()))
         .collect();
     assert_eq!(called, planned);
 }
 
 /// The calls the world saw that are not reads.
 fn mutating_calls(world: &World) -> Vec<(String, String)> {
+    agents_mutating_calls(world)
+        .into_iter()
+        .map(|(_, service, operation)| (service, operation))
+        .collect()
+}
+
+/// The calls the world saw that are not reads, each with its caller's application name
+/// (`hypd.<operation>.<stage>` for a step's).
+pub fn agents_mutating_calls(world: &World) -> Vec<(Option<String>, String, String)> {
     let (_, log) = world.sim.call(Method::GET, "/_sim/calls", None);
     log["calls"]
         .as_array()
@@ -616,12 +646,13 @@ fn mutating_calls(world: &World) -> Vec<(String, String)> {
         .iter()
         .map(|c| {
             (
+                c["agent"].as_str().map(str::to_owned),
                 c["service"].as_str().unwrap().to_owned(),
                 c["operation"].as_str().unwrap().to_owned(),
             )
         })
         // AWS reads by their names, Kubernetes reads by their verbs.
-        .filter(|(_, op)| {
+        .filter(|(_, _, op)| {
             !["Describe", "List", "Get", "Head", "get ", "list ", "watch "]
                 .iter()
                 .any(|p| op.starts_with(p))
@@ -629,60 +660,86 @@ fn mutating_calls(world: &World) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The plan kind a mutating call of a deletion changes.
-fn changed_kind(service: &str, operation: &str) -> Option<&'static str> {
-    Some(match (service, operation) {
-        ("sagemaker", "DeleteCluster") => "sagemaker:Cluster",
-        ("eks", "DeleteAddon") => "eks:Addon",
-        ("eks", "DeleteCluster") => "eks:Cluster",
-        ("eks", "DeleteAccessEntry") => "eks:AccessEntry",
-        ("iam", "DeleteRole" | "DetachRolePolicy" | "DeleteRolePolicy") => "iam:Role",
-        ("iam", "DeleteOpenIDConnectProvider") => "iam:OpenIDConnectProvider",
-        ("ec2", "DeleteVpcEndpoints") => "ec2:VpcEndpoint",
-        ("ec2", "DeleteNatGateway") => "ec2:NatGateway",
-        ("ec2", "ReleaseAddress") => "ec2:ElasticIp",
-        ("ec2", "DeleteRouteTable" | "DisassociateRouteTable") => "ec2:RouteTable",
-        ("ec2", "DeleteSubnet") => "ec2:Subnet",
-        ("ec2", "DeleteSecurityGroup") => "ec2:SecurityGroup",
-        ("ec2", "DetachInternetGateway" | "DeleteInternetGateway") => "ec2:InternetGateway",
-        ("ec2", "DeleteVpc") => "ec2:Vpc",
-        ("s3", "DeleteObject" | "DeleteObjects") => "s3:Object",
-        ("s3", "DeleteBucket") => "s3:Bucket",
-        _ => return None,
-    })
+/// The plan kind a mutating call changes; a Kubernetes call (`patch DaemonSet`) as
+/// [`plan_kind`] shortens Kubernetes kinds (`k8s:DaemonSet`).
+pub fn changed_kind(service: &str, operation: &str) -> Option<String> {
+    if service == "kubernetes" {
+        let (_, kind) = operation.split_once(' ')?;
+        return Some(format!("k8s:{kind}"));
+    }
+    Some(
+        match (service, operation) {
+            ("ec2", "CreateVpc" | "ModifyVpcAttribute" | "DeleteVpc") => "ec2:Vpc",
+            (
+                "ec2",
+                "CreateInternetGateway"
+                | "AttachInternetGateway"
+                | "DetachInternetGateway"
+                | "DeleteInternetGateway",
+            ) => "ec2:InternetGateway",
+            ("ec2", "CreateSubnet" | "DeleteSubnet") => "ec2:Subnet",
+            ("ec2", "AllocateAddress" | "ReleaseAddress") => "ec2:ElasticIp",
+            ("ec2", "CreateNatGateway" | "DeleteNatGateway") => "ec2:NatGateway",
+            (
+                "ec2",
+                "CreateRouteTable"
+                | "CreateRoute"
+                | "ReplaceRoute"
+                | "DeleteRoute"
+                | "AssociateRouteTable"
+                | "ReplaceRouteTableAssociation"
+                | "DisassociateRouteTable"
+                | "DeleteRouteTable",
+            ) => "ec2:RouteTable",
+            ("ec2", "CreateVpcEndpoint" | "DeleteVpcEndpoints") => "ec2:VpcEndpoint",
+            (
+                "ec2",
+                "CreateSecurityGroup"
+                | "AuthorizeSecurityGroupIngress"
+                | "AuthorizeSecurityGroupEgress"
+                | "RevokeSecurityGroupIngress"
+                | "RevokeSecurityGroupEgress"
+                | "DeleteSecurityGroup",
+            ) => "ec2:SecurityGroup",
+            (
+                "iam",
+                "CreateRole"
+                | "AttachRolePolicy"
+                | "PutRolePolicy"
+                | "UpdateAssumeRolePolicy"
+                | "DeleteRole"
+                | "DetachRolePolicy"
+                | "DeleteRolePolicy",
+            ) => "iam:Role",
+            ("iam", "CreateOpenIDConnectProvider" | "DeleteOpenIDConnectProvider") => {
+                "iam:OpenIDConnectProvider"
+            }
+            ("eks", "CreateCluster" | "DeleteCluster") => "eks:Cluster",
+            ("eks", "CreateAccessEntry" | "AssociateAccessPolicy" | "DeleteAccessEntry") => {
+                "eks:AccessEntry"
+            }
+            ("eks", "CreateAddon" | "UpdateAddon" | "DeleteAddon") => "eks:Addon",
+            ("eks", "CreatePodIdentityAssociation" | "DeletePodIdentityAssociation") => {
+                "eks:PodIdentityAssociation"
+            }
+            ("s3", "CreateBucket" | "PutBucketTagging" | "DeleteBucket") => "s3:Bucket",
+            ("s3", "PutObject" | "DeleteObject" | "DeleteObjects") => "s3:Object",
+            ("sagemaker", "CreateCluster" | "UpdateCluster" | "DeleteCluster") => {
+                "sagemaker:Cluster"
+            }
+            _ => return None,
+        }
+        .to_owned(),
+    )
 }
 
-/// The plan kind a mutating call of a creation changes.
-fn created_kind(service: &str, operation: &str) -> Option<&'static str> {
-    Some(match (service, operation) {
-        ("ec2", "CreateVpc" | "ModifyVpcAttribute") => "ec2:Vpc",
-        ("ec2", "CreateInternetGateway" | "AttachInternetGateway") => "ec2:InternetGateway",
-        ("ec2", "CreateSubnet") => "ec2:Subnet",
-        ("ec2", "AllocateAddress") => "ec2:ElasticIp",
-        ("ec2", "CreateNatGateway") => "ec2:NatGateway",
-        ("ec2", "CreateRouteTable" | "CreateRoute" | "ReplaceRoute" | "AssociateRouteTable") => {
-            "ec2:RouteTable"
-        }
-        ("ec2", "CreateVpcEndpoint") => "ec2:VpcEndpoint",
-        (
-            "ec2",
-            "CreateSecurityGroup"
-            | "AuthorizeSecurityGroupIngress"
-            | "AuthorizeSecurityGroupEgress",
-        ) => "ec2:SecurityGroup",
-        ("iam", "CreateRole" | "AttachRolePolicy" | "PutRolePolicy" | "UpdateAssumeRolePolicy") => {
-            "iam:Role"
-        }
-        ("iam", "CreateOpenIDConnectProvider") => "iam:OpenIDConnectProvider",
-        ("eks", "CreateCluster") => "eks:Cluster",
-        ("eks", "CreateAccessEntry" | "AssociateAccessPolicy") => "eks:AccessEntry",
-        ("eks", "CreateAddon") => "eks:Addon",
-        ("eks", "CreatePodIdentityAssociation") => "eks:PodIdentityAssociation",
-        ("s3", "CreateBucket" | "PutBucketTagging") => "s3:Bucket",
-        ("s3", "PutObject") => "s3:Object",
-        ("sagemaker", "CreateCluster") => "sagemaker:Cluster",
-        _ => return None,
-    })
+/// A plan change's kind as [`changed_kind`] names it: Kubernetes kinds without their
+/// group and version (calls name only the kind).
+pub fn plan_kind(kind: &str) -> String {
+    match kind.strip_prefix("k8s:") {
+        Some(k) => format!("k8s:{}", k.rsplit('/').next().unwrap_or(k)),
+        None => kind.to_owned(),
+    }
 }
 
 fn changes_of(plan: &Value) -> impl Iterator<Item = &Value> {

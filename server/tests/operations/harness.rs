@@ -11,6 +11,11 @@
 //! After each, the world holds exactly what the pipeline makes (no duplicate AWS or
 //! Kubernetes object). A new pipeline gets all three by adding one `Case` to `CASES`.
 
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -35,8 +40,9 @@ pub struct Case {
     /// Makes what the operation needs first (an EKS cluster to import, a cluster to
     /// delete); `hypd` and `token` are the server under test.
     pub given: fn(&World, &Hypd, &str, &str),
-    /// Starts the operation; returns the REST answer.
-    pub start: fn(&Hypd, &str, &str) -> (u16, Value),
+    /// The REST call that starts the operation on cluster `name` (a destructive one is
+    /// confirmed, a dry run adds `dry_run`).
+    pub request: fn(&str) -> (Method, String, Value),
     /// What the world must hold once the operation succeeded.
     pub check: fn(&World, &Hypd, &str, &str),
     pub calls: &'static [Call],
@@ -69,13 +75,9 @@ pub const CASES: &[Case] = &[
     Case {
         command: "create_cluster",
         given: |_, _, _, _| {},
-        start: |hypd, token, name| {
-            hypd.call(
-                token,
-                Method::POST,
-                "/api/v1/clusters",
-                Some(crate::create::small(name)),
-            )
+        request: |name| {
+            let path = "/api/v1/clusters".to_owned();
+            (Method::POST, path, crate::create::small(name))
         },
         check: |world, _, _, name| {
             crate::create::assert_complete(&crate::create::count(world, name))
@@ -94,13 +96,9 @@ pub const CASES: &[Case] = &[
     Case {
         command: "import_cluster",
         given: |world, _, _, name| existing_eks(world, name),
-        start: |hypd, token, name| {
-            hypd.call(
-                token,
-                Method::POST,
-                "/api/v1/clusters/import",
-                Some(json!({ "name": name })),
-            )
+        request: |name| {
+            let path = "/api/v1/clusters/import".to_owned();
+            (Method::POST, path, json!({ "name": name }))
         },
         check: |world, hypd, token, name| {
             assert_eq!(crate::access_entries(world, name).len(), 1, "{name}");
@@ -125,13 +123,9 @@ pub const CASES: &[Case] = &[
     Case {
         command: "delete_cluster",
         given: created,
-        start: |hypd, token, name| {
-            hypd.confirmed(
-                token,
-                Method::DELETE,
-                &format!("/api/v1/clusters/{name}"),
-                None,
-            )
+        request: |name| {
+            let path = format!("/api/v1/clusters/{name}");
+            (Method::DELETE, path, json!({}))
         },
         check: |world, hypd, token, name| {
             crate::create::assert_gone(&crate::create::count(world, name));
@@ -158,13 +152,9 @@ pub const CASES: &[Case] = &[
             created(world, hypd, token, name);
             drift(world, name);
         },
-        start: |hypd, token, name| {
-            hypd.call(
-                token,
-                Method::POST,
-                &format!("/api/v1/clusters/{name}/reconcile"),
-                Some(json!({})),
-            )
+        request: |name| {
+            let path = format!("/api/v1/clusters/{name}/reconcile");
+            (Method::POST, path, json!({}))
         },
         check: |world, hypd, token, name| {
             crate::create::assert_complete(&crate::create::count(world, name));
@@ -181,6 +171,9 @@ pub const CASES: &[Case] = &[
             call("network", "ec2", "AuthorizeSecurityGroupIngress"),
             call("iam", "iam", "AttachRolePolicy"),
             call("addons", "eks", "CreateAddon"),
+            call("components", "kubernetes", "patch DaemonSet"),
+            call("hyperpod", "sagemaker", "UpdateCluster"),
+            call("storage", "kubernetes", "patch PersistentVolumeClaim"),
         ],
     },
 ];
@@ -199,8 +192,10 @@ fn created(world: &World, hypd: &Hypd, token: &str, name: &str) {
     crate::create::assert_complete(&crate::create::count(world, name));
 }
 
-/// Changes cluster `name` outside hypd as a person would, with the AWS SDK: a revoked
-/// security-group rule, a detached role policy, a deleted add-on.
+/// Changes cluster `name` outside hypd as a person would, with the AWS SDK and a
+/// Kubernetes client: a revoked security-group rule, a detached role policy, a deleted
+/// add-on, a deleted node component, node recovery turned off, a relabelled claim: one
+/// thing in each stage a reconcile changes.
 pub fn drift(world: &World, name: &str) {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let conf = world.moto_sdk().await;
@@ -242,11 +237,58 @@ pub fn drift(world: &World, name: &str) {
         let sim = aws_sdk_eks::config::Builder::from(&conf)
             .endpoint_url(&world.sim.url)
             .build();
-        aws_sdk_eks::Client::from_conf(sim)
-            .delete_addon()
+        let eks = aws_sdk_eks::Client::from_conf(sim);
+        eks.delete_addon()
             .cluster_name(name)
             .addon_name("metrics-server")
             .send()
+            .await
+            .unwrap();
+        let sim = aws_sdk_sagemaker::config::Builder::from(&conf)
+            .endpoint_url(&world.sim.url)
+            .build();
+        let sagemaker = aws_sdk_sagemaker::Client::from_conf(sim);
+        sagemaker
+            .update_cluster()
+            .cluster_name(name)
+            .node_recovery(aws_sdk_sagemaker::types::ClusterNodeRecovery::None)
+            .send()
+            .await
+            .unwrap();
+        // Settled, as a person finds it later: the add-on gone, HyperPod in service.
+        let start = std::time::Instant::now();
+        loop {
+            let addon = eks
+                .describe_addon()
+                .cluster_name(name)
+                .addon_name("metrics-server")
+                .send()
+                .await;
+            let status = sagemaker
+                .describe_cluster()
+                .cluster_name(name)
+                .send()
+                .await
+                .unwrap()
+                .cluster_status;
+            if addon.is_err() && status == Some(aws_sdk_sagemaker::types::ClusterStatus::Inservice)
+            {
+                break;
+            }
+            assert!(start.elapsed().as_secs() < 60, "the drift did not settle");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let client = crate::create::kube_client(world, name).await;
+        Api::<DaemonSet>::namespaced(client.clone(), "aws-hyperpod")
+            .delete("health-monitoring-agent", &DeleteParams::default())
+            .await
+            .unwrap();
+        Api::<PersistentVolumeClaim>::namespaced(client, "default")
+            .patch(
+                "shared-s3",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"hypd/storage": "edited"}}})),
+            )
             .await
             .unwrap();
     });
@@ -327,20 +369,97 @@ fn world() -> (World, Hypd, String) {
     (world, hypd, token)
 }
 
+/// The command's verb, for cluster names: `create`, `import`…
+fn short(case: &Case) -> &'static str {
+    case.command.split('_').next().unwrap_or("op")
+}
+
 fn name_for(case: &Case, c: &Call, kind: &str) -> String {
-    let short = case.command.split('_').next().unwrap_or("op");
-    format!("{short}-{kind}-{}", c.stage)
+    format!("{}-{kind}-{}", short(case), c.stage)
 }
 
 fn started(case: &Case, hypd: &Hypd, token: &str, name: &str) -> String {
-    let (status, body) = (case.start)(hypd, token, name);
+    let (method, path, body) = (case.request)(name);
+    let (status, body) = hypd.confirmed(token, method, &path, Some(body));
     assert_eq!(status, 200, "{}: {body}", case.command);
     body["operation_id"].as_str().unwrap().to_owned()
+}
+
+/// The plan preview of what [`started`] would start.
+fn planned(case: &Case, hypd: &Hypd, token: &str, name: &str) -> Value {
+    let (method, path, mut body) = (case.request)(name);
+    body["dry_run"] = json!(true);
+    let (status, body) = hypd.call(token, method, &path, Some(body));
+    assert_eq!(status, 200, "{} dry run: {body}", case.command);
+    body["plan"].clone()
 }
 
 fn clear_faults(world: &World) {
     let (status, _) = world.sim.call(Method::DELETE, "/_sim/faults", None);
     assert!(status < 300);
+}
+
+/// The same code, stage by stage: for every pipeline, the mutating calls each stage's
+/// step made (told apart by the user agent every step's calls carry,
+/// `app/hypd.<operation>.<stage>`) change exactly the kinds of objects that stage's part
+/// of the plan preview of the same world lists; a stage planned with no change makes no
+/// mutating call, and nothing outside a step changes anything.
+#[test]
+fn each_stage_changes_exactly_what_its_plan_lists() {
+    let (world, hypd, token) = world();
+    for case in CASES {
+        let name = format!("{}-same", short(case));
+        (case.given)(&world, &hypd, &token, &name);
+        let plan = planned(case, &hypd, &token, &name);
+        world.sim.call(Method::DELETE, "/_sim/calls", None);
+        let id = started(case, &hypd, &token, &name);
+        let op = hypd.finish(&token, &id);
+        assert_eq!(op["state"], "succeeded", "{}: {op:#}", case.command);
+        let calls = crate::create::agents_mutating_calls(&world);
+        let prefix = format!("hypd.{id}.");
+        let mut by_stage = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+        for (agent, service, operation) in calls {
+            let stage = agent
+                .as_deref()
+                .and_then(|a| a.strip_prefix(&prefix))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}: {service} {operation} was called outside a step (agent {agent:?})",
+                        case.command
+                    )
+                });
+            let kind = crate::create::changed_kind(&service, &operation).unwrap_or_else(|| {
+                panic!(
+                    "{} {stage} called {service} {operation}, which no plan change names",
+                    case.command
+                )
+            });
+            by_stage.entry(stage.to_owned()).or_default().insert(kind);
+        }
+        for s in plan["stages"].as_array().unwrap() {
+            let stage = s["stage"].as_str().unwrap();
+            let listed: BTreeSet<String> = s["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| matches!(c["action"].as_str(), Some("create" | "update" | "delete")))
+                .map(|c| crate::create::plan_kind(c["kind"].as_str().unwrap()))
+                .filter(|k| !k.starts_with("hypd:"))
+                .collect();
+            let called = by_stage.remove(stage).unwrap_or_default();
+            assert_eq!(
+                called, listed,
+                "{} {stage}: the kinds its calls changed, then the kinds its plan lists: {s:#}",
+                case.command
+            );
+        }
+        assert!(
+            by_stage.is_empty(),
+            "{}: stages the plan does not list made calls: {by_stage:?}",
+            case.command
+        );
+        (case.check)(&world, &hypd, &token, &name);
+    }
 }
 
 #[test]
@@ -376,12 +495,38 @@ fn a_provider_failure_in_each_stage_fails_it_and_retry_finishes() {
                     .starts_with(&message),
                 "{at}: {op:#}"
             );
-            let (status, _) = hypd.call(
-                &token,
-                Method::POST,
-                &format!("/api/v1/operations/{id}/retry"),
-                Some(json!({})),
-            );
+            // What a retry would do, first: the stages left, the failed one's change
+            // among them; the operation stays failed.
+            let retry = format!("/api/v1/operations/{id}/retry");
+            let (status, dry) =
+                hypd.call(&token, Method::POST, &retry, Some(json!({"dry_run": true})));
+            assert_eq!(status, 200, "{at}: {dry}");
+            let left: Vec<&Value> = op["stages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["state"] != "succeeded")
+                .map(|s| &s["name"])
+                .collect();
+            let planned: Vec<&Value> = dry["plan"]["stages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| &s["stage"])
+                .collect();
+            assert_eq!(planned, left, "{at}: {dry:#}");
+            if let Some(kind) = crate::create::changed_kind(c.service, c.operation) {
+                assert!(
+                    dry["plan"]["stages"][0]["changes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|ch| crate::create::plan_kind(ch["kind"].as_str().unwrap()) == kind),
+                    "{at}: the failed call's {kind} in {dry:#}"
+                );
+            }
+            assert_eq!(get_op(&hypd, &token, &id)["state"], "failed", "{at}");
+            let (status, _) = hypd.call(&token, Method::POST, &retry, Some(json!({})));
             assert_eq!(status, 200);
             let op = hypd.finish(&token, &id);
             assert_eq!(op["state"], "succeeded", "{at} after retry: {op:#}");
