@@ -175,13 +175,9 @@ async fn check_free_and_fitting(r: &CreateCluster, cx: &Preflight<'_>) -> Result
         ));
     }
     hyperpod::check_name_free(cx.aws, region.as_str(), name).await?;
-    hyperpod::check_capacity(
-        cx.aws,
-        region.as_str(),
-        zone,
-        &r.instance_groups,
-        "instance_groups",
-    )
+    hyperpod::check_capacity(cx.aws, region.as_str(), zone, &r.instance_groups, |i| {
+        format!("instance_groups[{i}]")
+    })
     .await?;
     // The node components' images are published per region.
     components::manifests(region.as_str()).map_err(|e| ApiError::field("region", e))?;
@@ -316,6 +312,8 @@ pub async fn converge_stage(
                 eks_cluster_arn: &eks_arn,
                 execution_role: &role,
                 network: &network,
+                unlisted: crate::resources::sagemaker::cluster::Unlisted::Refuse,
+                delete: &[],
             };
             match hyperpod::ensure(&cx.aws, &hcx, &mut out.hyperpod).await? {
                 Progress::Done => nodes_ready(r, cx, &region).await,
@@ -370,7 +368,11 @@ fn record<'a>(
 
 /// HyperPod reports InService once its instances run; the cluster is usable when every
 /// group's instances are Ready Kubernetes nodes and every node component runs on each.
-async fn nodes_ready(r: &CreateCluster, cx: &Context, region: &str) -> Result<Progress, ApiError> {
+pub(crate) async fn nodes_ready(
+    r: &CreateCluster,
+    cx: &Context,
+    region: &str,
+) -> Result<Progress, ApiError> {
     let name = r.name.as_str();
     let client = kube::connect(&cx.aws, region, name).await?;
     let ready = components::hyperpod_nodes(&client, name).await?;

@@ -19,7 +19,7 @@ use crate::resources::s3::bucket::Bucket;
 use crate::resources::s3::object::Object;
 use crate::resources::sagemaker::capacity::{self, quota_name};
 use crate::resources::sagemaker::cluster::{
-    self as hyperpod, GroupCapacity, GroupSpec, HyperPodCluster, HyperPodSpec,
+    self as hyperpod, GroupCapacity, GroupSpec, HyperPodCluster, HyperPodSpec, Unlisted,
 };
 use crate::resources::{Want, converge, missing};
 
@@ -116,20 +116,21 @@ pub async fn check_name_free(aws: &Aws, region: &str, name: &str) -> Result<(), 
 /// HyperPod clusters already hold plus the requested ones; each training plan is usable,
 /// reserves the group's type in the zone and has room. AWS would refuse the first two
 /// only at the HyperPod stage, after the network, IAM and EKS were made. Errors name the
-/// group's fields under `groups_at` (`instance_groups`).
+/// group's fields under `at(i)` (`instance_groups[1]`; `group` for a request of one, or
+/// empty for one whose fields are its own).
 pub async fn check_capacity(
     aws: &Aws,
     region: &str,
     zone: &str,
     groups: &[InstanceGroupSpec],
-    groups_at: &str,
+    at: impl Fn(usize) -> String,
 ) -> Result<(), ApiError> {
     let mut wanted: BTreeMap<&str, (i64, usize)> = BTreeMap::new();
     for (i, g) in groups.iter().enumerate() {
-        let at = format!("{groups_at}[{i}]");
+        let at = at(i);
         let t = g.instance_type.as_str();
         if !wanted.contains_key(t) {
-            inspect::check_offered(aws, region, zone, t, &format!("{at}.instance_type")).await?;
+            inspect::check_offered(aws, region, zone, t, &under(&at, "instance_type")).await?;
         }
         let entry = wanted.entry(t).or_insert((0, i));
         entry.0 += i64::from(g.instance_count.get());
@@ -155,7 +156,7 @@ pub async fn check_capacity(
     let used = capacity::instances_in_use(&aws.sagemaker(region)).await?;
     for t in on_quota {
         let (asked, first) = wanted[t];
-        let field = format!("{groups_at}[{first}].instance_count");
+        let field = under(&at(first), "instance_count");
         let name = quota_name(t);
         let Some(limit) = quotas.get(t).copied() else {
             return Err(ApiError::field(
@@ -178,6 +179,15 @@ pub async fn check_capacity(
     Ok(())
 }
 
+/// Field `field` of the group at `at` (`at` empty: the request's own field).
+fn under(at: &str, field: &str) -> String {
+    if at.is_empty() {
+        field.to_owned()
+    } else {
+        format!("{at}.{field}")
+    }
+}
+
 async fn check_training_plan(
     aws: &Aws,
     region: &str,
@@ -186,7 +196,7 @@ async fn check_training_plan(
     arn: &str,
     at: &str,
 ) -> Result<(), ApiError> {
-    let field = format!("{at}.capacity.training_plan_arn");
+    let field = under(at, "capacity.training_plan_arn");
     let plan_name = arn.rsplit('/').next().unwrap_or_default();
     let Some(plan) = capacity::training_plan(&aws.sagemaker(region), plan_name).await? else {
         return Err(ApiError::field(
@@ -250,6 +260,11 @@ pub struct Context<'a> {
     pub eks_cluster_arn: &'a str,
     pub execution_role: &'a str,
     pub network: &'a Network,
+    /// Live groups `groups` does not list: a conflict for the cluster's whole desired
+    /// state, kept as they are for a change of some groups.
+    pub unlisted: Unlisted,
+    /// Groups to delete.
+    pub delete: &'a [String],
 }
 
 /// The bucket, the script, then the HyperPod cluster; waits until it is InService.
@@ -289,6 +304,8 @@ pub async fn ensure(aws: &Aws, cx: &Context<'_>, made: &mut Made) -> Result<Prog
             .clone()
             .ok_or_else(|| missing("the security group"))?,
         groups: group_specs(cx.groups, cx.execution_role, cx.bucket),
+        unlisted: cx.unlisted,
+        delete: cx.delete.to_vec(),
     };
     let state = converge(&HyperPodCluster {
         sagemaker: aws.sagemaker(cx.region),

@@ -12,7 +12,7 @@ use app::api::plan::{Action, Change, FieldChange, KNOWN_AFTER_APPLY};
 use aws_sdk_sagemaker::types::{
     ClusterCapacityRequirements, ClusterEbsVolumeConfig, ClusterInstanceGroupDetails,
     ClusterInstanceGroupSpecification, ClusterInstanceStorageConfig, ClusterInstanceType,
-    ClusterInterfaceType, ClusterLifeCycleConfig, ClusterNetworkInterface,
+    ClusterInterfaceType, ClusterKubernetesConfig, ClusterLifeCycleConfig, ClusterNetworkInterface,
     ClusterNodeProvisioningMode, ClusterNodeRecovery, ClusterOrchestrator,
     ClusterOrchestratorEksConfig, ClusterSpotOptions, ClusterStatus, DeepHealthCheckType, Tag,
     VpcConfig,
@@ -104,6 +104,20 @@ pub struct HyperPodSpec {
     pub subnet_id: String,
     pub security_group_id: String,
     pub groups: Vec<GroupSpec>,
+    /// What becomes of live groups `groups` does not list.
+    pub unlisted: Unlisted,
+    /// Groups to delete (`InstanceGroupsToDelete`).
+    pub delete: Vec<String>,
+}
+
+/// Live groups a spec does not list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unlisted {
+    /// The spec is the cluster's every group: another one is a conflict (UpdateCluster
+    /// would have to name it).
+    Refuse,
+    /// The spec changes some groups: the others are sent to HyperPod as they are.
+    Keep,
 }
 
 pub struct HyperPodCluster {
@@ -123,6 +137,9 @@ pub struct GroupState {
     pub deep_health_checks: bool,
     pub training_plan_arn: Option<String>,
     pub threads_per_core: Option<u32>,
+    /// The group as DescribeCluster gave it (none when a plan assumed it): an update
+    /// sends it back through [`normalised`], so no setting hypd does not decide is lost.
+    pub live: Option<ClusterInstanceGroupDetails>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -186,7 +203,70 @@ fn group_state(g: &ClusterInstanceGroupDetails) -> GroupState {
         deep_health_checks: !g.on_start_deep_health_checks().is_empty(),
         training_plan_arn: g.training_plan_arn().map(str::to_owned),
         threads_per_core: g.threads_per_core().and_then(|t| u32::try_from(t).ok()),
+        live: Some(g.clone()),
     }
+}
+
+/// A live group as UpdateCluster takes it back: every field a group can be given
+/// (target count, image, lifecycle configuration, execution role, threads per core,
+/// storage, deep health checks, training plan, VPC override, capacity, network interface,
+/// Kubernetes labels and taints, scheduled updates, minimum count), as DescribeCluster
+/// reported it. What AWS computes (current count, status) is not a setting and is left
+/// out.
+pub fn normalised(d: &ClusterInstanceGroupDetails) -> ClusterInstanceGroupSpecification {
+    let kubernetes = d.kubernetes_config().map(|k| {
+        ClusterKubernetesConfig::builder()
+            .set_labels(k.desired_labels().or(k.current_labels()).cloned())
+            .set_taints(Some(if k.desired_taints().is_empty() {
+                k.current_taints().to_vec()
+            } else {
+                k.desired_taints().to_vec()
+            }))
+            .build()
+    });
+    ClusterInstanceGroupSpecification::builder()
+        .set_instance_group_name(d.instance_group_name().map(str::to_owned))
+        .set_instance_type(d.instance_type().cloned())
+        .set_instance_count(d.target_count())
+        .set_min_instance_count(d.min_count())
+        .set_life_cycle_config(d.life_cycle_config().cloned())
+        .set_execution_role(d.execution_role().map(str::to_owned))
+        .set_threads_per_core(d.threads_per_core())
+        .set_instance_storage_configs(
+            Some(d.instance_storage_configs().to_vec()).filter(|v| !v.is_empty()),
+        )
+        .set_on_start_deep_health_checks(
+            Some(d.on_start_deep_health_checks().to_vec()).filter(|v| !v.is_empty()),
+        )
+        .set_training_plan_arn(d.training_plan_arn().map(str::to_owned))
+        .set_override_vpc_config(d.override_vpc_config().cloned())
+        .set_scheduled_update_config(d.scheduled_update_config().cloned())
+        .set_image_id(d.desired_image_id().map(str::to_owned))
+        .set_kubernetes_config(kubernetes)
+        .set_capacity_requirements(d.capacity_requirements().cloned())
+        .set_network_interface(d.network_interface().map(|n| {
+            ClusterNetworkInterface::builder()
+                .set_interface_type(n.interface_type().cloned())
+                .build()
+        }))
+        .build()
+}
+
+/// A live group with what hypd decides of it (count, deep health checks) taken from
+/// `spec`, the rest as it is.
+fn merged(
+    live: &ClusterInstanceGroupDetails,
+    spec: &GroupSpec,
+) -> ClusterInstanceGroupSpecification {
+    let mut g = normalised(live);
+    g.instance_count = i32::try_from(spec.instance_count).ok();
+    g.on_start_deep_health_checks = spec.deep_health_checks.then(|| {
+        vec![
+            DeepHealthCheckType::InstanceStress,
+            DeepHealthCheckType::InstanceConnectivity,
+        ]
+    });
+    g
 }
 
 /// What HyperPod has now under `name` (a name or an ARN), `None` when nothing; whether
@@ -251,6 +331,17 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
         (Want::Absent, _) => return Ok(Vec::new()),
     };
     let mut changes = Vec::new();
+    for name in &spec.delete {
+        if let Some(live) = state.groups.iter().find(|l| &l.name == name) {
+            changes.push(FieldChange {
+                field: format!("instance_groups[{name}]"),
+                old: Some(
+                    json!({"instance_type": live.instance_type, "instance_count": live.target_count}),
+                ),
+                new: None,
+            });
+        }
+    }
     for g in &spec.groups {
         let Some(live) = state.groups.iter().find(|l| l.name == g.name) else {
             changes.push(FieldChange {
@@ -312,11 +403,11 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
     if changes.is_empty() {
         return Ok(Vec::new());
     }
-    if let Some(extra) = state
-        .groups
-        .iter()
-        .find(|l| !spec.groups.iter().any(|g| g.name == l.name))
-    {
+    if let Some(extra) = state.groups.iter().find(|l| {
+        spec.unlisted == Unlisted::Refuse
+            && !spec.groups.iter().any(|g| g.name == l.name)
+            && !spec.delete.contains(&l.name)
+    }) {
         return Err(ApiError::Conflict {
             message: format!(
                 "HyperPod cluster has instance group {} that this request does not list; UpdateCluster would have to name every group",
@@ -326,6 +417,37 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
         });
     }
     Ok(vec![Op::Update(changes)])
+}
+
+/// Every group UpdateCluster must list: the live ones (but those deleted), each as it is
+/// with what `spec` decides of it, then the new ones.
+fn update_groups(
+    spec: &HyperPodSpec,
+    observed: Option<&State>,
+) -> Result<Vec<ClusterInstanceGroupSpecification>, ApiError> {
+    let live = observed.map_or(&[][..], |s| s.groups.as_slice());
+    let mut groups = Vec::new();
+    for l in live.iter().filter(|l| !spec.delete.contains(&l.name)) {
+        let wanted = spec.groups.iter().find(|g| g.name == l.name);
+        groups.push(match (&l.live, wanted) {
+            (Some(d), Some(g)) => merged(d, g),
+            (Some(d), None) => normalised(d),
+            (None, Some(g)) => g.specification(),
+            (None, None) => {
+                return Err(ApiError::internal(format!(
+                    "instance group {} was not described, so it cannot be sent back as it is",
+                    l.name
+                )));
+            }
+        });
+    }
+    groups.extend(
+        spec.groups
+            .iter()
+            .filter(|g| !live.iter().any(|l| l.name == g.name))
+            .map(GroupSpec::specification),
+    );
+    Ok(groups)
 }
 
 impl Resource for HyperPodCluster {
@@ -397,8 +519,15 @@ impl Resource for HyperPodCluster {
                     .update_cluster()
                     .cluster_name(&self.name)
                     .node_recovery(ClusterNodeRecovery::Automatic);
-                for g in &spec.groups {
-                    req = req.instance_groups(g.specification());
+                for g in update_groups(spec, observed.as_ref())? {
+                    req = req.instance_groups(g);
+                }
+                for name in spec.delete.iter().filter(|n| {
+                    observed
+                        .as_ref()
+                        .is_some_and(|s| s.groups.iter().any(|l| &&l.name == n))
+                }) {
+                    req = req.instance_groups_to_delete(name);
                 }
                 req.send().await.upstream("sagemaker", "UpdateCluster")?;
                 *observed = describe(&self.sagemaker, &self.name, false).await?;
@@ -454,16 +583,26 @@ impl Resource for HyperPodCluster {
             return;
         };
         let arn = observed.as_ref().and_then(|s| s.arn.clone());
+        let kept: Vec<GroupState> = observed
+            .as_ref()
+            .map(|s| s.groups.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|l| {
+                spec.unlisted == Unlisted::Keep
+                    && !spec.delete.contains(&l.name)
+                    && !spec.groups.iter().any(|g| g.name == l.name)
+            })
+            .collect();
         *observed = Some(State {
             arn: arn.or_else(|| Some(KNOWN_AFTER_APPLY.to_owned())),
             status: Some(ClusterStatus::Inservice),
             failure_message: None,
             ours: true,
             node_recovery: Some(ClusterNodeRecovery::Automatic.as_str().to_owned()),
-            groups: spec
-                .groups
-                .iter()
-                .map(|g| GroupState {
+            groups: kept
+                .into_iter()
+                .chain(spec.groups.iter().map(|g| GroupState {
                     name: g.name.clone(),
                     instance_type: Some(g.instance_type.clone()),
                     current_count: g.instance_count,
@@ -475,7 +614,8 @@ impl Resource for HyperPodCluster {
                         _ => None,
                     },
                     threads_per_core: g.threads_per_core,
-                })
+                    live: None,
+                }))
                 .collect(),
         });
     }
@@ -511,6 +651,7 @@ mod tests {
             deep_health_checks: false,
             training_plan_arn: None,
             threads_per_core: None,
+            live: None,
         }
     }
 
@@ -531,6 +672,8 @@ mod tests {
             subnet_id: "subnet-1".into(),
             security_group_id: "sg-1".into(),
             groups,
+            unlisted: Unlisted::Refuse,
+            delete: Vec::new(),
         })
     }
 
