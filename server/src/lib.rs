@@ -14,6 +14,7 @@ pub mod confirm;
 pub mod events;
 pub mod http;
 pub mod inspect;
+pub mod instance_group;
 pub mod limits;
 pub mod listener;
 pub mod mcp;

@@ -413,8 +413,16 @@ impl InstanceGroupSpec {
     /// for a group's life, old → new. Instance type, capacity type and EFA-only mode may
     /// not: changing one is `Immutable`, naming the field under `at`.
     pub fn diff(&self, new: &InstanceGroupSpec, at: &str) -> Result<Vec<FieldChange>, ApiError> {
+        // A request that names the group's fields at its top level passes `at` empty.
+        let path = |field: &str| {
+            if at.is_empty() {
+                field.to_owned()
+            } else {
+                format!("{at}.{field}")
+            }
+        };
         let immutable = |field: &str, old: String, new: String| ApiError::Immutable {
-            field: format!("{at}.{field}"),
+            field: path(field),
             message: format!(
                 "it is {old} for the life of instance group {}; asked for {new}. Add a new group with the setting you want and delete this one",
                 self.name
@@ -451,7 +459,7 @@ impl InstanceGroupSpec {
         let mut field = |name: &str, old: serde_json::Value, new: serde_json::Value| {
             if old != new {
                 changes.push(FieldChange {
-                    field: format!("{at}.{name}"),
+                    field: path(name),
                     old: Some(old),
                     new: Some(new),
                 });

@@ -7,6 +7,7 @@ pub mod clusters;
 pub mod command;
 pub mod error;
 pub mod inspect;
+pub mod instance_groups;
 pub mod listing;
 pub mod operations;
 pub mod plan;
@@ -34,6 +35,9 @@ macro_rules! for_each_command {
             $crate::api::clusters::DeleteCluster,
             $crate::api::clusters::GetDrift,
             $crate::api::clusters::ReconcileCluster,
+            $crate::api::instance_groups::AddInstanceGroup,
+            $crate::api::instance_groups::UpdateInstanceGroup,
+            $crate::api::instance_groups::DeleteInstanceGroup,
             $crate::api::operations::ListOperations,
             $crate::api::operations::GetOperation,
             $crate::api::operations::WaitOperation,

@@ -55,27 +55,41 @@ impl Desired {
     }
 }
 
-/// The request of the newest creation or import of cluster `name` that succeeded.
+/// The request of the newest creation or import of cluster `name` that succeeded, with
+/// every instance-group change that succeeded after it applied to its groups.
 pub async fn desired(store: &Store, name: &str) -> Result<Option<Desired>, ApiError> {
-    let row: Option<(String, String)> = on_pool!(store, |pool| sqlx::query_as(
+    let rows: Vec<(String, String)> = on_pool!(store, |pool| sqlx::query_as(
         "SELECT command, spec FROM operations WHERE target = $1 AND state = 'succeeded' \
-         AND command IN ('create_cluster', 'import_cluster') ORDER BY created_at DESC LIMIT 1"
+         AND command IN ('create_cluster', 'import_cluster', 'add_instance_group', \
+         'update_instance_group', 'delete_instance_group') ORDER BY created_at, id"
     )
     .bind(super::target(name))
-    .fetch_optional(pool)
+    .fetch_all(pool)
     .await)
     .map_err(StoreError::from)?;
-    let Some((command, spec)) = row else {
-        return Ok(None);
-    };
-    let unreadable = |e: serde_json::Error| {
+    let unreadable = |command: &str, e: serde_json::Error| {
         ApiError::internal(format!("the stored {command} request is unreadable: {e}"))
     };
-    Ok(Some(if command == CreateCluster::SPEC.name {
-        Desired::Created(CreateCluster::from_stored(&spec).map_err(unreadable)?)
-    } else {
-        Desired::Imported(serde_json::from_str(&spec).map_err(unreadable)?)
-    }))
+    let mut desired = None;
+    for (command, spec) in rows {
+        match command.as_str() {
+            c if c == CreateCluster::SPEC.name => {
+                let r = CreateCluster::from_stored(&spec).map_err(|e| unreadable(c, e))?;
+                desired = Some(Desired::Created(r));
+            }
+            c if c == ImportCluster::SPEC.name => {
+                let r = serde_json::from_str(&spec).map_err(|e| unreadable(c, e))?;
+                desired = Some(Desired::Imported(r));
+            }
+            c => {
+                if let Some(Desired::Created(r)) = &mut desired {
+                    r.instance_groups =
+                        crate::instance_group::applied(c, &spec, &r.instance_groups)?;
+                }
+            }
+        }
+    }
+    Ok(desired)
 }
 
 async fn required(store: &Store, name: &str) -> Result<Desired, ApiError> {

@@ -208,6 +208,9 @@ macro_rules! for_each_pipeline {
             app::api::clusters::ImportCluster,
             app::api::clusters::DeleteCluster,
             app::api::clusters::ReconcileCluster,
+            app::api::instance_groups::AddInstanceGroup,
+            app::api::instance_groups::UpdateInstanceGroup,
+            app::api::instance_groups::DeleteInstanceGroup,
         }
     };
 }
@@ -370,7 +373,14 @@ mod tests {
                 "storage"
             ]
         );
-        assert_eq!(names.len(), 4, "a new pipeline: add its stored names here");
+        for group_change in [
+            "add_instance_group",
+            "update_instance_group",
+            "delete_instance_group",
+        ] {
+            assert_eq!(of(group_change), ["hyperpod", "nodes"]);
+        }
+        assert_eq!(names.len(), 7, "a new pipeline: add its stored names here");
     }
 
     #[test]

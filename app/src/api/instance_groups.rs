@@ -1,0 +1,274 @@
+//! The instance-group commands of a cluster hypd created: add a group, change one (its
+//! count and deep health checks; its type, capacity and EFA-only mode are fixed for its
+//! life), delete one. Each is an operation on the cluster (`cluster/<name>`), so it queues
+//! behind any other change of the cluster, and each is what the cluster's desired state
+//! becomes once it succeeds: drift and reconcile hold the cluster to its creation with
+//! every later group change applied.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::clusters::{Capacity, InstanceGroupSpec, MAX_INSTANCE_GROUPS};
+use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::error::ApiError;
+use super::operations::OperationRef;
+use super::plan::Gated;
+use super::values::{
+    ClusterName, Confirmation, IdempotencyKey, InstanceCount, InstanceGroupName, MlInstanceType,
+};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddInstanceGroup {
+    /// The cluster's name (one hypd created).
+    pub name: ClusterName,
+    /// The new group, decided in one request: type, count, capacity (on-demand, spot or a
+    /// training plan), EFA-only, deep health checks, volume.
+    pub group: InstanceGroupSpec,
+    /// Re-sending a request with the same key returns the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Only answer with the plan. Nothing is changed or stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl Command for AddInstanceGroup {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "add_instance_group",
+        summary: "Add an instance group to a cluster",
+        description: "Adds one HyperPod instance group to a cluster hypd created, in its Availability Zone and compute subnet: instance type, count, capacity (on-demand, spot, or a training plan), EFA-only, deep health checks, volume. Checked before anything is changed: the name is free, the type is offered in the zone, the cluster-usage quota covers the instances HyperPod already runs plus these, a training plan reserves this type in this zone and has room, EFA-only is allowed for the type. The other groups are sent to HyperPod as they are, so none loses a setting. Waits until the new nodes are Ready in Kubernetes with the node components. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/instance-groups",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let mut errors = Vec::new();
+        self.group.problems("group", &mut errors);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
+    }
+}
+
+/// What may change of a group; a field left out stays as it is. Sending its instance
+/// type, capacity or EFA-only mode with another value than the group has is refused as
+/// immutable (naming the field), before anything is called.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateInstanceGroup {
+    /// The cluster's name.
+    pub name: ClusterName,
+    /// The group to change.
+    pub group: InstanceGroupName,
+    /// The target count; 0 keeps the group with no instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_count: Option<InstanceCount>,
+    /// Run the stress and connectivity checks on every new instance before it joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deep_health_checks: Option<bool>,
+    /// Fixed for the group's life: only its current value is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<MlInstanceType>,
+    /// Fixed for the group's life: only its current value is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Capacity>,
+    /// Fixed for the group's life: only its current value is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efa_only: Option<bool>,
+    /// Re-sending a request with the same key returns the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Only answer with the plan. Nothing is changed or stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl UpdateInstanceGroup {
+    /// `group` with this request's changes, or why it cannot have them: a group's
+    /// instance type, capacity and EFA-only mode are fixed for its life.
+    pub fn applied_to(&self, group: &InstanceGroupSpec) -> Result<InstanceGroupSpec, ApiError> {
+        let mut new = group.clone();
+        if let Some(n) = self.instance_count {
+            new.instance_count = n;
+        }
+        if let Some(d) = self.deep_health_checks {
+            new.deep_health_checks = d;
+        }
+        if let Some(t) = &self.instance_type {
+            new.instance_type = t.clone();
+        }
+        if let Some(c) = &self.capacity {
+            new.capacity = c.clone();
+        }
+        if let Some(e) = self.efa_only {
+            new.efa_only = e;
+        }
+        group.diff(&new, "")?;
+        Ok(new)
+    }
+}
+
+impl Command for UpdateInstanceGroup {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "update_instance_group",
+        summary: "Scale an instance group or change its deep health checks",
+        description: "Changes one instance group of a cluster hypd created: its target count (0 keeps the group with no instances) and whether new instances run deep health checks. Fields left out stay as they are. The instance type, capacity (on-demand, spot, training plan) and EFA-only mode are fixed for the group's life: sending another value is refused as immutable before anything is called (add a new group instead). A larger count is checked against the cluster-usage quota or the training plan first. Waits until the group has its nodes Ready. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/instance-groups/{group}",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let nothing = self.instance_count.is_none()
+            && self.deep_health_checks.is_none()
+            && self.instance_type.is_none()
+            && self.capacity.is_none()
+            && self.efa_only.is_none();
+        if nothing {
+            return Err(ApiError::field(
+                "instance_count",
+                "name at least one thing to change: instance_count or deep_health_checks",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteInstanceGroup {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub group: InstanceGroupName,
+    /// Re-sending a request with the same key returns the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Only answer with the plan: what would be deleted. Nothing is changed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The confirmation the same call without one returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
+}
+
+impl Command for DeleteInstanceGroup {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "delete_instance_group",
+        summary: "Delete an instance group and its instances",
+        description: "Deletes one instance group of a cluster hypd created, with its instances (their instance volumes are lost; pods on them are evicted by Kubernetes as the nodes go). The cluster's last group cannot be deleted: delete the cluster instead. The compute subnet stays (the other groups use it). Returns an operation: follow it with wait_operation. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
+        effect: Effect::Destructive,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Delete,
+        path: "/api/v1/clusters/{name}/instance-groups/{group}",
+    };
+
+    super::command::gated_request!();
+}
+
+/// A cluster's groups after `add`: refused when the name is taken or HyperPod's limit is
+/// reached.
+pub fn with_added(
+    groups: &[InstanceGroupSpec],
+    add: &InstanceGroupSpec,
+) -> Result<Vec<InstanceGroupSpec>, ApiError> {
+    if groups.iter().any(|g| g.name == add.name) {
+        return Err(ApiError::field(
+            "group.name",
+            format!(
+                "the cluster already has an instance group named {}",
+                add.name
+            ),
+        ));
+    }
+    if groups.len() >= MAX_INSTANCE_GROUPS {
+        return Err(ApiError::field(
+            "group",
+            format!("HyperPod takes at most {MAX_INSTANCE_GROUPS} instance groups per cluster"),
+        ));
+    }
+    let mut all = groups.to_vec();
+    all.push(add.clone());
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(extra: serde_json::Value) -> InstanceGroupSpec {
+        let mut v = serde_json::json!({"name": "gpu", "instance_type": "ml.p5.48xlarge", "instance_count": 2});
+        if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn update(extra: serde_json::Value) -> UpdateInstanceGroup {
+        let mut v = serde_json::json!({"name": "ml-1", "group": "gpu"});
+        if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn an_update_changes_the_count_and_refuses_what_is_fixed() {
+        let g = group(serde_json::json!({}));
+        let scaled = update(serde_json::json!({"instance_count": 0}))
+            .applied_to(&g)
+            .unwrap();
+        assert_eq!(scaled.instance_count.get(), 0);
+        // The group's own values are accepted; others are immutable, by field.
+        assert!(
+            update(serde_json::json!({"instance_type": "ml.p5.48xlarge", "efa_only": false}))
+                .applied_to(&g)
+                .is_ok()
+        );
+        for (extra, field) in [
+            (
+                serde_json::json!({"instance_type": "ml.g5.8xlarge"}),
+                "instance_type",
+            ),
+            (
+                serde_json::json!({"capacity": {"type": "spot"}}),
+                "capacity",
+            ),
+            (serde_json::json!({"efa_only": true}), "efa_only"),
+        ] {
+            match update(extra).applied_to(&g) {
+                Err(ApiError::Immutable { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(update(serde_json::json!({})).validate().is_err());
+    }
+
+    #[test]
+    fn an_added_group_needs_a_free_name() {
+        let g = group(serde_json::json!({}));
+        assert_eq!(with_added(&[], &g).unwrap().len(), 1);
+        match with_added(std::slice::from_ref(&g), &g) {
+            Err(ApiError::Validation { errors }) => assert_eq!(errors[0].field, "group.name"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
