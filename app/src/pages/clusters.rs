@@ -11,12 +11,14 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
 use super::drift::DriftPanel;
+use super::groups::{AddGroup, GroupActions};
 use super::{PlanView, StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
     ClusterDescription, ClusterSummary, DeleteCluster, DescribeCluster, GetCluster, ListClusters,
     ObservedNodes,
 };
+use crate::api::instance_groups::{AddInstanceGroup, UpdateInstanceGroup};
 use crate::api::operations::{ListOperations, Operation, OperationState, RetryOperation};
 use crate::api::plan::{ConfirmationRequired, Gated};
 use crate::api::values::{ClusterName, Confirmation, EksClusterName};
@@ -580,6 +582,10 @@ fn or_dash(v: Option<String>) -> String {
 #[component]
 fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
     let counts = d.node_counts.clone();
+    // Groups change on a cluster hypd created and that is in use.
+    let changeable = d.cluster.status == "active";
+    let name = d.cluster.name.clone();
+    let of_cluster = name.clone();
     view! {
         <div class="panel live-state" data-fetched=d.fetched_at.clone()>
             <header class="panel-head">
@@ -625,20 +631,37 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
             title="Instance groups"
             class="instance-groups"
             caption="Instance groups"
-            columns={&["Group", "Instance type", "Instances", "Status", "Training plan"]}
+            columns={&["Group", "Instance type", "Instances", "Status", "Training plan", "Change"]}
             empty="No instance groups."
             is_empty={d.instance_groups.is_empty()}
         >
-            {d.instance_groups.into_iter().map(|g| view! {
-                <tr data-group=g.name.clone()>
-                    <th scope="row">{g.name.clone()}</th>
-                    <td class="mono">{or_dash(g.instance_type)}</td>
-                    <td class="count">{format!("{} / {}", g.current_count, g.target_count)}</td>
-                    <td><StateBadge state=or_dash(g.status)/></td>
-                    <td class="arn">{or_dash(g.training_plan_arn)}</td>
-                </tr>
+            {d.instance_groups.into_iter().map(|g| {
+                let (cluster, group, count) = (of_cluster.clone(), g.name.clone(), g.target_count);
+                view! {
+                    <tr data-group=g.name.clone()>
+                        <th scope="row">{g.name.clone()}</th>
+                        <td class="mono">{or_dash(g.instance_type)}</td>
+                        <td class="count">{format!("{} / {}", g.current_count, g.target_count)}</td>
+                        <td><StateBadge state=or_dash(g.status)/></td>
+                        <td class="arn">{or_dash(g.training_plan_arn)}</td>
+                        <td>
+                            {changeable.then(|| view! {
+                                <IfRole role=UpdateInstanceGroup::SPEC.role>
+                                    <GroupActions cluster=cluster.clone() group=group.clone() count/>
+                                </IfRole>
+                            })}
+                        </td>
+                    </tr>
+                }
             }).collect_view()}
         </TablePanel>
+        {changeable.then(|| view! {
+            <IfRole role=AddInstanceGroup::SPEC.role>
+                <div class="panel">
+                    <AddGroup cluster=name.clone()/>
+                </div>
+            </IfRole>
+        })}
         <TablePanel
             title="Nodes"
             class="nodes"

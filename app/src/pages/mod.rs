@@ -5,6 +5,7 @@
 pub mod clusters;
 pub mod create;
 pub mod drift;
+pub mod groups;
 pub mod import;
 pub mod operations;
 pub mod overview;
