@@ -249,6 +249,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     assert claim["status"]["phase"] == "Bound", claim
     anyio.run(drift_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(drift_again_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(groups_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
 
 
@@ -393,6 +394,42 @@ async def drift_again_and_reconcile(server, hypd, sim):
     plugin = json.loads(kubectl(sim, "mcp-gpu", "-n", "kube-system", "get", "daemonset", "nvidia-device-plugin-daemonset", "-o", "json"))
     assert "edited" not in plugin["spec"]["template"]["spec"]["containers"][0]["image"], plugin["spec"]
     kubectl(sim, "mcp-gpu", "-n", "kube-system", "get", "daemonset", "aws-efa-k8s-device-plugin-daemonset")
+
+
+async def groups_through_mcp(server, hypd, sim):
+    """An agent's second day: a spot group added (the plan first), its fixed settings
+    refused with the same error REST gives, then deleted in two steps."""
+    spot = {"name": "spot", "instance_type": "ml.g5.8xlarge", "instance_count": 1, "capacity": {"type": "spot"}}
+    async with Client(server) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "confirmation" in tools["delete_instance_group"].description
+        dry = structured(await client.call_tool("add_instance_group", {"name": "mcp-gpu", "group": spot, "dry_run": True}))
+        [change] = [c for s in dry["plan"]["stages"] for c in s["changes"]]
+        assert change["kind"] == "sagemaker:Cluster" and change["fields"][0]["field"] == "instance_groups[spot]", dry
+        started = structured(await client.call_tool("add_instance_group", {"name": "mcp-gpu", "group": spot}))
+        waited = await finished(client, started["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        nodes = json.loads(kubectl(sim, "mcp-gpu", "get", "nodes", "-l",
+                                   "sagemaker.amazonaws.com/instance-group-name=spot", "-o", "json"))
+        assert len(nodes["items"]) == 1, nodes
+
+        change_type = {"name": "mcp-gpu", "group": "spot", "instance_type": "ml.g5.12xlarge"}
+        fixed = await client.call_tool("update_instance_group", change_type)
+        assert fixed.is_error
+        with hypd.client(hypd.admin_token) as rest:
+            r = rest.post("/api/v1/clusters/mcp-gpu/instance-groups/spot", json={"instance_type": "ml.g5.12xlarge"})
+        assert r.status_code == 409 and r.json() == fixed.structured_content, (r.text, fixed.structured_content)
+        assert fixed.structured_content["error"]["kind"] == "immutable"
+        assert fixed.structured_content["error"]["field"] == "instance_type"
+
+        first = structured(await client.call_tool("delete_instance_group", {"name": "mcp-gpu", "group": "spot"}))
+        assert "Nothing was done" in first["message"], first
+        confirmed = {"name": "mcp-gpu", "group": "spot", "confirmation": first["confirmation"]}
+        started = structured(await client.call_tool("delete_instance_group", confirmed))
+        waited = await finished(client, started["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        described = structured(await client.call_tool("describe_cluster", {"name": "mcp-gpu"}))
+        assert [g["name"] for g in described["instance_groups"]] == ["gpu"], described["instance_groups"]
 
 
 async def delete_in_two_steps(server):

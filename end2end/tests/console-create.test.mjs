@@ -259,6 +259,53 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.check-drift');
   await page.waitForSelector('.drift .drift-none');
 
+  // The groups change from the page, each plan first: the spot group scaled, a group
+  // added, then deleted (its plan comes with the confirmation).
+  const spot = '.group-actions[data-group="spot-1"]';
+  await page.waitForSelector(spot);
+  await page.fill(`${spot} .group-count`, '2');
+  await page.click(`${spot} button.scale-group`);
+  await page.waitForSelector(`${spot} .plan li[data-kind="sagemaker:Cluster"][data-action="update"]`);
+  assert.equal(await page.textContent(`${spot} button.scale-group`), 'Apply');
+  await shot(page, 'group-scale-plan');
+  await page.click(`${spot} button.scale-group`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector('.instance-groups tr[data-group="spot-1"] td.count:text("/ 2")');
+
+  // A bad value is refused beside the form, by the request type's own rules.
+  await page.fill('#add-group-name', 'Bad_Name');
+  await page.click('form.add-group button[type="submit"]');
+  await page.waitForSelector('form.add-group [role="alert"]');
+  assert.match(await page.textContent('form.add-group [role="alert"]'), /group\.name/);
+  await page.fill('#add-group-name', 'extra');
+  await page.fill('#add-group-count', '1');
+  await page.selectOption('#add-group-capacity', 'spot');
+  await page.click('form.add-group button[type="submit"]');
+  await page.waitForSelector('form.add-group .plan li[data-kind="sagemaker:Cluster"][data-action="update"]');
+  assert.equal(await page.textContent('form.add-group button[type="submit"]'), 'Add group');
+  await shot(page, 'group-add-plan');
+  await page.click('form.add-group button[type="submit"]');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  const extra = '.group-actions[data-group="extra"]';
+  await page.waitForSelector(extra);
+  await page.click(`${extra} button.delete-group`);
+  await page.waitForSelector(`${extra} .plan li[data-kind="sagemaker:Cluster"]`);
+  assert.equal(await page.textContent(`${extra} button.delete-group`), 'Delete group');
+  await shot(page, 'group-delete-plan');
+  await page.click(`${extra} button.delete-group`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector('.instance-groups tr[data-group="spot-1"]');
+  assert.equal(await page.locator('.instance-groups tr[data-group="extra"]').count(), 0);
+
   // Its name is taken now: the server says so beside the name field.
   await fillForm(page, 'e2e-ml');
   await page.click('button[type="submit"]');
@@ -271,10 +318,11 @@ test('an admin creates a cluster through the form and watches it succeed live', 
 
   await page.goto(new URL('/clusters', server.url).href);
   await page.waitForSelector('tr[data-cluster="e2e-ml"] .state-active');
-  // Node health as last observed, shown in the list without an AWS call per row.
+  // Node health as last observed, shown in the list without an AWS call per row: two
+  // accelerated nodes and the spot group scaled to two.
   const counts = page.locator('tr[data-cluster="e2e-ml"] .node-counts');
-  assert.equal(await counts.getAttribute('data-total'), '3');
-  assert.equal(await counts.getAttribute('data-healthy'), '3');
+  assert.equal(await counts.getAttribute('data-total'), '4');
+  assert.equal(await counts.getAttribute('data-healthy'), '4');
   await shot(page, 'clusters-created');
   assert.deepEqual(errors, []);
 });
@@ -290,6 +338,11 @@ test('a viewer is offered no create button, and the server refuses it anyway', a
   assert.match(await page.textContent('[data-error="forbidden"]'), /create_cluster needs the operator role; token e2e-create-viewer has viewer/);
   assert.equal(await page.locator('form').count(), 0);
   await shot(page, 'create-viewer');
+  // The cluster's groups are shown to a viewer, with nothing to change them.
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.waitForSelector('.instance-groups tr[data-group="spot-1"]');
+  assert.equal(await page.locator('.group-actions').count(), 0);
+  assert.equal(await page.locator('form.add-group').count(), 0);
 
   const request = {
     name: 'e2e-viewer-ml',

@@ -210,7 +210,7 @@ pub fn count(world: &World, name: &str) -> Counts {
 /// What a user sees with kubectl on the new cluster: every HyperPod instance of each
 /// group a Ready node with GPUs, the node components running on each, and the shared
 /// claim Bound.
-fn assert_kubernetes_ready(world: &World, name: &str, groups: &[(&str, usize)]) {
+pub fn assert_kubernetes_ready(world: &World, name: &str, groups: &[(&str, usize)]) {
     let nodes: usize = groups.iter().map(|(_, n)| n).sum();
     use k8s_openapi::api::apps::v1::DaemonSet;
     use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
@@ -299,15 +299,21 @@ pub async fn kube_client(world: &World, name: &str) -> kube::Client {
         .unwrap()
 }
 
-fn hyperpod_clusters(world: &World, name: &str) -> usize {
+/// SageMaker's answer to `operation` with `body`, as the sim gives it (unsigned: the sim
+/// serves SageMaker itself).
+pub fn sagemaker(world: &World, operation: &str, body: Value) -> Value {
     let resp = reqwest::blocking::Client::new()
         .post(&world.sim.url)
-        .header("x-amz-target", "SageMaker.ListClusters")
+        .header("x-amz-target", format!("SageMaker.{operation}"))
         .header("content-type", "application/x-amz-json-1.1")
-        .body("{}")
+        .body(body.to_string())
         .send()
         .unwrap();
-    let body: Value = resp.json().unwrap();
+    resp.json().unwrap()
+}
+
+fn hyperpod_clusters(world: &World, name: &str) -> usize {
+    let body = sagemaker(world, "ListClusters", json!({}));
     body["ClusterSummaries"]
         .as_array()
         .map_or(0, |a| a.iter().filter(|c| c["ClusterName"] == name).count())
@@ -664,8 +670,8 @@ pub fn agents_mutating_calls(world: &World) -> Vec<(Option<String>, String, Stri
 /// [`plan_kind`] shortens Kubernetes kinds (`k8s:DaemonSet`).
 pub fn changed_kind(service: &str, operation: &str) -> Option<String> {
     if service == "kubernetes" {
-        let (_, kind) = operation.split_once(' ')?;
-        return Some(format!("k8s:{kind}"));
+        let (verb, kind) = operation.split_once(' ')?;
+        return (!matches!(verb, "get" | "list" | "watch")).then(|| format!("k8s:{kind}"));
     }
     Some(
         match (service, operation) {

@@ -176,7 +176,101 @@ pub const CASES: &[Case] = &[
             call("storage", "kubernetes", "patch PersistentVolumeClaim"),
         ],
     },
+    Case {
+        command: "add_instance_group",
+        given: created,
+        request: |name| {
+            let path = format!("/api/v1/clusters/{name}/instance-groups");
+            (Method::POST, path, json!({ "group": spot() }))
+        },
+        check: |world, hypd, token, name| {
+            assert_eq!(
+                groups(world, name),
+                [("gpu".to_owned(), 2), ("spot".to_owned(), 1)]
+            );
+            undrifted(hypd, token, name);
+        },
+        calls: &[
+            call("hyperpod", "sagemaker", "UpdateCluster"),
+            call("nodes", "kubernetes", "list Node"),
+        ],
+    },
+    Case {
+        command: "update_instance_group",
+        given: created,
+        request: |name| {
+            let path = format!("/api/v1/clusters/{name}/instance-groups/gpu");
+            (Method::POST, path, json!({ "instance_count": 3 }))
+        },
+        check: |world, hypd, token, name| {
+            assert_eq!(groups(world, name), [("gpu".to_owned(), 3)]);
+            undrifted(hypd, token, name);
+        },
+        calls: &[
+            call("hyperpod", "sagemaker", "UpdateCluster"),
+            call("nodes", "kubernetes", "list Node"),
+        ],
+    },
+    Case {
+        command: "delete_instance_group",
+        given: |world, hypd, token, name| {
+            created(world, hypd, token, name);
+            let (status, added) = hypd.call(
+                token,
+                Method::POST,
+                &format!("/api/v1/clusters/{name}/instance-groups"),
+                Some(json!({ "group": spot() })),
+            );
+            assert_eq!(status, 200, "{added}");
+            let op = hypd.finish(token, added["operation_id"].as_str().unwrap());
+            assert_eq!(op["state"], "succeeded", "{op:#}");
+        },
+        request: |name| {
+            let path = format!("/api/v1/clusters/{name}/instance-groups/spot");
+            (Method::DELETE, path, json!({}))
+        },
+        check: |world, hypd, token, name| {
+            assert_eq!(groups(world, name), [("gpu".to_owned(), 2)]);
+            undrifted(hypd, token, name);
+        },
+        calls: &[call("hyperpod", "sagemaker", "UpdateCluster")],
+    },
 ];
+
+/// The group the instance-group cases add: one spot instance.
+fn spot() -> Value {
+    json!({"name": "spot", "instance_type": "ml.g5.8xlarge", "instance_count": 1,
+           "capacity": {"type": "spot"}})
+}
+
+/// HyperPod's groups of cluster `name` (name, target count), as DescribeCluster gives
+/// them.
+pub fn groups(world: &World, name: &str) -> Vec<(String, i32)> {
+    let body = crate::create::sagemaker(world, "DescribeCluster", json!({ "ClusterName": name }));
+    body["InstanceGroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["InstanceGroupName"].as_str().unwrap().to_owned(),
+                g["TargetCount"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect()
+}
+
+/// get_drift finds nothing: the cluster is as its creation and group changes made it.
+fn undrifted(hypd: &Hypd, token: &str, name: &str) {
+    let (status, drift) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/drift"),
+        None,
+    );
+    assert_eq!(status, 200, "{drift}");
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+}
 
 /// Cluster `name`, created through REST and complete.
 fn created(world: &World, hypd: &Hypd, token: &str, name: &str) {

@@ -2,7 +2,8 @@
 //! with `hypd` as a process, in one test binary: each integration-test binary links the
 //! whole server, and on two cores one link instead of five is minutes per build.
 //! `harness` drives every pipeline through a fault, a crash and a lost answer in each
-//! stage; the other modules test one pipeline or the engine in depth.
+//! stage; the other modules test one pipeline (`groups`: instance groups after creation)
+//! or the engine in depth.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -10,6 +11,7 @@ mod common;
 mod create;
 mod describe;
 mod engine;
+mod groups;
 mod harness;
 mod sandbox;
 

@@ -1,0 +1,155 @@
+//! Instance groups after creation, through REST against moto + the sim: a spot group
+//! added beside an EFA-only group with deep health checks (which keeps both settings),
+//! scaled, refused what is fixed for its life, and deleted in two steps; quota and
+//! last-group refusals before anything is called; drift follows every change.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::FAST;
+use crate::common::World;
+use crate::create::{agents_mutating_calls, assert_kubernetes_ready, sagemaker};
+use crate::harness::groups;
+
+fn group_of<'a>(described: &'a Value, name: &str) -> &'a Value {
+    described["InstanceGroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["InstanceGroupName"] == name)
+        .unwrap_or_else(|| panic!("no group {name} in {described:#}"))
+}
+
+#[test]
+fn groups_are_added_scaled_refused_and_deleted() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.p5.48xlarge": 4, "ml.g5.8xlarge": 8})),
+    );
+    assert!(status < 300);
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(json!({
+            "name": "grp", "availability_zone": "us-east-1a",
+            "instance_groups": [{"name": "p5", "instance_type": "ml.p5.48xlarge",
+                                 "instance_count": 1, "efa_only": true, "deep_health_checks": true}],
+        })),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+
+    let path = "/api/v1/clusters/grp/instance-groups";
+    let spot = json!({"name": "spot", "instance_type": "ml.g5.8xlarge", "instance_count": 1,
+                      "capacity": {"type": "spot"}});
+    // The plan first: HyperPod's cluster gains the group; nothing is stored or called.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, dry) = hypd.call(
+        &token,
+        Method::POST,
+        path,
+        Some(json!({"group": spot, "dry_run": true})),
+    );
+    assert_eq!(status, 200, "{dry}");
+    let changes: Vec<&Value> = dry["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .collect();
+    assert_eq!(changes.len(), 1, "{dry:#}");
+    assert_eq!(changes[0]["kind"], "sagemaker:Cluster");
+    assert_eq!(changes[0]["fields"][0]["field"], "instance_groups[spot]");
+    assert!(agents_mutating_calls(&world).is_empty());
+
+    // Refused before anything is called: a taken name, more than the quota.
+    let (status, taken) = hypd.call(
+        &token,
+        Method::POST,
+        path,
+        Some(
+            json!({"group": {"name": "p5", "instance_type": "ml.g5.8xlarge", "instance_count": 1}}),
+        ),
+    );
+    assert_eq!(status, 422, "{taken}");
+    assert_eq!(taken["error"]["errors"][0]["field"], "group.name");
+    let (status, over) = hypd.call(
+        &token,
+        Method::POST,
+        path,
+        Some(json!({"group": {"name": "big", "instance_type": "ml.g5.8xlarge", "instance_count": 9}})),
+    );
+    assert_eq!(status, 422, "{over}");
+    assert_eq!(over["error"]["errors"][0]["field"], "group.instance_count");
+    assert!(agents_mutating_calls(&world).is_empty());
+
+    let (status, added) = hypd.call(&token, Method::POST, path, Some(json!({"group": spot})));
+    assert_eq!(status, 200, "{added}");
+    let op = hypd.finish(&token, added["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    // The first group keeps what hypd did not send again: EFA-only, deep health checks.
+    let described = sagemaker(&world, "DescribeCluster", json!({"ClusterName": "grp"}));
+    let p5 = group_of(&described, "p5");
+    assert_eq!(
+        p5["NetworkInterface"]["InterfaceType"], "efa-only",
+        "{p5:#}"
+    );
+    assert_eq!(p5["OnStartDeepHealthChecks"].as_array().unwrap().len(), 2);
+    assert!(group_of(&described, "spot")["CapacityRequirements"]["Spot"].is_object());
+    assert_kubernetes_ready(&world, "grp", &[("p5", 1), ("spot", 1)]);
+
+    // What is fixed for a group's life is refused, naming the field, with no call.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    for (body, field) in [
+        (json!({"instance_type": "ml.g5.12xlarge"}), "instance_type"),
+        (json!({"capacity": {"type": "on_demand"}}), "capacity"),
+        (json!({"efa_only": true, "instance_count": 2}), "efa_only"),
+    ] {
+        let (status, refused) =
+            hypd.call(&token, Method::POST, &format!("{path}/spot"), Some(body));
+        assert_eq!(status, 409, "{refused}");
+        assert_eq!(refused["error"]["kind"], "immutable");
+        assert_eq!(refused["error"]["field"], field, "{refused}");
+    }
+    assert!(agents_mutating_calls(&world).is_empty());
+
+    // Scaled, then drift holds the cluster to what the changes made.
+    let (status, scaled) = hypd.call(
+        &token,
+        Method::POST,
+        &format!("{path}/spot"),
+        Some(json!({"instance_count": 2})),
+    );
+    assert_eq!(status, 200, "{scaled}");
+    let op = hypd.finish(&token, scaled["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(
+        groups(&world, "grp"),
+        [("p5".into(), 1), ("spot".into(), 2)]
+    );
+    let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/grp/drift", None);
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+
+    // Deleting takes two calls; the plan names the group; the last group stays.
+    let (_, first) = hypd.call(&token, Method::DELETE, &format!("{path}/spot"), None);
+    assert!(first["confirmation"].is_string(), "{first}");
+    let field = &first["plan"]["stages"][0]["changes"][0]["fields"][0];
+    assert_eq!(field["field"], "instance_groups[spot]", "{first:#}");
+    assert!(field.get("new").is_none_or(Value::is_null), "{first:#}");
+    let (status, deleted) = hypd.confirmed(&token, Method::DELETE, &format!("{path}/spot"), None);
+    assert_eq!(status, 200, "{deleted}");
+    let op = hypd.finish(&token, deleted["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(groups(&world, "grp"), [("p5".into(), 1)]);
+    let (status, last) = hypd.call(&token, Method::DELETE, &format!("{path}/p5"), None);
+    assert_eq!(status, 422, "{last}");
+    assert_eq!(last["error"]["errors"][0]["field"], "group");
+    let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/grp/drift", None);
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+}
