@@ -22,8 +22,7 @@ use super::values::{
 pub struct AddInstanceGroup {
     /// The cluster's name (one hypd created).
     pub name: ClusterName,
-    /// The new group, decided in one request: type, count, capacity (on-demand, spot or a
-    /// training plan), EFA-only, deep health checks, volume.
+    /// The new group, as create_cluster takes one.
     pub group: InstanceGroupSpec,
     /// Re-sending a request with the same key returns the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +37,7 @@ impl Command for AddInstanceGroup {
     const SPEC: CommandSpec = CommandSpec {
         name: "add_instance_group",
         summary: "Add an instance group to a cluster",
-        description: "Adds one HyperPod instance group to a cluster hypd created, in its Availability Zone and compute subnet: instance type, count, capacity (on-demand, spot, or a training plan), EFA-only, deep health checks, volume. Checked before anything is changed: the name is free, the type is offered in the zone, the cluster-usage quota covers the instances HyperPod already runs plus these, a training plan reserves this type in this zone and has room, EFA-only is allowed for the type. The other groups are sent to HyperPod as they are, so none loses a setting. Waits until the new nodes are Ready in Kubernetes with the node components. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Adds an instance group to a cluster hypd created. Checked first: a free name, the type offered in the zone, quota or training plan room, EFA-only allowed. Other groups stay as they are. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -60,29 +59,25 @@ impl Command for AddInstanceGroup {
     }
 }
 
-/// What may change of a group; a field left out stays as it is. Sending its instance
-/// type, capacity or EFA-only mode with another value than the group has is refused as
-/// immutable (naming the field), before anything is called.
+// What may change of a group; a field left out stays as it is. Its instance type,
+// capacity and EFA-only mode are accepted only with the values the group has (anything
+// else is immutable, naming the field). Plain comments: a doc comment would repeat the
+// tool's description in its schema, in every tools/list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateInstanceGroup {
     /// The cluster's name.
     pub name: ClusterName,
-    /// The group to change.
     pub group: InstanceGroupName,
-    /// The target count; 0 keeps the group with no instances.
+    /// The target count (0 allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_count: Option<InstanceCount>,
-    /// Run the stress and connectivity checks on every new instance before it joins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deep_health_checks: Option<bool>,
-    /// Fixed for the group's life: only its current value is accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<MlInstanceType>,
-    /// Fixed for the group's life: only its current value is accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,
-    /// Fixed for the group's life: only its current value is accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub efa_only: Option<bool>,
     /// Re-sending a request with the same key returns the same operation.
@@ -123,7 +118,7 @@ impl Command for UpdateInstanceGroup {
     const SPEC: CommandSpec = CommandSpec {
         name: "update_instance_group",
         summary: "Scale an instance group or change its deep health checks",
-        description: "Changes one instance group of a cluster hypd created: its target count (0 keeps the group with no instances) and whether new instances run deep health checks. Fields left out stay as they are. The instance type, capacity (on-demand, spot, training plan) and EFA-only mode are fixed for the group's life: sending another value is refused as immutable before anything is called (add a new group instead). A larger count is checked against the cluster-usage quota or the training plan first. Waits until the group has its nodes Ready. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Changes a group's target count (0 allowed) or deep health checks; omitted fields stay. Instance type, capacity and EFA-only are fixed for the group's life: another value is refused as immutable. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -172,7 +167,7 @@ impl Command for DeleteInstanceGroup {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_instance_group",
         summary: "Delete an instance group and its instances",
-        description: "Deletes one instance group of a cluster hypd created, with its instances (their instance volumes are lost; pods on them are evicted by Kubernetes as the nodes go). The cluster's last group cannot be deleted: delete the cluster instead. The compute subnet stays (the other groups use it). Returns an operation: follow it with wait_operation. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
+        description: "Deletes an instance group and its instances (their volumes are lost); never the cluster's last group. Returns an operation: follow it with wait_operation. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,

@@ -229,8 +229,7 @@ pub struct RetryOperation {
     #[serde(deserialize_with = "checked::<_, OperationId>")]
     #[schemars(with = "OperationId")]
     pub operation_id: String,
-    /// Only answer with the plan: what the stages still to run would change now, from
-    /// what the operation already made. Nothing is changed.
+    /// Only answer with the plan of the stages left. Nothing is changed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
 }
