@@ -412,6 +412,11 @@ async def groups_through_mcp(server, hypd, sim):
         nodes = json.loads(kubectl(sim, "mcp-gpu", "get", "nodes", "-l",
                                    "sagemaker.amazonaws.com/instance-group-name=spot", "-o", "json"))
         assert len(nodes["items"]) == 1, nodes
+        listed = structured(await client.call_tool("list_instance_groups", {"name": "mcp-gpu"}))
+        by_name = {g["name"]: g for g in listed["instance_groups"]}
+        assert set(by_name) == {"gpu", "spot"}, listed
+        assert by_name["spot"]["capacity"] == "spot" and by_name["gpu"]["capacity"] == "on_demand", listed
+        assert by_name["spot"]["availability_zones"] == ["us-east-1a"], listed
 
         change_type = {"name": "mcp-gpu", "group": "spot", "instance_type": "ml.g5.12xlarge"}
         fixed = await client.call_tool("update_instance_group", change_type)

@@ -61,6 +61,13 @@ async function signIn(page, token, next = '/clusters') {
   await hydrated(page);
 }
 
+// The page has asked AWS for everything it shows, including the refresh the live
+// channel's connection triggers: what the user types from here is not drawn over.
+async function settled(page) {
+  await page.waitForSelector('.link-connected');
+  await page.waitForLoadState('networkidle');
+}
+
 async function shot(page, name) {
   await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
 }
@@ -263,6 +270,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   // added, then deleted (its plan comes with the confirmation).
   const spot = '.group-actions[data-group="spot-1"]';
   await page.waitForSelector(spot);
+  await settled(page);
   await page.fill(`${spot} .group-count`, '2');
   await page.click(`${spot} button.scale-group`);
   await page.waitForSelector(`${spot} .plan li[data-kind="sagemaker:Cluster"][data-action="update"]`);
@@ -274,6 +282,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.goto(new URL('/clusters/e2e-ml', server.url).href);
   await hydrated(page);
   await page.waitForSelector('.instance-groups tr[data-group="spot-1"] td.count:text("/ 2")');
+  await settled(page);
 
   // A bad value is refused beside the form, by the request type's own rules.
   await page.fill('#add-group-name', 'Bad_Name');
@@ -294,6 +303,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await hydrated(page);
   const extra = '.group-actions[data-group="extra"]';
   await page.waitForSelector(extra);
+  await settled(page);
   await page.click(`${extra} button.delete-group`);
   await page.waitForSelector(`${extra} .plan li[data-kind="sagemaker:Cluster"]`);
   assert.equal(await page.textContent(`${extra} button.delete-group`), 'Delete group');

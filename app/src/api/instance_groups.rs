@@ -8,14 +8,73 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::clusters::{Capacity, InstanceGroupSpec, MAX_INSTANCE_GROUPS};
+use super::clusters::{Capacity, InstanceGroupSpec, MAX_INSTANCE_GROUPS, NodeCounts};
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::ApiError;
 use super::operations::OperationRef;
 use super::plan::Gated;
 use super::values::{
-    ClusterName, Confirmation, IdempotencyKey, InstanceCount, InstanceGroupName, MlInstanceType,
+    ClusterName, Confirmation, EksClusterName, IdempotencyKey, InstanceCount, InstanceGroupName,
+    MlInstanceType,
 };
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListInstanceGroups {
+    /// The cluster's name.
+    pub name: EksClusterName,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InstanceGroupList {
+    pub name: String,
+    /// Empty when the cluster has no HyperPod cluster.
+    pub instance_groups: Vec<InstanceGroupDetail>,
+    /// When AWS was asked (RFC 3339, UTC).
+    pub fetched_at: String,
+}
+
+/// One group as SageMaker describes it now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InstanceGroupDetail {
+    pub name: String,
+    pub instance_type: Option<String>,
+    /// `on_demand`, `spot` or `training_plan`.
+    pub capacity: String,
+    pub training_plan_arn: Option<String>,
+    /// Instances the training plan can still provide.
+    pub training_plan_available: Option<i32>,
+    pub efa_only: bool,
+    pub current_count: u32,
+    pub target_count: u32,
+    /// `InService`, `Creating`, `Updating`, `Degraded`, …
+    pub status: Option<String>,
+    /// `InstanceStress`, `InstanceConnectivity`.
+    pub deep_health_checks: Vec<String>,
+    pub volume_size_gb: Option<u32>,
+    pub subnet_ids: Vec<String>,
+    pub availability_zones: Vec<String>,
+    pub kubernetes_labels: std::collections::BTreeMap<String, String>,
+    /// `key=value:Effect`.
+    pub kubernetes_taints: Vec<String>,
+    /// The group's nodes by health.
+    pub nodes: NodeCounts,
+}
+
+impl Command for ListInstanceGroups {
+    type Output = InstanceGroupList;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_instance_groups",
+        summary: "List a cluster's instance groups as AWS has them now",
+        description: "Each group: type, capacity (on-demand, spot, training plan and its room), EFA-only, counts, status, deep health checks, volume, subnets and zones, Kubernetes labels and taints, and its nodes by health. Asks SageMaker and EC2 now. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/instance-groups",
+    };
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

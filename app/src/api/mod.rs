@@ -35,6 +35,7 @@ macro_rules! for_each_command {
             $crate::api::clusters::DeleteCluster,
             $crate::api::clusters::GetDrift,
             $crate::api::clusters::ReconcileCluster,
+            $crate::api::instance_groups::ListInstanceGroups,
             $crate::api::instance_groups::AddInstanceGroup,
             $crate::api::instance_groups::UpdateInstanceGroup,
             $crate::api::instance_groups::DeleteInstanceGroup,

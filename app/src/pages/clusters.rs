@@ -11,7 +11,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
 use super::drift::DriftPanel;
-use super::groups::{AddGroup, GroupActions};
+use super::groups::{AddGroup, AddGroupForm, GroupActions};
 use super::{PlanView, StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
@@ -278,6 +278,7 @@ pub fn ClusterDetail() -> impl IntoView {
         },
     );
     let refreshed = RwSignal::new(0u32);
+    let add_group = AddGroupForm::default();
     let described = Resource::new(
         move || (name(), live.epoch.get(), moved.get(), refreshed.get()),
         |(name, ..)| async move {
@@ -347,7 +348,7 @@ pub fn ClusterDetail() -> impl IntoView {
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
                     match described.await {
-                        Ok(d) => Either::Left(view! { <LiveState d refreshed/> }),
+                        Ok(d) => Either::Left(view! { <LiveState d refreshed add_group/> }),
                         Err(e) => {
                             Either::Right(view! {
                                 <div class="panel live-state">
@@ -580,7 +581,11 @@ fn or_dash(v: Option<String>) -> String {
 /// What AWS says about the cluster now: control planes, instance groups, nodes, add-ons,
 /// and what runs inside it.
 #[component]
-fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
+fn LiveState(
+    d: ClusterDescription,
+    refreshed: RwSignal<u32>,
+    add_group: AddGroupForm,
+) -> impl IntoView {
     let counts = d.node_counts.clone();
     // Groups change on a cluster hypd created and that is in use.
     let changeable = d.cluster.status == "active";
@@ -658,7 +663,7 @@ fn LiveState(d: ClusterDescription, refreshed: RwSignal<u32>) -> impl IntoView {
         {changeable.then(|| view! {
             <IfRole role=AddInstanceGroup::SPEC.role>
                 <div class="panel">
-                    <AddGroup cluster=name.clone()/>
+                    <AddGroup cluster=name.clone() form=add_group/>
                 </div>
             </IfRole>
         })}

@@ -152,16 +152,46 @@ pub fn GroupActions(cluster: String, group: String, count: u32) -> impl IntoView
     .into_any()
 }
 
+/// What the add form holds. Made by the page, above the live state it is shown in: the
+/// live state is drawn again whenever AWS is asked again (an operation moved, the live
+/// channel reconnected), and what the user typed and the plan they reviewed must outlive
+/// that.
+#[derive(Clone, Copy)]
+pub struct AddGroupForm {
+    step: Step,
+    name: RwSignal<String>,
+    instance_type: RwSignal<String>,
+    count: RwSignal<String>,
+    capacity: RwSignal<String>,
+    deep_health_checks: RwSignal<bool>,
+}
+
+impl Default for AddGroupForm {
+    /// Inside the page's component (it takes the router's navigation from there).
+    fn default() -> Self {
+        AddGroupForm {
+            step: Step::new(),
+            name: RwSignal::new(String::new()),
+            instance_type: RwSignal::new("ml.g5.8xlarge".to_owned()),
+            count: RwSignal::new("1".to_owned()),
+            capacity: RwSignal::new("on_demand".to_owned()),
+            deep_health_checks: RwSignal::new(false),
+        }
+    }
+}
+
 /// Adds a group to cluster `cluster`: the decisions a group is made of, the plan, then
 /// the operation.
 #[component]
-pub fn AddGroup(cluster: String) -> impl IntoView {
-    let step = Step::new();
-    let name = RwSignal::new(String::new());
-    let instance_type = RwSignal::new("ml.g5.8xlarge".to_owned());
-    let count = RwSignal::new("1".to_owned());
-    let capacity = RwSignal::new("on_demand".to_owned());
-    let deep_health_checks = RwSignal::new(false);
+pub fn AddGroup(cluster: String, form: AddGroupForm) -> impl IntoView {
+    let AddGroupForm {
+        step,
+        name,
+        instance_type,
+        count,
+        capacity,
+        deep_health_checks,
+    } = form;
     let cluster = StoredValue::new(cluster);
     let input = move || {
         let count = count.get_untracked();
@@ -195,8 +225,8 @@ pub fn AddGroup(cluster: String) -> impl IntoView {
                 <label>"Instance type" <input id="add-group-type" required prop:value=move || instance_type.get() on:input=edited(instance_type)/></label>
                 <label>"Instances" <input id="add-group-count" type="number" min="0" prop:value=move || count.get() on:input=edited(count)/></label>
                 <label>"Capacity"
-                    <select id="add-group-capacity" on:change=edited(capacity)>
-                        <option value="on_demand" selected>"On-demand"</option>
+                    <select id="add-group-capacity" on:change=edited(capacity) prop:value=move || capacity.get()>
+                        <option value="on_demand">"On-demand"</option>
                         <option value="spot">"Spot"</option>
                     </select>
                 </label>

@@ -173,6 +173,16 @@ pub fn PlanView(plan: crate::api::plan::Plan) -> impl IntoView {
                 .into_iter()
                 .map(|c| {
                     let action = c.action.as_str();
+                    let fields = (!c.fields.is_empty()).then(|| {
+                        let fields = c
+                            .fields
+                            .into_iter()
+                            .map(|f| view! {
+                                <li><code>{f.field}</code>" "{shown(f.old)}" → "{shown(f.new)}</li>
+                            })
+                            .collect_view();
+                        view! { <ul class="plan-fields">{fields}</ul> }
+                    });
                     view! {
                         <li data-action=action data-kind=c.kind.clone()>
                             <span class=format!("badge action-{action}")>{action}</span>
@@ -181,6 +191,7 @@ pub fn PlanView(plan: crate::api::plan::Plan) -> impl IntoView {
                             " "
                             {c.namespace.map(|ns| format!("{ns}/"))}
                             {c.name}
+                            {fields}
                         </li>
                     }
                 })
@@ -204,6 +215,22 @@ pub fn PlanView(plan: crate::api::plan::Plan) -> impl IntoView {
             </p>
             <ol class="plan-stages">{stages}</ol>
         </div>
+    }
+}
+
+/// A plan field's value as a line shows it: JSON, cut to a line's worth; `—` for none.
+fn shown(v: Option<serde_json::Value>) -> String {
+    const MAX: usize = 80;
+    let Some(v) = v else {
+        return "—".to_owned();
+    };
+    let text = match v {
+        serde_json::Value::String(s) => s,
+        other => other.to_string(),
+    };
+    match text.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
     }
 }
 

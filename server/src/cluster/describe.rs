@@ -84,7 +84,7 @@ fn time(t: Option<&aws_sdk_sagemaker::primitives::DateTime>) -> Option<String> {
         .map(crate::clock::format_time)
 }
 
-fn count(n: Option<i32>) -> u32 {
+pub(crate) fn count(n: Option<i32>) -> u32 {
     n.and_then(|n| u32::try_from(n).ok()).unwrap_or(0)
 }
 
@@ -206,6 +206,25 @@ async fn hyperpod(
             training_plan_arn: g.training_plan_arn().map(str::to_owned),
         })
         .collect();
+    let nodes = list_nodes(&sm, cluster).await?;
+    let info = HyperPodInfo {
+        name: described.cluster_name().map(str::to_owned),
+        arn: described.cluster_arn().map(str::to_owned),
+        status: described.cluster_status().map(|s| s.as_str().to_owned()),
+        node_recovery: described.node_recovery().map(|r| r.as_str().to_owned()),
+        failure_message: described
+            .failure_message()
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned),
+    };
+    Ok((Some(info), groups, nodes))
+}
+
+/// Every node of HyperPod cluster `cluster`, page by page.
+pub(crate) async fn list_nodes(
+    sm: &aws_sdk_sagemaker::Client,
+    cluster: &str,
+) -> Result<Vec<NodeInfo>, ApiError> {
     let mut nodes = Vec::new();
     let mut pages = sm
         .list_cluster_nodes()
@@ -238,15 +257,5 @@ async fn hyperpod(
             }
         }));
     }
-    let info = HyperPodInfo {
-        name: described.cluster_name().map(str::to_owned),
-        arn: described.cluster_arn().map(str::to_owned),
-        status: described.cluster_status().map(|s| s.as_str().to_owned()),
-        node_recovery: described.node_recovery().map(|r| r.as_str().to_owned()),
-        failure_message: described
-            .failure_message()
-            .filter(|m| !m.is_empty())
-            .map(str::to_owned),
-    };
-    Ok((Some(info), groups, nodes))
+    Ok(nodes)
 }

@@ -6,6 +6,8 @@
 //! be is its creation's request with every group change that succeeded applied
 //! ([`applied`]): drift and reconcile hold the cluster to that.
 
+pub mod list;
+
 use app::api::clusters::{CreateCluster, InstanceGroupSpec};
 use app::api::instance_groups::{
     AddInstanceGroup, DeleteInstanceGroup, UpdateInstanceGroup, with_added,
@@ -89,15 +91,15 @@ struct Made {
     region: String,
 }
 
-async fn made(cx_store: &crate::store::Store, name: &ClusterName) -> Result<Made, ApiError> {
-    let field = |message: String| ApiError::field("cluster", message);
-    let Some(cluster) = crate::cluster::get(cx_store, name.as_str()).await? else {
+async fn made(store: &crate::store::Store, name: &ClusterName) -> Result<Made, ApiError> {
+    let field = |message: String| ApiError::field("name", message);
+    let Some(cluster) = crate::cluster::get(store, name.as_str()).await? else {
         return Err(ApiError::NotFound {
             resource: "cluster".into(),
             name: name.to_string(),
         });
     };
-    let request = match desired(cx_store, name.as_str()).await? {
+    let request = match desired(store, name.as_str()).await? {
         Some(Desired::Created(r)) => r,
         Some(Desired::Imported(_)) => {
             return Err(field(format!(
@@ -117,7 +119,7 @@ async fn made(cx_store: &crate::store::Store, name: &ClusterName) -> Result<Made
             cluster.status
         )));
     }
-    let outputs: Option<(String,)> = on_pool!(cx_store, |pool| sqlx::query_as(
+    let outputs: Option<(String,)> = on_pool!(store, |pool| sqlx::query_as(
         "SELECT outputs FROM operations WHERE target = $1 AND state = 'succeeded' \
          AND command = 'create_cluster' ORDER BY created_at DESC LIMIT 1"
     )

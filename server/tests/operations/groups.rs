@@ -1,6 +1,6 @@
 //! Instance groups after creation, through REST against moto + the sim: a spot group
-//! added beside an EFA-only group with deep health checks (which keeps both settings),
-//! scaled, refused what is fixed for its life, and deleted in two steps; quota and
+//! added beside an EFA-only group with deep health checks (which keeps both settings, as
+//! list_instance_groups reads back), scaled, refused what is fixed for its life, and deleted in two steps; quota and
 //! last-group refusals before anything is called; drift follows every change.
 
 use reqwest::Method;
@@ -103,6 +103,28 @@ fn groups_are_added_scaled_refused_and_deleted() {
     assert_eq!(p5["OnStartDeepHealthChecks"].as_array().unwrap().len(), 2);
     assert!(group_of(&described, "spot")["CapacityRequirements"]["Spot"].is_object());
     assert_kubernetes_ready(&world, "grp", &[("p5", 1), ("spot", 1)]);
+    // As list_instance_groups reads them back from AWS.
+    let (status, listed) = hypd.call(&token, Method::GET, path, None);
+    assert_eq!(status, 200, "{listed}");
+    let listed = &listed["instance_groups"];
+    assert_eq!(listed[0]["name"], "p5", "{listed:#}");
+    assert_eq!(listed[0]["capacity"], "on_demand");
+    assert_eq!(listed[0]["efa_only"], true);
+    assert_eq!(
+        listed[0]["deep_health_checks"],
+        json!(["InstanceStress", "InstanceConnectivity"])
+    );
+    assert_eq!(listed[0]["volume_size_gb"], 500);
+    assert_eq!(listed[0]["availability_zones"], json!(["us-east-1a"]));
+    assert_eq!(listed[0]["nodes"]["total"], 1);
+    assert_eq!(listed[1]["name"], "spot");
+    assert_eq!(listed[1]["capacity"], "spot");
+    assert_eq!(listed[1]["efa_only"], false);
+    assert_eq!(
+        (&listed[1]["target_count"], &listed[1]["nodes"]["healthy"]),
+        (&json!(1), &json!(1)),
+        "{listed:#}"
+    );
 
     // What is fixed for a group's life is refused, naming the field, with no call.
     world.sim.call(Method::DELETE, "/_sim/calls", None);
