@@ -212,11 +212,6 @@ async fn step<C: GroupChange>(
     }
 }
 
-/// Pre-flight shared by the three: the cluster is hypd's, created and active.
-async fn checked(cx: &Preflight<'_>, cluster: &ClusterName) -> Result<Made, ApiError> {
-    made(cx.store, cluster).await
-}
-
 /// What the cluster-usage quota (or the training plan) must cover for `group` to grow
 /// from `from` instances: only the instances it adds.
 async fn check_growth(
@@ -257,8 +252,9 @@ macro_rules! group_pipeline {
                 self.idempotency_key.as_ref()
             }
 
+            /// The cluster is hypd's, created and active; then the command's own checks.
             async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-                let made = checked(cx, &self.name).await?;
+                let made = made(cx.store, &self.name).await?;
                 self.check(cx, &made).await?;
                 Ok(self)
             }
