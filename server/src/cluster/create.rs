@@ -17,6 +17,7 @@ use super::network::{self, Network};
 use super::{access, addons, components, hyperpod, identity, storage};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::eks::cluster::{ControlPlaneSpec, EksCluster};
+use crate::resources::sagemaker::cluster::Unlisted;
 use crate::resources::{Want, converge, is_planning, kube, missing};
 
 const EKS_POLL: Duration = Duration::from_secs(30);
@@ -295,27 +296,12 @@ pub async fn converge_stage(
             Ok(Progress::Done)
         }
         Stage::Hyperpod => {
-            let eks_arn = out
-                .eks_cluster_arn
-                .clone()
-                .ok_or_else(|| missing("the EKS cluster ARN"))?;
-            let role = out
-                .execution_role_arn
-                .clone()
-                .ok_or_else(|| missing("the execution role"))?;
-            let network = out.network.clone();
-            let hcx = hyperpod::Context {
-                region: &region,
-                cluster: name,
-                bucket: bucket(r)?,
+            let every = Groups {
                 groups: &r.instance_groups,
-                eks_cluster_arn: &eks_arn,
-                execution_role: &role,
-                network: &network,
-                unlisted: crate::resources::sagemaker::cluster::Unlisted::Refuse,
+                unlisted: Unlisted::Refuse,
                 delete: &[],
             };
-            match hyperpod::ensure(&cx.aws, &hcx, &mut out.hyperpod).await? {
+            match ensure_hyperpod(r, cx, &region, out, every).await? {
                 Progress::Done => nodes_ready(r, cx, &region).await,
                 waiting => Ok(waiting),
             }
@@ -339,6 +325,47 @@ pub async fn converge_stage(
             Ok(Progress::Done)
         }
     }
+}
+
+/// What a HyperPod update is about: `groups` as hypd decides them, what becomes of the
+/// live groups they do not list, and the groups to delete.
+pub(crate) struct Groups<'a> {
+    pub groups: &'a [app::api::clusters::InstanceGroupSpec],
+    pub unlisted: Unlisted,
+    pub delete: &'a [String],
+}
+
+/// The HyperPod stage's work on the cluster `r` and its earlier stages made (`out`): the
+/// bucket, the lifecycle script, then the HyperPod cluster with `groups`; what it makes
+/// is recorded in `out.hyperpod`. Creation and every later change of groups run it.
+pub(crate) async fn ensure_hyperpod(
+    r: &CreateCluster,
+    cx: &Context,
+    region: &str,
+    out: &mut Outputs,
+    groups: Groups<'_>,
+) -> Result<Progress, ApiError> {
+    let eks_arn = out
+        .eks_cluster_arn
+        .clone()
+        .ok_or_else(|| missing("the EKS cluster ARN"))?;
+    let role = out
+        .execution_role_arn
+        .clone()
+        .ok_or_else(|| missing("the execution role"))?;
+    let network = out.network.clone();
+    let hcx = hyperpod::Context {
+        region,
+        cluster: r.name.as_str(),
+        bucket: bucket(r)?,
+        groups: groups.groups,
+        eks_cluster_arn: &eks_arn,
+        execution_role: &role,
+        network: &network,
+        unlisted: groups.unlisted,
+        delete: groups.delete,
+    };
+    hyperpod::ensure(&cx.aws, &hcx, &mut out.hyperpod).await
 }
 
 /// The shared bucket; filled in at submission when the request named none.

@@ -175,31 +175,28 @@ async fn step<C: GroupChange>(
     let made = made(&cx.store, change.cluster()).await?;
     let after = change.after(&made.request.instance_groups)?;
     out.instance_groups = after.iter().map(|g| g.name.to_string()).collect();
-    let name = change.cluster().as_str();
     match stage {
         Stage::Hyperpod => {
             let (decided, delete) = change.decided(&after);
-            let created = &made.created;
-            let hcx = hyperpod::Context {
-                region: &made.region,
-                cluster: name,
-                bucket: create::bucket(&made.request)?,
+            let Made {
+                request,
+                mut created,
+                region,
+            } = made;
+            let groups = create::Groups {
                 groups: &decided,
-                eks_cluster_arn: created
-                    .eks_cluster_arn
-                    .as_deref()
-                    .ok_or_else(|| missing("the EKS cluster ARN"))?,
-                execution_role: created
-                    .execution_role_arn
-                    .as_deref()
-                    .ok_or_else(|| missing("the execution role"))?,
-                network: &created.network,
                 unlisted: Unlisted::Keep,
                 delete: &delete,
             };
-            let mut hyperpod_made = created.hyperpod.clone();
-            let progress = Box::pin(hyperpod::ensure(&cx.aws, &hcx, &mut hyperpod_made)).await?;
-            out.hyperpod_cluster_arn = hyperpod_made.hyperpod_cluster_arn;
+            let progress = Box::pin(create::ensure_hyperpod(
+                &request,
+                cx,
+                &region,
+                &mut created,
+                groups,
+            ))
+            .await?;
+            out.hyperpod_cluster_arn = created.hyperpod.hyperpod_cluster_arn;
             Ok(progress)
         }
         Stage::Nodes => {

@@ -258,14 +258,10 @@ fn merged(
     live: &ClusterInstanceGroupDetails,
     spec: &GroupSpec,
 ) -> ClusterInstanceGroupSpecification {
+    let decided = spec.specification();
     let mut g = normalised(live);
-    g.instance_count = i32::try_from(spec.instance_count).ok();
-    g.on_start_deep_health_checks = spec.deep_health_checks.then(|| {
-        vec![
-            DeepHealthCheckType::InstanceStress,
-            DeepHealthCheckType::InstanceConnectivity,
-        ]
-    });
+    g.instance_count = decided.instance_count;
+    g.on_start_deep_health_checks = decided.on_start_deep_health_checks;
     g
 }
 
