@@ -272,22 +272,76 @@ fn check_hyphenated(name: &str, what: &str, max: usize, pattern: &str) -> Result
     }
 }
 
-/// The page of `items` (sorted ascending) a List call asks for: reversed unless
-/// `SortOrder` is Ascending, since AWS lists newest first; from the offset a `NextToken`
-/// carries, at most `MaxResults` (default 100); with the next page's token, if any.
-fn page<T>(body: &Value, mut items: Vec<T>) -> (Vec<T>, Option<String>) {
-    if str_field(body, "SortOrder").unwrap_or("Descending") == "Descending" {
+/// Which way a List call sorts when the request names no `SortOrder`; the API reference
+/// says so per operation (ListClusterNodes: Ascending; ListMlflowTrackingServers:
+/// Descending).
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    Ascending,
+    Descending,
+}
+
+/// The page of `items` (sorted ascending) a List call asks for: reversed when the
+/// `SortOrder` (or the operation's default) is Descending; from the offset a `NextToken`
+/// carries, at most `MaxResults` (1 to 100, default 100); with the next page's token, if
+/// any. Out-of-range values are refused as AWS's request validation refuses them.
+fn page<T>(
+    body: &Value,
+    mut items: Vec<T>,
+    default: Order,
+) -> Result<(Vec<T>, Option<String>), AwsError> {
+    let order = match str_field(body, "SortOrder") {
+        None => default,
+        Some("Ascending") => Order::Ascending,
+        Some("Descending") => Order::Descending,
+        Some(other) => {
+            return Err(validation(format!(
+                "1 validation error detected: Value '{other}' at 'sortOrder' failed to satisfy constraint: Member must satisfy enum value set: [Ascending, Descending]"
+            )));
+        }
+    };
+    if order == Order::Descending {
         items.reverse();
     }
-    let start: usize = str_field(body, "NextToken")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    let max = body
-        .get("MaxResults")
-        .and_then(Value::as_u64)
-        .unwrap_or(100) as usize;
-    let next = (start + max < items.len()).then(|| (start + max).to_string());
-    (items.into_iter().skip(start).take(max).collect(), next)
+    let max = match body.get("MaxResults").filter(|v| !v.is_null()) {
+        None => 100,
+        Some(v) => match v.as_i64() {
+            Some(n @ 1..=100) => n as usize,
+            Some(n) if n < 1 => {
+                return Err(validation(format!(
+                    "1 validation error detected: Value '{n}' at 'maxResults' failed to satisfy constraint: Member must have value greater than or equal to 1"
+                )));
+            }
+            Some(n) => {
+                return Err(validation(format!(
+                    "1 validation error detected: Value '{n}' at 'maxResults' failed to satisfy constraint: Member must have value less than or equal to 100"
+                )));
+            }
+            None => return Err(validation(format!("MaxResults {v} is not an integer"))),
+        },
+    };
+    let start = match str_field(body, "NextToken") {
+        None => 0,
+        Some(token) => offset_of(token).ok_or_else(|| {
+            // AWS does not document the wording; the code is the one its tokens get.
+            validation(format!("Invalid NextToken: {token}"))
+        })?,
+    };
+    let next = (start + max < items.len()).then(|| page_token(start + max));
+    Ok((items.into_iter().skip(start).take(max).collect(), next))
+}
+
+/// A `NextToken` for the page at `offset`. AWS's tokens are opaque, so callers must
+/// echo them unchanged: a checksum makes a garbled or made-up token fail instead of
+/// quietly listing from somewhere else.
+fn page_token(offset: usize) -> String {
+    let check = crate::world::fnv1a(&format!("hypd-sim page {offset}")) as u32;
+    format!("{check:08x}{offset:08x}")
+}
+
+fn offset_of(token: &str) -> Option<usize> {
+    let offset = usize::from_str_radix(token.get(8..)?, 16).ok()?;
+    (token.len() == 16 && page_token(offset) == token).then_some(offset)
 }
 
 fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
@@ -714,14 +768,39 @@ fn list_nodes(w: &mut World, body: &Value) -> Result<Value, AwsError> {
         .hyperpod(str_field(body, "ClusterName").unwrap_or_default())?
         .clone();
     let filter = str_field(body, "InstanceGroupNameContains").unwrap_or_default();
+    let after = body.get("CreationTimeAfter").and_then(Value::as_f64);
+    let before = body.get("CreationTimeBefore").and_then(Value::as_f64);
     let clock = &w.clock;
-    let nodes: Vec<Value> = c
+    let mut nodes: Vec<(&Group, &Node)> = c
         .groups
         .iter()
         .filter(|g| g.name.contains(filter))
-        .flat_map(|g| g.nodes.iter().map(move |n| node_json(clock, g, n, now)))
+        .flat_map(|g| g.nodes.iter().map(move |n| (g, n)))
+        .filter(|(_, n)| after.is_none_or(|a| clock.epoch(n.launched) > a))
+        .filter(|(_, n)| before.is_none_or(|b| clock.epoch(n.launched) < b))
         .collect();
-    Ok(json!({ "ClusterNodeSummaries": nodes }))
+    // Stable sorts: nodes launched together keep their slots' order, so pages do not
+    // shuffle between calls.
+    match str_field(body, "SortBy").unwrap_or("CREATION_TIME") {
+        "CREATION_TIME" => nodes.sort_by(|a, b| a.1.launched.total_cmp(&b.1.launched)),
+        // A node has no name of its own; its instance group's name is the one it lists by.
+        "NAME" => nodes.sort_by(|a, b| {
+            (a.0.name.as_str(), a.1.launched)
+                .partial_cmp(&(b.0.name.as_str(), b.1.launched))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        }),
+        other => {
+            return Err(validation(format!(
+                "1 validation error detected: Value '{other}' at 'sortBy' failed to satisfy constraint: Member must satisfy enum value set: [CREATION_TIME, NAME]"
+            )));
+        }
+    }
+    let (nodes, next) = page(body, nodes, Order::Ascending)?;
+    let summaries: Vec<Value> = nodes
+        .into_iter()
+        .map(|(g, n)| node_json(clock, g, n, now))
+        .collect();
+    Ok(json!({ "ClusterNodeSummaries": summaries, "NextToken": next }))
 }
 
 fn describe_node(w: &mut World, body: &Value) -> Result<Value, AwsError> {
@@ -919,5 +998,137 @@ impl World {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, count: u32) -> Value {
+        json!({
+            "InstanceGroupName": name, "InstanceType": "ml.g5.8xlarge", "InstanceCount": count,
+            "ExecutionRole": "arn:aws:iam::123456789012:role/r",
+            "LifeCycleConfig": {"SourceS3Uri": "s3://b/l", "OnCreate": "on_create.sh"}
+        })
+    }
+
+    /// Cluster `c` with `groups`, waited for until InService.
+    fn cluster(w: &mut World, groups: Vec<Value>) {
+        let body = json!({"ClusterName": "c", "InstanceGroups": groups});
+        create_cluster(w, "us-east-1", &body, &Lookups::default()).unwrap();
+        w.clock.advance(2000.0);
+    }
+
+    fn update(w: &mut World, groups: Vec<Value>) -> Result<Value, AwsError> {
+        let body = json!({"ClusterName": "c", "InstanceGroups": groups});
+        let out = update_cluster(w, &body, &Lookups::default());
+        w.clock.advance(2000.0);
+        out
+    }
+
+    fn list(w: &mut World, extra: Value) -> Result<Value, AwsError> {
+        let mut body = json!({"ClusterName": "c"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        list_nodes(w, &body)
+    }
+
+    /// (group, instance id) of each summary.
+    fn listed(out: &Value) -> Vec<(String, String)> {
+        out["ClusterNodeSummaries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["InstanceGroupName"].as_str().unwrap().to_owned(),
+                    n["InstanceId"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Cluster `c`: group `b` of two nodes launched first, then group `a` of three.
+    fn two_generations(w: &mut World) -> Vec<(String, String)> {
+        cluster(w, vec![group("b", 2)]);
+        update(w, vec![group("b", 2), group("a", 3)]).unwrap();
+        listed(&list(w, json!({})).unwrap())
+    }
+
+    #[test]
+    fn list_cluster_nodes_sorts_oldest_first_by_default_and_pages_with_opaque_tokens() {
+        let mut w = World::new(0.0, None);
+        let all = two_generations(&mut w);
+        let groups: Vec<&str> = all.iter().map(|(g, _)| g.as_str()).collect();
+        assert_eq!(
+            groups,
+            ["b", "b", "a", "a", "a"],
+            "Ascending by creation time"
+        );
+
+        let mut seen = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut extra = json!({"MaxResults": 2});
+            if let Some(t) = &token {
+                extra["NextToken"] = json!(t);
+            }
+            let out = list(&mut w, extra).unwrap();
+            let page = listed(&out);
+            assert!(page.len() <= 2);
+            seen.extend(page);
+            match out["NextToken"].as_str() {
+                Some(t) => {
+                    assert!(t.parse::<usize>().is_err(), "tokens are not offsets: {t}");
+                    token = Some(t.to_owned());
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, all);
+
+        let newest_first = listed(&list(&mut w, json!({"SortOrder": "Descending"})).unwrap());
+        assert_eq!(newest_first, all.iter().rev().cloned().collect::<Vec<_>>());
+        let by_name = listed(&list(&mut w, json!({"SortBy": "NAME"})).unwrap());
+        let names: Vec<&str> = by_name.iter().map(|(g, _)| g.as_str()).collect();
+        assert_eq!(names, ["a", "a", "a", "b", "b"]);
+    }
+
+    #[test]
+    fn list_cluster_nodes_filters_by_group_name_and_creation_time() {
+        let mut w = World::new(0.0, None);
+        let all = two_generations(&mut w);
+        let only_a = listed(&list(&mut w, json!({"InstanceGroupNameContains": "a"})).unwrap());
+        assert_eq!(only_a, all[2..]);
+        // Group b launched at the clock's start, group a 2,000 s later.
+        let split = w.clock.epoch(1000.0);
+        let newer = listed(&list(&mut w, json!({"CreationTimeAfter": split})).unwrap());
+        assert_eq!(newer, all[2..]);
+        let older = listed(&list(&mut w, json!({"CreationTimeBefore": split})).unwrap());
+        assert_eq!(older, all[..2]);
+    }
+
+    #[test]
+    fn list_cluster_nodes_refuses_what_aws_refuses() {
+        let mut w = World::new(0.0, None);
+        two_generations(&mut w);
+        for (extra, says) in [
+            (json!({"MaxResults": 0}), "greater than or equal to 1"),
+            (json!({"MaxResults": 101}), "less than or equal to 100"),
+            (json!({"NextToken": "2"}), "Invalid NextToken"),
+            (json!({"SortBy": "STATUS"}), "[CREATION_TIME, NAME]"),
+            (json!({"SortOrder": "Up"}), "[Ascending, Descending]"),
+        ] {
+            let e = list(&mut w, extra.clone()).unwrap_err();
+            assert_eq!(e.code, "ValidationException", "{extra}");
+            assert!(e.message.contains(says), "{extra}: {}", e.message);
+        }
+        let out = list(&mut w, json!({"MaxResults": 1})).unwrap();
+        let mut garbled = out["NextToken"].as_str().unwrap().to_owned();
+        garbled.replace_range(0..1, if garbled.starts_with('0') { "1" } else { "0" });
+        let e = list(&mut w, json!({"NextToken": garbled})).unwrap_err();
+        assert_eq!(e.code, "ValidationException");
     }
 }

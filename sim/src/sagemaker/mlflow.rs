@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::lookups::Lookups;
-use super::{check_hyphenated, page, str_field, validation};
+use super::{Order, check_hyphenated, page, str_field, validation};
 use crate::world::{ACCOUNT, AwsError, Phase, World, fnv1a};
 
 pub const CREATE_SECS: f64 = 1200.0;
@@ -280,7 +280,7 @@ pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError
         "Status" => servers.sort_by_key(|s| s.status(now, &stuck)),
         _ => servers.sort_by(|a, b| a.created.total_cmp(&b.created)),
     }
-    let (servers, next) = page(body, servers);
+    let (servers, next) = page(body, servers, Order::Descending)?;
     let summaries: Vec<Value> = servers
         .iter()
         .map(|s| {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::lookups::Lookups;
-use super::{check_name, page, str_field, validation};
+use super::{Order, check_name, page, str_field, validation};
 use crate::world::{ACCOUNT, AwsError, World};
 
 /// Simulated seconds a new plan stays Pending (payment and capacity allocation).
@@ -370,7 +370,7 @@ pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError
         "Status" => plans.sort_by_key(|p| p.status(now, stuck)),
         _ => plans.sort_by(|a, b| a.offering.start.total_cmp(&b.offering.start)),
     }
-    let (plans, next) = page(body, plans);
+    let (plans, next) = page(body, plans, Order::Descending)?;
     let summaries: Vec<Value> = plans.iter().map(|p| plan_json(w, p, false)).collect();
     Ok(json!({ "TrainingPlanSummaries": summaries, "NextToken": next }))
 }
