@@ -17,6 +17,9 @@ pub struct Subnet {
     pub id: String,
     pub vpc_id: String,
     pub availability_zone: String,
+    /// The zone's account-independent id (`use1-az1`), as moto's zone table has it.
+    pub availability_zone_id: String,
+    pub cidr_block: String,
 }
 
 fn tag<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
@@ -98,6 +101,10 @@ impl Moto {
                 id: id.clone(),
                 vpc_id: tag(&xml, "vpcId").unwrap_or_default().to_owned(),
                 availability_zone: tag(&xml, "availabilityZone").unwrap_or_default().to_owned(),
+                availability_zone_id: tag(&xml, "availabilityZoneId")
+                    .unwrap_or_default()
+                    .to_owned(),
+                cidr_block: tag(&xml, "cidrBlock").unwrap_or_default().to_owned(),
             });
         }
         Ok(subnets)

@@ -52,6 +52,108 @@ struct Node {
     /// The HyperPod image release the node runs.
     release: String,
     action: Option<NodeAction>,
+    /// When a platform software update last finished on this instance.
+    software_updated: Option<f64>,
+}
+
+/// Where a group's instances run. HyperPod launches an instance group in one subnet
+/// (InstanceGroupMetadata names one subnet and zone per group): here the first subnet of
+/// the group's `OverrideVpcConfig`, else of the cluster's `VpcConfig`.
+#[derive(Clone, Debug, Default)]
+struct Placement {
+    zone: String,
+    zone_id: String,
+    /// The subnet's network and prefix length, where instances take their addresses.
+    cidr: Option<(u32, u8)>,
+}
+
+impl Placement {
+    /// The placement in the first of `subnets`, from what moto said of it. Without moto
+    /// (or a subnet it was not asked about) the sim cannot know the zone, and takes the
+    /// region's first.
+    fn of<'a>(region: &str, mut subnets: impl Iterator<Item = &'a str>, lookups: &Lookups) -> Self {
+        let Some(subnet) = subnets.next().and_then(|id| lookups.subnet(id)) else {
+            let zone = format!("{region}a");
+            return Self {
+                zone_id: zone_id(region, &zone),
+                zone,
+                cidr: None,
+            };
+        };
+        let zone = subnet.availability_zone.clone();
+        Self {
+            zone_id: Some(subnet.availability_zone_id.clone())
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| zone_id(region, &zone)),
+            zone,
+            cidr: parse_cidr(&subnet.cidr_block),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({ "AvailabilityZone": self.zone, "AvailabilityZoneId": self.zone_id })
+    }
+}
+
+/// The zone id (`use1-az1`) of `zone` (`us-east-1a`) when moto did not say. AWS maps
+/// names to ids per account; the sim maps the n-th zone letter to `az<n>`.
+fn zone_id(region: &str, zone: &str) -> String {
+    let parts: Vec<&str> = region.split('-').collect();
+    let [country, areas @ .., number] = parts.as_slice() else {
+        return String::new();
+    };
+    let mut short = (*country).to_owned();
+    for area in areas {
+        let mut rest = *area;
+        while let Some(word) = ["central", "north", "south", "east", "west"]
+            .iter()
+            .find(|w| rest.starts_with(*w))
+        {
+            short.push_str(&word[..1]);
+            rest = &rest[word.len()..];
+        }
+        short.push_str(rest);
+    }
+    let letter = zone.strip_prefix(region).and_then(|l| l.bytes().next());
+    let n = letter.map_or(1, |l| u32::from(l.saturating_sub(b'a')) + 1);
+    format!("{short}{number}-az{n}")
+}
+
+fn parse_cidr(cidr: &str) -> Option<(u32, u8)> {
+    let (ip, prefix) = cidr.split_once('/')?;
+    let ip: std::net::Ipv4Addr = ip.parse().ok()?;
+    let prefix: u8 = prefix.parse().ok().filter(|p| *p <= 32)?;
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    Some((u32::from(ip) & mask, prefix))
+}
+
+/// An instance's private address, stable for the instance: within its subnet, past the
+/// four addresses AWS keeps at a subnet's start and before the one at its end. Without
+/// a known subnet, in 10.1.0.0/16.
+fn private_ip(id: &str, cidr: Option<(u32, u8)>) -> String {
+    let n = id
+        .strip_prefix("i-")
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .unwrap_or_else(|| crate::world::fnv1a(id));
+    let (base, prefix) = cidr.unwrap_or((0x0a01_0000, 16));
+    let size = 1u64 << (32 - u32::from(prefix));
+    let host = if size > 5 {
+        4 + n % (size - 5)
+    } else {
+        n % size
+    };
+    std::net::Ipv4Addr::from(base.wrapping_add(host as u32)).to_string()
+}
+
+/// EC2's private DNS name for `ip`: `ec2.internal` in us-east-1, `<region>.compute.internal`
+/// elsewhere.
+fn private_dns(ip: &str, region: &str) -> String {
+    let domain = if region == "us-east-1" {
+        "ec2.internal".to_owned()
+    } else {
+        format!("{region}.compute.internal")
+    };
+    format!("ip-{}.{domain}", ip.replace('.', "-"))
 }
 
 #[derive(Clone, Debug)]
@@ -64,6 +166,7 @@ struct Group {
     nodes: Vec<Node>,
     release: String,
     desired_release: String,
+    placement: Placement,
 }
 
 #[derive(Clone, Debug)]
@@ -74,6 +177,8 @@ pub struct Cluster {
     phase: Option<(Phase, f64)>,
     orchestrator: Value,
     vpc: Value,
+    /// Where groups without an `OverrideVpcConfig` run.
+    placement: Placement,
     node_recovery: String,
     provisioning: Option<String>,
     groups: Vec<Group>,
@@ -177,6 +282,7 @@ impl World {
                 launched: now,
                 release: group.desired_release.clone(),
                 action: None,
+                software_updated: None,
             });
         }
         group.nodes.truncate(group.target as usize);
@@ -404,6 +510,7 @@ fn parse_group(
         nodes: Vec::new(),
         release: release.clone(),
         desired_release: release,
+        placement: Placement::default(),
     })
 }
 
@@ -615,6 +722,13 @@ fn create_cluster(
         )?);
     }
     check_quotas(w, &groups, None)?;
+    let placement = Placement::of(region, lookups::strings(vpc.get("Subnets")), lookups);
+    for g in &mut groups {
+        g.placement = match g.spec.get("OverrideVpcConfig") {
+            Some(own) => Placement::of(region, lookups::strings(own.get("Subnets")), lookups),
+            None => placement.clone(),
+        };
+    }
     let now = w.clock.now();
     for (g, start) in groups.iter_mut().zip(starts) {
         w.launch(g, start.map_or(now, |s| s.max(now)));
@@ -626,6 +740,7 @@ fn create_cluster(
         phase: Some((Phase::Creating, now)),
         orchestrator,
         vpc,
+        placement,
         node_recovery,
         provisioning: provisioning.map(str::to_owned),
         groups,
@@ -699,12 +814,22 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
             group.nodes = old.nodes.clone();
             group.release = old.release.clone();
             group.desired_release = old.desired_release.clone();
+            group.placement = old.placement.clone();
         } else if let Some(role) =
             str_field(g, "ExecutionRole").filter(|role| !lookups.role_exists(role))
         {
             return Err(validation(format!(
                 "Execution role {role} does not exist or cannot be assumed"
             )));
+        } else {
+            group.placement = match g.get("OverrideVpcConfig") {
+                Some(own) => Placement::of(
+                    &cluster.region,
+                    lookups::strings(own.get("Subnets")),
+                    lookups,
+                ),
+                None => cluster.placement.clone(),
+            };
         }
         groups.push(group);
     }
@@ -750,16 +875,21 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
 }
 
 /// A node as ListClusterNodes and DescribeClusterNode report it.
-fn node_json(clock: &crate::world::Clock, g: &Group, n: &Node, now: f64) -> Value {
-    json!({
+fn node_json(clock: &crate::world::Clock, c: &Cluster, g: &Group, n: &Node, now: f64) -> Value {
+    let mut v = json!({
         "InstanceGroupName": g.name,
         "InstanceId": n.id,
         "InstanceType": g.instance_type,
         "NodeLogicalId": n.logical_id,
         "LaunchTime": clock.epoch(n.launched),
         "InstanceStatus": { "Status": node_status(n, g, now), "Message": "" },
+        "PrivateDnsHostname": private_dns(&private_ip(&n.id, g.placement.cidr), &c.region),
         "CurrentImageReleaseVersion": n.release,
-    })
+    });
+    if let Some(t) = n.software_updated {
+        v["LastSoftwareUpdateTime"] = json!(clock.epoch(t));
+    }
+    v
 }
 
 fn list_nodes(w: &mut World, body: &Value) -> Result<Value, AwsError> {
@@ -798,7 +928,7 @@ fn list_nodes(w: &mut World, body: &Value) -> Result<Value, AwsError> {
     let (nodes, next) = page(body, nodes, Order::Ascending)?;
     let summaries: Vec<Value> = nodes
         .into_iter()
-        .map(|(g, n)| node_json(clock, g, n, now))
+        .map(|(g, n)| node_json(clock, &c, g, n, now))
         .collect();
     Ok(json!({ "ClusterNodeSummaries": summaries, "NextToken": next }))
 }
@@ -813,8 +943,13 @@ fn describe_node(w: &mut World, body: &Value) -> Result<Value, AwsError> {
         .unwrap_or_default();
     for g in &c.groups {
         if let Some(n) = g.nodes.iter().find(|n| n.id == id || n.logical_id == id) {
-            let mut details = node_json(&w.clock, g, n, now);
+            let mut details = node_json(&w.clock, &c, g, n, now);
             if let Some(o) = details.as_object_mut() {
+                o.insert(
+                    "PrivatePrimaryIp".into(),
+                    json!(private_ip(&n.id, g.placement.cidr)),
+                );
+                o.insert("Placement".into(), g.placement.json());
                 o.insert(
                     "LifeCycleConfig".into(),
                     g.spec
@@ -830,7 +965,11 @@ fn describe_node(w: &mut World, body: &Value) -> Result<Value, AwsError> {
                     "CapacityType".into(),
                     json!(if is_spot(&g.spec) { "Spot" } else { "OnDemand" }),
                 );
-                for key in ["NetworkInterface", "OverrideVpcConfig"] {
+                for key in [
+                    "NetworkInterface",
+                    "OverrideVpcConfig",
+                    "InstanceStorageConfigs",
+                ] {
                     if let Some(v) = g.spec.get(key) {
                         o.insert(key.into(), v.clone());
                     }
@@ -965,6 +1104,11 @@ pub struct Instance {
     pub instance_type: String,
     pub group: String,
     pub cluster: String,
+    pub region: String,
+    pub zone: String,
+    pub zone_id: String,
+    pub private_ip: String,
+    pub private_dns: String,
     /// `Pending`, `DeepHealthCheckInProgress` or `Running`.
     pub status: &'static str,
     /// Simulated second the instance was launched.
@@ -987,13 +1131,21 @@ impl World {
             })
             .flat_map(|c| {
                 c.groups.iter().flat_map(move |g| {
-                    g.nodes.iter().map(move |n| Instance {
-                        id: n.id.clone(),
-                        instance_type: g.instance_type.clone(),
-                        group: g.name.clone(),
-                        cluster: c.name.clone(),
-                        status: node_status(n, g, now),
-                        launched: n.launched,
+                    g.nodes.iter().map(move |n| {
+                        let ip = private_ip(&n.id, g.placement.cidr);
+                        Instance {
+                            id: n.id.clone(),
+                            instance_type: g.instance_type.clone(),
+                            group: g.name.clone(),
+                            cluster: c.name.clone(),
+                            region: c.region.clone(),
+                            zone: g.placement.zone.clone(),
+                            zone_id: g.placement.zone_id.clone(),
+                            private_dns: private_dns(&ip, &c.region),
+                            private_ip: ip,
+                            status: node_status(n, g, now),
+                            launched: n.launched,
+                        }
                     })
                 })
             })
@@ -1130,5 +1282,122 @@ mod tests {
         garbled.replace_range(0..1, if garbled.starts_with('0') { "1" } else { "0" });
         let e = list(&mut w, json!({"NextToken": garbled})).unwrap_err();
         assert_eq!(e.code, "ValidationException");
+    }
+
+    fn subnet(id: &str, zone: &str, zone_id: &str, cidr: &str) -> crate::moto::Subnet {
+        crate::moto::Subnet {
+            id: id.into(),
+            vpc_id: "vpc-1".into(),
+            availability_zone: zone.into(),
+            availability_zone_id: zone_id.into(),
+            cidr_block: cidr.into(),
+        }
+    }
+
+    fn describe(w: &mut World, id: &str) -> Value {
+        describe_node(w, &json!({"ClusterName": "c", "NodeId": id})).unwrap()["NodeDetails"].clone()
+    }
+
+    #[test]
+    fn nodes_are_placed_in_their_groups_subnet_with_a_stable_address() {
+        let mut w = World::new(0.0, None);
+        let lookups = Lookups::default()
+            .with_subnet(subnet("subnet-b", "us-east-1b", "use1-az1", "10.0.1.0/24"))
+            .with_subnet(subnet("subnet-c", "us-east-1c", "use1-az2", "10.0.2.0/24"))
+            .with_subnet(subnet("subnet-d", "us-east-1d", "use1-az4", "10.0.3.0/24"));
+        let mut own = group("own", 1);
+        own["OverrideVpcConfig"] = json!({"Subnets": ["subnet-c"], "SecurityGroupIds": ["sg-1"]});
+        let body = json!({
+            "ClusterName": "c",
+            "VpcConfig": {"Subnets": ["subnet-b", "subnet-d"], "SecurityGroupIds": ["sg-1"]},
+            "InstanceGroups": [group("shared", 2), own],
+        });
+        create_cluster(&mut w, "us-east-1", &body, &lookups).unwrap();
+        w.clock.advance(2000.0);
+        let out = list(&mut w, json!({})).unwrap();
+        let mut seen = BTreeMap::new();
+        for n in out["ClusterNodeSummaries"].as_array().unwrap() {
+            let id = n["InstanceId"].as_str().unwrap();
+            let d = describe(&mut w, id);
+            let ip = d["PrivatePrimaryIp"].as_str().unwrap().to_owned();
+            let (zone, zone_id, net) = if n["InstanceGroupName"] == "own" {
+                ("us-east-1c", "use1-az2", "10.0.2.")
+            } else {
+                ("us-east-1b", "use1-az1", "10.0.1.")
+            };
+            assert_eq!(
+                d["Placement"],
+                json!({"AvailabilityZone": zone, "AvailabilityZoneId": zone_id})
+            );
+            assert!(ip.starts_with(net), "{ip}");
+            let host: u8 = ip[net.len()..].parse().unwrap();
+            assert!((4..255).contains(&host), "{ip}");
+            let dns = format!("ip-{}.ec2.internal", ip.replace('.', "-"));
+            assert_eq!(n["PrivateDnsHostname"], dns);
+            assert_eq!(d["PrivateDnsHostname"], dns);
+            assert!(n.get("LastSoftwareUpdateTime").is_none());
+            seen.insert(id.to_owned(), ip);
+        }
+        assert_eq!(seen.len(), 3);
+        let distinct: std::collections::BTreeSet<&String> = seen.values().collect();
+        assert_eq!(distinct.len(), 3, "{seen:?}");
+        // The same node keeps its address.
+        for (id, ip) in &seen {
+            assert_eq!(describe(&mut w, id)["PrivatePrimaryIp"], json!(ip));
+        }
+    }
+
+    #[test]
+    fn without_moto_nodes_are_in_the_regions_first_zone() {
+        let mut w = World::new(0.0, None);
+        let body = json!({"ClusterName": "c", "InstanceGroups": [group("g", 1)]});
+        create_cluster(&mut w, "eu-central-1", &body, &Lookups::default()).unwrap();
+        let id = listed(&list(&mut w, json!({})).unwrap())[0].1.clone();
+        let d = describe(&mut w, &id);
+        assert_eq!(
+            d["Placement"],
+            json!({"AvailabilityZone": "eu-central-1a", "AvailabilityZoneId": "euc1-az1"})
+        );
+        let ip = d["PrivatePrimaryIp"].as_str().unwrap();
+        assert!(ip.starts_with("10.1."), "{ip}");
+        assert_eq!(
+            d["PrivateDnsHostname"],
+            format!("ip-{}.eu-central-1.compute.internal", ip.replace('.', "-"))
+        );
+    }
+
+    #[test]
+    fn zone_ids_and_cidrs() {
+        assert_eq!(zone_id("us-east-1", "us-east-1a"), "use1-az1");
+        assert_eq!(zone_id("ap-northeast-1", "ap-northeast-1c"), "apne1-az3");
+        assert_eq!(zone_id("us-west-2", "us-west-2b"), "usw2-az2");
+        assert_eq!(parse_cidr("10.0.1.7/24"), Some((0x0a00_0100, 24)));
+        assert_eq!(parse_cidr("10.0.1.0/33"), None);
+        assert_eq!(
+            private_ip("i-00000000000000010", Some((0x0a00_0100, 24))),
+            "10.0.1.20"
+        );
+    }
+
+    #[test]
+    fn a_finished_software_update_stamps_the_node() {
+        let mut w = World::new(0.0, None);
+        let mut g = group("g", 1);
+        g["ImageReleaseVersion"] = json!(nodes::IMAGE_RELEASES[0]);
+        cluster(&mut w, vec![g]);
+        nodes::update_software(&mut w, &json!({"ClusterName": "c"})).unwrap();
+        let started = w.clock.now();
+        w.clock.advance(nodes::SOFTWARE_UPDATE_SECS + 1.0);
+        let out = list(&mut w, json!({})).unwrap();
+        let stamp = w.clock.epoch(started + nodes::SOFTWARE_UPDATE_SECS);
+        assert_eq!(
+            out["ClusterNodeSummaries"][0]["LastSoftwareUpdateTime"],
+            json!(stamp)
+        );
+        let id = listed(&out)[0].1.clone();
+        assert_eq!(
+            describe(&mut w, &id)["LastSoftwareUpdateTime"],
+            json!(stamp)
+        );
     }
 }

@@ -88,6 +88,18 @@ impl Lookups {
         self.roles.get(arn).copied().unwrap_or(true)
     }
 
+    /// Lookups in which moto knew `subnet`, for tests that place nodes.
+    #[cfg(test)]
+    pub fn with_subnet(mut self, subnet: Subnet) -> Self {
+        self.subnets.insert(subnet.id.clone(), Some(subnet));
+        self
+    }
+
+    /// What moto said of a subnet, if it was asked and the subnet exists.
+    pub fn subnet(&self, id: &str) -> Option<&Subnet> {
+        self.subnets.get(id)?.as_ref()
+    }
+
     /// The subnet's zone, `None` if moto was not asked; an error if it does not exist.
     pub fn subnet_zone(&self, id: &str) -> Result<Option<&str>, AwsError> {
         match self.subnets.get(id) {

@@ -66,12 +66,14 @@ impl World {
                             n.id = new_id;
                             n.launched = since + SHUTDOWN_SECS;
                             n.action = None;
+                            n.software_updated = None;
                         }
                         Some(NodeAction::SoftwareUpdate { since, release })
                             if !stuck_update && now - since >= SOFTWARE_UPDATE_SECS =>
                         {
                             n.release = release;
                             n.action = None;
+                            n.software_updated = Some(since + SOFTWARE_UPDATE_SECS);
                         }
                         _ => {}
                     }

@@ -1,19 +1,24 @@
 //! The real `aws-sdk-sagemaker` client drives HyperPod node actions against hypd-sim:
 //! reboot, replace and delete with per-node failures (unknown nodes, nodes of another
 //! cluster, nodes already busy), a platform software update rolling over the nodes,
-//! and a throttled call absorbed by the SDK's retry.
+//! and a throttled call absorbed by the SDK's retry. ListClusterNodes pages through the
+//! SDK's paginator, and each node's zone and address agree between DescribeClusterNode
+//! and its Kubernetes Node.
 
 use crate::support::{
-    active_eks_cluster, control, eks_client, hyperpod_create, hyperpod_group, hyperpod_ready,
-    inject, moto, network, sagemaker_client, set_time_scale, sim, wait_for,
+    active_cluster, active_eks_cluster, control, eks_client, eks_cluster, eks_token,
+    hyperpod_create, hyperpod_group, hyperpod_ready, inject, kube_client, moto, moto_call, network,
+    sagemaker_client, set_time_scale, sim, wait_for, xml_tag,
 };
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use aws_sdk_sagemaker::types::{
     CapacitySizeConfig, ClusterInstanceStatus, ClusterInstanceType, ClusterStatus,
     DeploymentConfiguration, InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy,
-    UpdateClusterSoftwareInstanceGroupSpecification,
+    SortOrder, UpdateClusterSoftwareInstanceGroupSpecification, VpcConfig,
 };
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 
 const SCALE: f64 = 600.0;
@@ -312,4 +317,173 @@ async fn node_actions_and_software_update() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("ResourceNotFound"));
+}
+
+/// moto's zone id for `zone` (`use1-az6` for us-east-1a), through its own DescribeSubnets.
+async fn zone_id_of(moto_url: &str, subnet: &str) -> String {
+    let xml = moto_call(
+        moto_url,
+        "ec2",
+        &[
+            ("Action", "DescribeSubnets"),
+            ("Version", "2016-11-15"),
+            ("SubnetId.1", subnet),
+        ],
+    )
+    .await;
+    xml_tag(&xml, "availabilityZoneId")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_page_and_run_in_their_groups_zone() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, SCALE);
+    let eks = eks_client(&sim_url).await;
+    let sm = sagemaker_client(&sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, &net, "ml").await;
+    let eks_arn = eks_cluster(&eks, "ml").await.arn.unwrap();
+
+    // "gpu" overrides the cluster's subnets (us-east-1a first) with the one in us-east-1b.
+    let mut gpu = hyperpod_group(&net, 3, ClusterInstanceType::MlG58Xlarge);
+    gpu.on_start_deep_health_checks = None;
+    gpu.override_vpc_config = Some(
+        VpcConfig::builder()
+            .subnets(&net.subnets[1])
+            .security_group_ids(&net.security_group)
+            .build(),
+    );
+    let mut cpu = hyperpod_group(&net, 2, ClusterInstanceType::MlM52Xlarge);
+    cpu.instance_group_name = Some("cpu".into());
+    cpu.on_start_deep_health_checks = None;
+    cpu.threads_per_core = None;
+    hyperpod_create(&sm, "hp", &eks_arn, &net)
+        .instance_groups(gpu)
+        .instance_groups(cpu)
+        .send()
+        .await
+        .unwrap();
+    hyperpod_ready(&sm, "hp").await;
+
+    let all = sm
+        .list_cluster_nodes()
+        .cluster_name("hp")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(all.next_token(), None);
+    let all = all.cluster_node_summaries.unwrap();
+    assert_eq!(all.len(), 5);
+    let paged: Vec<_> = sm
+        .list_cluster_nodes()
+        .cluster_name("hp")
+        .max_results(2)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        paged, all,
+        "three pages of the SDK's paginator list what one call does"
+    );
+    let newest_first = sm
+        .list_cluster_nodes()
+        .cluster_name("hp")
+        .sort_order(SortOrder::Descending)
+        .send()
+        .await
+        .unwrap()
+        .cluster_node_summaries
+        .unwrap();
+    let launches: Vec<_> = newest_first
+        .iter()
+        .map(|n| n.launch_time.unwrap())
+        .collect();
+    assert!(launches.windows(2).all(|w| w[0] >= w[1]), "{launches:?}");
+    for bad in [0, 101] {
+        let err = sm
+            .list_cluster_nodes()
+            .cluster_name("hp")
+            .max_results(bad)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("ValidationException"), "{bad}");
+    }
+    let err = sm
+        .list_cluster_nodes()
+        .cluster_name("hp")
+        .next_token("not-a-token")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ValidationException"));
+
+    let zones = [
+        (
+            "us-east-1b",
+            zone_id_of(&moto_url, &net.subnets[1]).await,
+            "10.0.1.",
+        ),
+        (
+            "us-east-1a",
+            zone_id_of(&moto_url, &net.subnets[0]).await,
+            "10.0.0.",
+        ),
+    ];
+    let client = kube_client(&endpoint, &ca, &eks_token("ml"));
+    let kube_nodes: Api<Node> = Api::all(client);
+    wait_for("five HyperPod Nodes", || async {
+        kube_nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 5
+    })
+    .await;
+    for n in &all {
+        let id = n.instance_id().unwrap();
+        let d = sm
+            .describe_cluster_node()
+            .cluster_name("hp")
+            .node_id(id)
+            .send()
+            .await
+            .unwrap()
+            .node_details
+            .unwrap();
+        let (zone, zone_id, net_prefix) = if n.instance_group_name() == Some("gpu") {
+            &zones[0]
+        } else {
+            &zones[1]
+        };
+        let placement = d.placement().unwrap();
+        assert_eq!(placement.availability_zone(), Some(*zone));
+        assert_eq!(placement.availability_zone_id(), Some(zone_id.as_str()));
+        let ip = d.private_primary_ip().unwrap();
+        assert!(ip.starts_with(net_prefix), "{ip}");
+        let dns = format!("ip-{}.ec2.internal", ip.replace('.', "-"));
+        assert_eq!(n.private_dns_hostname(), Some(dns.as_str()));
+        assert_eq!(d.private_dns_hostname(), Some(dns.as_str()));
+
+        let node = kube_nodes.get(&format!("hyperpod-{id}")).await.unwrap();
+        let labels = node.metadata.labels.unwrap();
+        assert_eq!(labels["topology.kubernetes.io/zone"], *zone);
+        assert_eq!(labels["topology.k8s.aws/zone-id"], *zone_id);
+        assert_eq!(labels["topology.kubernetes.io/region"], "us-east-1");
+        let provider = node.spec.unwrap().provider_id.unwrap();
+        assert!(
+            provider.starts_with(&format!("aws:///{zone}/")),
+            "{provider}"
+        );
+        let addresses = node.status.unwrap().addresses.unwrap();
+        assert_eq!(
+            (addresses[0].type_.as_str(), addresses[0].address.as_str()),
+            ("InternalIP", ip)
+        );
+    }
 }
