@@ -18,6 +18,7 @@ pub mod instance_group;
 pub mod limits;
 pub mod listener;
 pub mod mcp;
+pub mod node;
 pub mod openapi;
 pub mod operation;
 pub mod resources;

@@ -200,6 +200,9 @@ pub struct NodeInfo {
     pub message: Option<String>,
     /// RFC 3339, UTC.
     pub launch_time: Option<String>,
+    /// The HyperPod platform image release it runs.
+    #[serde(default)]
+    pub image_release: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -860,6 +863,7 @@ mod tests {
             health: NodeHealth::from_instance_status(status),
             message: None,
             launch_time: None,
+            image_release: None,
         };
         let nodes: Vec<NodeInfo> = [
             "Running",

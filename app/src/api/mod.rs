@@ -9,6 +9,7 @@ pub mod error;
 pub mod inspect;
 pub mod instance_groups;
 pub mod listing;
+pub mod nodes;
 pub mod operations;
 pub mod plan;
 pub mod tokens;
@@ -39,6 +40,10 @@ macro_rules! for_each_command {
             $crate::api::instance_groups::AddInstanceGroup,
             $crate::api::instance_groups::UpdateInstanceGroup,
             $crate::api::instance_groups::DeleteInstanceGroup,
+            $crate::api::nodes::ListNodes,
+            $crate::api::nodes::RebootNodes,
+            $crate::api::nodes::ReplaceNodes,
+            $crate::api::nodes::DeleteNodes,
             $crate::api::operations::ListOperations,
             $crate::api::operations::GetOperation,
             $crate::api::operations::WaitOperation,

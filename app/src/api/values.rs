@@ -475,6 +475,31 @@ string_value!(
     schema: { "type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9._-]+$" }
 );
 
+/// EC2's instance id rule, which HyperPod node ids follow: `i-` and 8 or 17 lowercase hex
+/// digits.
+fn check_node_id(s: &str) -> Result<(), String> {
+    let ok = s.strip_prefix("i-").is_some_and(|hex| {
+        matches!(hex.len(), 8 | 17)
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a node id is its EC2 instance id: i- and 8 or 17 lowercase hex digits, e.g. i-0123456789abcdef0 (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A HyperPod node, by its EC2 instance id.
+    NodeId, check_node_id,
+    schema: { "type": "string", "maxLength": 19, "pattern": "^i-[0-9a-f]{8}([0-9a-f]{9})?$" }
+);
+
 fn check_operation_id(s: &str) -> Result<(), String> {
     let ok = letters_digits_and(s, 1..=128, &['-', '_', '.', ':']);
     if ok {
@@ -749,6 +774,10 @@ bounded_int!(
 bounded_int!(
     /// Hardware threads per CPU core: 1 turns hyperthreading off, 2 keeps it.
     ThreadsPerCore, 1, 2, "threads per core"
+);
+bounded_int!(
+    /// Items in one page of a list.
+    PageSize, 1, 500, "a page size"
 );
 bounded_int!(
     /// Seconds a long-poll may wait.

@@ -225,37 +225,35 @@ pub(crate) async fn list_nodes(
     sm: &aws_sdk_sagemaker::Client,
     cluster: &str,
 ) -> Result<Vec<NodeInfo>, ApiError> {
-    let mut nodes = Vec::new();
-    let mut pages = sm
-        .list_cluster_nodes()
-        .cluster_name(cluster)
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        let page = page.upstream("sagemaker", "ListClusterNodes")?;
-        nodes.extend(page.cluster_node_summaries().iter().map(|n| {
-            let status = n
-                .instance_status()
-                .and_then(|s| s.status())
-                .map(|s| s.as_str().to_owned())
-                .unwrap_or_default();
-            NodeInfo {
-                node_id: n.instance_id().unwrap_or_default().to_owned(),
-                instance_group: n.instance_group_name().unwrap_or_default().to_owned(),
-                instance_type: n
-                    .instance_type()
-                    .map(|t| t.as_str().to_owned())
-                    .unwrap_or_default(),
-                health: NodeHealth::from_instance_status(&status),
-                status,
-                message: n
-                    .instance_status()
-                    .and_then(|s| s.message())
-                    .filter(|m| !m.is_empty())
-                    .map(str::to_owned),
-                launch_time: time(n.launch_time()),
-            }
-        }));
+    Ok(crate::resources::sagemaker::nodes::list(sm, cluster, None)
+        .await?
+        .iter()
+        .map(node_info)
+        .collect())
+}
+
+/// A node as HyperPod lists it.
+pub(crate) fn node_info(n: &aws_sdk_sagemaker::types::ClusterNodeSummary) -> NodeInfo {
+    let status = n
+        .instance_status()
+        .and_then(|s| s.status())
+        .map(|s| s.as_str().to_owned())
+        .unwrap_or_default();
+    NodeInfo {
+        node_id: n.instance_id().unwrap_or_default().to_owned(),
+        instance_group: n.instance_group_name().unwrap_or_default().to_owned(),
+        instance_type: n
+            .instance_type()
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default(),
+        health: NodeHealth::from_instance_status(&status),
+        status,
+        message: n
+            .instance_status()
+            .and_then(|s| s.message())
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned),
+        launch_time: time(n.launch_time()),
+        image_release: n.current_image_release_version().map(str::to_owned),
     }
-    Ok(nodes)
 }

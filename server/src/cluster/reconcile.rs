@@ -7,8 +7,9 @@
 use app::api::clusters::{
     CreateCluster, DriftReport, Drifted, GetDrift, ImportCluster, ReconcileCluster,
 };
+use app::api::nodes::DeleteNodes;
 use app::api::plan::Action;
-use app::api::values::IdempotencyKey;
+use app::api::values::{IdempotencyKey, InstanceCount};
 use app::api::{ApiError, Command};
 use serde::{Deserialize, Serialize};
 
@@ -56,22 +57,27 @@ impl Desired {
 }
 
 /// The request of the newest creation or import of cluster `name` that succeeded, with
-/// every instance-group change that succeeded after it applied to its groups.
+/// every instance-group change that succeeded after it applied to its groups, and the
+/// nodes every node deletion took away (HyperPod lowers the groups' counts).
 pub async fn desired(store: &Store, name: &str) -> Result<Option<Desired>, ApiError> {
-    let rows: Vec<(String, String)> = on_pool!(store, |pool| sqlx::query_as(
-        "SELECT command, spec FROM operations WHERE target = $1 AND state = 'succeeded' \
+    let rows: Vec<(String, String, String)> =
+        on_pool!(store, |pool| {
+            sqlx::query_as(
+        "SELECT command, spec, outputs FROM operations WHERE target = $1 AND ((state = 'succeeded' \
          AND command IN ('create_cluster', 'import_cluster', 'add_instance_group', \
-         'update_instance_group', 'delete_instance_group') ORDER BY created_at, id"
+         'update_instance_group', 'delete_instance_group')) OR command = 'delete_nodes') \
+         ORDER BY created_at, id"
     )
     .bind(super::target(name))
     .fetch_all(pool)
-    .await)
-    .map_err(StoreError::from)?;
+    .await
+        })
+        .map_err(StoreError::from)?;
     let unreadable = |command: &str, e: serde_json::Error| {
         ApiError::internal(format!("the stored {command} request is unreadable: {e}"))
     };
     let mut desired = None;
-    for (command, spec) in rows {
+    for (command, spec, outputs) in rows {
         match command.as_str() {
             c if c == CreateCluster::SPEC.name => {
                 let r = CreateCluster::from_stored(&spec).map_err(|e| unreadable(c, e))?;
@@ -80,6 +86,21 @@ pub async fn desired(store: &Store, name: &str) -> Result<Option<Desired>, ApiEr
             c if c == ImportCluster::SPEC.name => {
                 let r = serde_json::from_str(&spec).map_err(|e| unreadable(c, e))?;
                 desired = Some(Desired::Imported(r));
+            }
+            c if c == DeleteNodes::SPEC.name => {
+                if let Some(Desired::Created(r)) = &mut desired {
+                    for (group, n) in crate::node::deleted_per_group(&outputs)? {
+                        if let Some(g) = r
+                            .instance_groups
+                            .iter_mut()
+                            .find(|g| g.name.as_str() == group)
+                        {
+                            let left = g.instance_count.get().saturating_sub(n);
+                            g.instance_count =
+                                InstanceCount::new(left).map_err(ApiError::internal)?;
+                        }
+                    }
+                }
             }
             c => {
                 if let Some(Desired::Created(r)) = &mut desired {

@@ -211,6 +211,9 @@ macro_rules! for_each_pipeline {
             app::api::instance_groups::AddInstanceGroup,
             app::api::instance_groups::UpdateInstanceGroup,
             app::api::instance_groups::DeleteInstanceGroup,
+            app::api::nodes::RebootNodes,
+            app::api::nodes::ReplaceNodes,
+            app::api::nodes::DeleteNodes,
         }
     };
 }
@@ -380,7 +383,10 @@ mod tests {
         ] {
             assert_eq!(of(group_change), ["hyperpod", "nodes"]);
         }
-        assert_eq!(names.len(), 7, "a new pipeline: add its stored names here");
+        for node_action in ["reboot_nodes", "replace_nodes", "delete_nodes"] {
+            assert_eq!(of(node_action), ["nodes", "action", "settled"]);
+        }
+        assert_eq!(names.len(), 10, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -61,6 +61,12 @@ pub trait Resource: Sync {
     /// The change as a plan shows it.
     fn describe(&self, op: &Self::Op, observed: &Self::Observed) -> Change;
 
+    /// The changes one op makes, for an op that acts on several objects at once (a batch
+    /// call on nodes): one per object.
+    fn describe_all(&self, op: &Self::Op, observed: &Self::Observed) -> Vec<Change> {
+        vec![self.describe(op, observed)]
+    }
+
     /// What `apply` would record in `observed` for `op`, without a call: the values only
     /// the provider gives (ids, ARNs, an issuer) as [`KNOWN_AFTER_APPLY`]. A plan goes on
     /// from there, so what later changes and stages would do with the object is planned
@@ -92,8 +98,8 @@ pub async fn converge<R: Resource>(r: &R) -> Result<R::Observed, ApiError> {
     let ops = r.diff(&observed)?;
     if is_planning() {
         for op in &ops {
-            let change = r.describe(op, &observed);
-            PLANNED.with(|p| lock(p).changes.push(change));
+            let changes = r.describe_all(op, &observed);
+            PLANNED.with(|p| lock(p).changes.extend(changes));
             r.assume(op, &mut observed);
         }
         return Ok(observed);

@@ -733,6 +733,10 @@ pub fn changed_kind(service: &str, operation: &str) -> Option<String> {
             ("sagemaker", "CreateCluster" | "UpdateCluster" | "DeleteCluster") => {
                 "sagemaker:Cluster"
             }
+            (
+                "sagemaker",
+                "BatchRebootClusterNodes" | "BatchReplaceClusterNodes" | "BatchDeleteClusterNodes",
+            ) => "sagemaker:ClusterNode",
             _ => return None,
         }
         .to_owned(),

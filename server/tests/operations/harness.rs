@@ -41,8 +41,9 @@ pub struct Case {
     /// delete); `hypd` and `token` are the server under test.
     pub given: fn(&World, &Hypd, &str, &str),
     /// The REST call that starts the operation on cluster `name` (a destructive one is
-    /// confirmed, a dry run adds `dry_run`).
-    pub request: fn(&str) -> (Method, String, Value),
+    /// confirmed, a dry run adds `dry_run`); it may ask `hypd` as `token` first (which
+    /// nodes there are).
+    pub request: fn(&Hypd, &str, &str) -> (Method, String, Value),
     /// What the world must hold once the operation succeeded.
     pub check: fn(&World, &Hypd, &str, &str),
     pub calls: &'static [Call],
@@ -57,7 +58,8 @@ const fn call(stage: &'static str, service: &'static str, operation: &'static st
     }
 }
 
-/// A call the pre-flight makes too: the fault lets that one through.
+/// A call the pre-flight (or the request, when it asks which nodes there are) makes
+/// too: the fault lets that one through.
 const fn after_preflight(
     stage: &'static str,
     service: &'static str,
@@ -75,7 +77,7 @@ pub const CASES: &[Case] = &[
     Case {
         command: "create_cluster",
         given: |_, _, _, _| {},
-        request: |name| {
+        request: |_, _, name| {
             let path = "/api/v1/clusters".to_owned();
             (Method::POST, path, crate::create::small(name))
         },
@@ -96,7 +98,7 @@ pub const CASES: &[Case] = &[
     Case {
         command: "import_cluster",
         given: |world, _, _, name| existing_eks(world, name),
-        request: |name| {
+        request: |_, _, name| {
             let path = "/api/v1/clusters/import".to_owned();
             (Method::POST, path, json!({ "name": name }))
         },
@@ -123,7 +125,7 @@ pub const CASES: &[Case] = &[
     Case {
         command: "delete_cluster",
         given: created,
-        request: |name| {
+        request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}");
             (Method::DELETE, path, json!({}))
         },
@@ -152,7 +154,7 @@ pub const CASES: &[Case] = &[
             created(world, hypd, token, name);
             drift(world, name);
         },
-        request: |name| {
+        request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/reconcile");
             (Method::POST, path, json!({}))
         },
@@ -179,7 +181,7 @@ pub const CASES: &[Case] = &[
     Case {
         command: "add_instance_group",
         given: created,
-        request: |name| {
+        request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/instance-groups");
             (Method::POST, path, json!({ "group": spot() }))
         },
@@ -198,7 +200,7 @@ pub const CASES: &[Case] = &[
     Case {
         command: "update_instance_group",
         given: created,
-        request: |name| {
+        request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/instance-groups/gpu");
             (Method::POST, path, json!({ "instance_count": 3 }))
         },
@@ -225,7 +227,7 @@ pub const CASES: &[Case] = &[
             let op = hypd.finish(token, added["operation_id"].as_str().unwrap());
             assert_eq!(op["state"], "succeeded", "{op:#}");
         },
-        request: |name| {
+        request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/instance-groups/spot");
             (Method::DELETE, path, json!({}))
         },
@@ -235,7 +237,84 @@ pub const CASES: &[Case] = &[
         },
         calls: &[call("hyperpod", "sagemaker", "UpdateCluster")],
     },
+    Case {
+        command: "reboot_nodes",
+        given: created,
+        request: |hypd, token, name| node_action(hypd, token, name, "reboot"),
+        check: |world, hypd, token, name| nodes_back(world, hypd, token, name, 2),
+        calls: &[
+            after_preflight("nodes", "sagemaker", "ListClusterNodes"),
+            call("action", "sagemaker", "BatchRebootClusterNodes"),
+            after_preflight("settled", "kubernetes", "list Node"),
+        ],
+    },
+    Case {
+        command: "replace_nodes",
+        given: created,
+        request: |hypd, token, name| node_action(hypd, token, name, "replace"),
+        check: |world, hypd, token, name| nodes_back(world, hypd, token, name, 2),
+        // The plan a destructive request answers with reads the nodes too, so faults
+        // go where only the run calls.
+        calls: &[
+            call("action", "sagemaker", "BatchReplaceClusterNodes"),
+            after_preflight("settled", "kubernetes", "list Node"),
+        ],
+    },
+    Case {
+        command: "delete_nodes",
+        given: created,
+        request: |hypd, token, name| node_action(hypd, token, name, "delete"),
+        check: |world, hypd, token, name| nodes_back(world, hypd, token, name, 1),
+        calls: &[call("action", "sagemaker", "BatchDeleteClusterNodes")],
+    },
 ];
+
+/// The cases to run: all, or those `HYPD_HARNESS_CASES` names (comma-separated
+/// commands), to try one pipeline's cases while working on it.
+fn cases() -> impl Iterator<Item = &'static Case> {
+    let only = std::env::var("HYPD_HARNESS_CASES").ok();
+    CASES.iter().filter(move |c| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n.trim() == c.command))
+    })
+}
+
+/// `action` (reboot, replace, delete) on the first node of cluster `name`.
+fn node_action(hypd: &Hypd, token: &str, name: &str, action: &str) -> (Method, String, Value) {
+    let (status, nodes) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/nodes"),
+        None,
+    );
+    assert_eq!(status, 200, "{nodes}");
+    let first = nodes["nodes"][0]["node_id"].clone();
+    let path = format!("/api/v1/clusters/{name}/nodes/{action}");
+    (Method::POST, path, json!({ "node_ids": [first] }))
+}
+
+/// Cluster `name` has `count` nodes, every one Running and Ready, its group's count is
+/// `count`, and drift finds nothing.
+fn nodes_back(world: &World, hypd: &Hypd, token: &str, name: &str, count: i32) {
+    assert_eq!(groups(world, name), [("gpu".to_owned(), count)]);
+    let (status, nodes) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/nodes"),
+        None,
+    );
+    assert_eq!(status, 200, "{nodes}");
+    assert_eq!(nodes["counts"]["healthy"], count, "{nodes:#}");
+    assert!(
+        nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["ready"] == true),
+        "{nodes:#}"
+    );
+    undrifted(hypd, token, name);
+}
 
 /// The group the instance-group cases add: one spot instance.
 fn spot() -> Value {
@@ -473,7 +552,7 @@ fn name_for(case: &Case, c: &Call, kind: &str) -> String {
 }
 
 fn started(case: &Case, hypd: &Hypd, token: &str, name: &str) -> String {
-    let (method, path, body) = (case.request)(name);
+    let (method, path, body) = (case.request)(hypd, token, name);
     let (status, body) = hypd.confirmed(token, method, &path, Some(body));
     assert_eq!(status, 200, "{}: {body}", case.command);
     body["operation_id"].as_str().unwrap().to_owned()
@@ -481,7 +560,7 @@ fn started(case: &Case, hypd: &Hypd, token: &str, name: &str) -> String {
 
 /// The plan preview of what [`started`] would start.
 fn planned(case: &Case, hypd: &Hypd, token: &str, name: &str) -> Value {
-    let (method, path, mut body) = (case.request)(name);
+    let (method, path, mut body) = (case.request)(hypd, token, name);
     body["dry_run"] = json!(true);
     let (status, body) = hypd.call(token, method, &path, Some(body));
     assert_eq!(status, 200, "{} dry run: {body}", case.command);
@@ -501,7 +580,7 @@ fn clear_faults(world: &World) {
 #[test]
 fn each_stage_changes_exactly_what_its_plan_lists() {
     let (world, hypd, token) = world();
-    for case in CASES {
+    for case in cases() {
         let name = format!("{}-same", short(case));
         (case.given)(&world, &hypd, &token, &name);
         let plan = planned(case, &hypd, &token, &name);
@@ -559,7 +638,7 @@ fn each_stage_changes_exactly_what_its_plan_lists() {
 #[test]
 fn a_provider_failure_in_each_stage_fails_it_and_retry_finishes() {
     let (world, hypd, token) = world();
-    for case in CASES {
+    for case in cases() {
         for c in case.calls {
             let name = name_for(case, c, "f");
             (case.given)(&world, &hypd, &token, &name);
@@ -632,7 +711,7 @@ fn a_provider_failure_in_each_stage_fails_it_and_retry_finishes() {
 #[test]
 fn a_crash_in_each_stage_resumes_and_makes_nothing_twice() {
     let (world, mut hypd, token) = world();
-    for case in CASES {
+    for case in cases() {
         for c in case.calls {
             let name = name_for(case, c, "k");
             (case.given)(&world, &hypd, &token, &name);
@@ -689,7 +768,7 @@ fn a_crash_in_each_stage_resumes_and_makes_nothing_twice() {
 #[test]
 fn a_lost_answer_in_each_stage_runs_it_again_and_makes_nothing_new() {
     let (world, hypd, token) = world();
-    for case in CASES {
+    for case in cases() {
         for c in case.calls {
             let name = name_for(case, c, "l");
             (case.given)(&world, &hypd, &token, &name);

@@ -13,6 +13,7 @@ mod describe;
 mod engine;
 mod groups;
 mod harness;
+mod nodes;
 mod sandbox;
 
 use std::collections::BTreeMap;

@@ -5,5 +5,6 @@
 
 pub mod capacity;
 pub mod cluster;
+pub mod nodes;
 
 pub use aws_sdk_sagemaker::Client;

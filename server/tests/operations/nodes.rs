@@ -1,0 +1,246 @@
+//! A cluster's nodes through REST against moto + the sim: listed with what Kubernetes
+//! says of each (readiness, the health label, GPUs and what pods use of them), paged and
+//! filtered; rebooted with an unknown node among them (HyperPod's refusal reported on
+//! the operation, the other node rebooted); replaced and deleted in two steps, the plan
+//! saying what is lost; drift follows a deletion.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::FAST;
+use crate::common::{Hypd, World};
+use crate::create::{agents_mutating_calls, kube_client};
+use crate::harness::groups;
+
+const UNKNOWN: &str = "i-00000000000000dea";
+
+fn list(hypd: &Hypd, token: &str, query: &str) -> Value {
+    let (status, body) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/nod/nodes{query}"),
+        None,
+    );
+    assert_eq!(status, 200, "{query}: {body}");
+    body
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn nodes_are_listed_rebooted_replaced_and_deleted() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.g5.8xlarge": 8})),
+    );
+    assert!(status < 300);
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(json!({
+            "name": "nod", "availability_zone": "us-east-1a",
+            "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 3}],
+        })),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+
+    // Every node, joined with its Kubernetes Node.
+    let all = list(&hypd, &token, "");
+    let nodes = ids(&all);
+    assert_eq!(nodes.len(), 3, "{all:#}");
+    assert_eq!(all["counts"]["healthy"], 3, "{all:#}");
+    assert_eq!(all["next_page_token"], Value::Null);
+    for n in all["nodes"].as_array().unwrap() {
+        assert_eq!(n["instance_group"], "gpu", "{n}");
+        assert_eq!(n["status"], "Running", "{n}");
+        assert_eq!(n["ready"], true, "{n}");
+        assert_eq!(n["health_label"], "Schedulable", "{n}");
+        assert_eq!(n["gpus"], 1, "{n}");
+        assert_eq!(n["gpus_allocated"], 0, "{n}");
+        assert!(
+            n["kubernetes_node"]
+                .as_str()
+                .unwrap()
+                .ends_with(n["node_id"].as_str().unwrap()),
+            "{n}"
+        );
+        assert!(n["image_release"].is_string(), "{n}");
+    }
+    let mut sorted = nodes.clone();
+    sorted.sort();
+    assert_eq!(nodes, sorted, "by group, then id");
+
+    // A pod asking for the GPU of the first node is counted there.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = kube_client(&world, "nod").await;
+        let node = all["nodes"][0]["kubernetes_node"].as_str().unwrap();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "train-0"},
+            "spec": {"nodeName": node, "containers": [{"name": "t", "image": "pytorch",
+                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        }))
+        .unwrap();
+        Api::<Pod>::namespaced(client, "default")
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    });
+    let used = list(&hypd, &token, "");
+    assert_eq!(used["nodes"][0]["gpus_allocated"], 1, "{used:#}");
+
+    // Pages of two, then the rest; filters.
+    let first = list(&hypd, &token, "?limit=2");
+    assert_eq!(ids(&first), nodes[..2]);
+    assert_eq!(first["counts"]["total"], 3);
+    let token_2 = first["next_page_token"].as_str().unwrap();
+    let second = list(&hypd, &token, &format!("?limit=2&page_token={token_2}"));
+    assert_eq!(ids(&second), nodes[2..]);
+    assert_eq!(second["next_page_token"], Value::Null);
+    assert_eq!(ids(&list(&hypd, &token, "?group=gpu")), nodes);
+    assert!(ids(&list(&hypd, &token, "?group=cpu")).is_empty());
+    assert!(ids(&list(&hypd, &token, "?health=unhealthy")).is_empty());
+    for (query, field) in [
+        ("?page_token=nonsense", "page_token"),
+        ("?limit=0", "limit"),
+        ("?health=sick", "health"),
+    ] {
+        let (status, bad) = hypd.call(
+            &token,
+            Method::GET,
+            &format!("/api/v1/clusters/nod/nodes{query}"),
+            None,
+        );
+        assert_eq!(status, 422, "{query}: {bad}");
+        assert_eq!(bad["error"]["errors"][0]["field"], field, "{query}: {bad}");
+    }
+
+    // A reboot's plan: the node, what it is now and what it becomes; nothing called.
+    let reboot = "/api/v1/clusters/nod/nodes/reboot";
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, dry) = hypd.call(
+        &token,
+        Method::POST,
+        reboot,
+        Some(json!({"node_ids": [nodes[0]], "dry_run": true})),
+    );
+    assert_eq!(status, 200, "{dry}");
+    let action = &dry["plan"]["stages"][1];
+    assert_eq!(action["stage"], "action", "{dry:#}");
+    assert_eq!(action["changes"][0]["name"], nodes[0].as_str(), "{dry:#}");
+    assert_eq!(action["changes"][0]["kind"], "sagemaker:ClusterNode");
+    assert_eq!(
+        action["changes"][0]["fields"][0]["old"], "Running",
+        "{dry:#}"
+    );
+    assert!(agents_mutating_calls(&world).is_empty());
+
+    // A node HyperPod does not know fails the operation with its code; the other one is
+    // rebooted and back.
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        reboot,
+        Some(json!({"node_ids": [nodes[0], UNKNOWN]})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "failed", "{op:#}");
+    let error = &op["error"];
+    assert_eq!(error["code"], "InstanceIdNotFound", "{op:#}");
+    assert_eq!(error["call"], "BatchRebootClusterNodes", "{op:#}");
+    assert!(
+        error["message"].as_str().unwrap().contains(UNKNOWN),
+        "{op:#}"
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 of 2 nodes not rebooted"),
+        "{op:#}"
+    );
+    assert_eq!(
+        op["outputs"]["answer"]["accepted"],
+        json!([nodes[0]]),
+        "{op:#}"
+    );
+    assert_eq!(op["outputs"]["found"][UNKNOWN], Value::Null, "{op:#}");
+    let after = list(&hypd, &token, "");
+    assert_eq!(ids(&after), nodes, "{after:#}");
+    assert_eq!(after["nodes"][0]["status"], "Running", "{after:#}");
+
+    // Replacing asks first, and the plan says the instance volumes are wiped.
+    let replace = "/api/v1/clusters/nod/nodes/replace";
+    let (status, asked) = hypd.call(
+        &token,
+        Method::POST,
+        replace,
+        Some(json!({"node_ids": [nodes[1]]})),
+    );
+    assert_eq!(status, 200, "{asked}");
+    let change = &asked["plan"]["stages"][1]["changes"][0];
+    assert!(
+        change["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["field"] == "instance_volumes" && f["new"] == "wiped"),
+        "{asked:#}"
+    );
+    let (status, started) = hypd.confirmed(
+        &token,
+        Method::POST,
+        replace,
+        Some(json!({"node_ids": [nodes[1]]})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let replaced = list(&hypd, &token, "");
+    let now = ids(&replaced);
+    assert_eq!(now.len(), 3, "{replaced:#}");
+    assert!(!now.contains(&nodes[1]), "{replaced:#}");
+    assert_eq!(replaced["counts"]["healthy"], 3, "{replaced:#}");
+
+    // Deleting a node lowers its group's count, and drift takes that as meant.
+    let (status, started) = hypd.confirmed(
+        &token,
+        Method::POST,
+        "/api/v1/clusters/nod/nodes/delete",
+        Some(json!({"node_ids": [nodes[2]]})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(groups(&world, "nod"), [("gpu".to_owned(), 2)]);
+    assert!(!ids(&list(&hypd, &token, "")).contains(&nodes[2]));
+    let (status, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/nod/drift", None);
+    assert_eq!(status, 200, "{drift}");
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+
+    // Bad lists are refused by field before anything is called.
+    let (status, bad) = hypd.call(
+        &token,
+        Method::POST,
+        reboot,
+        Some(json!({"node_ids": [nodes[0], nodes[0]]})),
+    );
+    assert_eq!(status, 422, "{bad}");
+    assert_eq!(bad["error"]["errors"][0]["field"], "node_ids[1]", "{bad}");
+}
