@@ -167,6 +167,9 @@ struct Group {
     release: String,
     desired_release: String,
     placement: Placement,
+    /// The group's `KubernetesConfig` before the latest UpdateCluster: what its nodes
+    /// are reported to carry (`Current…`) until that update is over.
+    previous_kubernetes: Value,
 }
 
 #[derive(Clone, Debug)]
@@ -335,6 +338,15 @@ impl World {
                         }),
                     );
                     o.remove("InstanceCount");
+                    let current = if matches!(status, "Creating" | "Updating") {
+                        &g.previous_kubernetes
+                    } else {
+                        g.spec.get("KubernetesConfig").unwrap_or(&Value::Null)
+                    };
+                    match kubernetes_details(g.spec.get("KubernetesConfig"), current) {
+                        Some(k) => o.insert("KubernetesConfig".into(), k),
+                        None => o.remove("KubernetesConfig"),
+                    };
                 }
                 v
             })
@@ -493,6 +505,7 @@ fn parse_group(
             at("lifeCycleConfig")
         )));
     }
+    check_kubernetes_config(g.get("KubernetesConfig"), &at("kubernetesConfig"))?;
     let deep_health_checks = g
         .get("OnStartDeepHealthChecks")
         .and_then(Value::as_array)
@@ -511,6 +524,7 @@ fn parse_group(
         release: release.clone(),
         desired_release: release,
         placement: Placement::default(),
+        previous_kubernetes: Value::Null,
     })
 }
 
@@ -572,6 +586,70 @@ fn check_instance_facts(
 
 fn is_spot(g: &Value) -> bool {
     g.pointer("/CapacityRequirements/Spot").is_some()
+}
+
+/// A group's `KubernetesConfig` (`Labels` and `Taints`, at most 50 of each, every taint
+/// with a `Key` and one of Kubernetes' three effects).
+fn check_kubernetes_config(config: Option<&Value>, at: &str) -> Result<(), AwsError> {
+    let Some(config) = config else {
+        return Ok(());
+    };
+    if let Some(labels) = config.get("Labels") {
+        let Some(labels) = labels
+            .as_object()
+            .filter(|l| l.values().all(Value::is_string))
+        else {
+            return Err(validation(format!(
+                "{at}.labels must map label keys to string values"
+            )));
+        };
+        if labels.len() > 50 {
+            return Err(validation(format!(
+                "1 validation error detected: Value at '{at}.labels' failed to satisfy constraint: Member must have length less than or equal to 50"
+            )));
+        }
+    }
+    let taints = config
+        .get("Taints")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    if taints.len() > 50 {
+        return Err(validation(format!(
+            "1 validation error detected: Value at '{at}.taints' failed to satisfy constraint: Member must have length less than or equal to 50"
+        )));
+    }
+    for (i, t) in taints.iter().enumerate() {
+        let member = format!("{at}.taints.{}.member", i + 1);
+        if str_field(t, "Key").is_none_or(str::is_empty) {
+            return Err(validation(format!("{member}.key is required")));
+        }
+        let effect = str_field(t, "Effect").unwrap_or_default();
+        if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            return Err(validation(format!(
+                "1 validation error detected: Value '{effect}' at '{member}.effect' failed to satisfy constraint: Member must satisfy enum value set: [NoSchedule, PreferNoSchedule, NoExecute]"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `KubernetesConfig` as DescribeCluster and DescribeClusterNode report it: the labels
+/// and taints the nodes carry (`current`, a request's `{Labels, Taints}`) and those asked
+/// for (`desired`); none when the group never had any.
+fn kubernetes_details(desired: Option<&Value>, current: &Value) -> Option<Value> {
+    let desired = desired.unwrap_or(&Value::Null);
+    if desired.is_null() && current.is_null() {
+        return None;
+    }
+    let mut out = serde_json::Map::new();
+    for (field, from) in [("Current", current), ("Desired", desired)] {
+        for key in ["Labels", "Taints"] {
+            if let Some(v) = from.get(key) {
+                out.insert(format!("{field}{key}"), v.clone());
+            }
+        }
+    }
+    Some(Value::Object(out))
 }
 
 /// Cluster-level rules for one group of a create or update request: its override VPC
@@ -782,6 +860,13 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
         if let Some(nr) = recovery {
             c.node_recovery = nr;
         }
+        for g in &mut c.groups {
+            g.previous_kubernetes = g
+                .spec
+                .get("KubernetesConfig")
+                .cloned()
+                .unwrap_or(Value::Null);
+        }
         c.phase = Some((Phase::Updating, now));
         return Ok(json!({ "ClusterArn": c.arn() }));
     }
@@ -815,6 +900,11 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
             group.release = old.release.clone();
             group.desired_release = old.desired_release.clone();
             group.placement = old.placement.clone();
+            group.previous_kubernetes = old
+                .spec
+                .get("KubernetesConfig")
+                .cloned()
+                .unwrap_or(Value::Null);
         } else if let Some(role) =
             str_field(g, "ExecutionRole").filter(|role| !lookups.role_exists(role))
         {
@@ -950,6 +1040,16 @@ fn describe_node(w: &mut World, body: &Value) -> Result<Value, AwsError> {
                     json!(private_ip(&n.id, g.placement.cidr)),
                 );
                 o.insert("Placement".into(), g.placement.json());
+                let updating = matches!(c.status(now, false), "Creating" | "Updating");
+                let desired = g.spec.get("KubernetesConfig");
+                let current = if updating {
+                    &g.previous_kubernetes
+                } else {
+                    desired.unwrap_or(&Value::Null)
+                };
+                if let Some(k) = kubernetes_details(desired, current) {
+                    o.insert("KubernetesConfig".into(), k);
+                }
                 o.insert(
                     "LifeCycleConfig".into(),
                     g.spec
@@ -1109,10 +1209,40 @@ pub struct Instance {
     pub zone_id: String,
     pub private_ip: String,
     pub private_dns: String,
+    /// The group's `KubernetesConfig.Labels`.
+    pub labels: BTreeMap<String, String>,
+    /// The group's `KubernetesConfig.Taints`, as Kubernetes spells taints.
+    pub taints: Vec<Value>,
     /// `Pending`, `DeepHealthCheckInProgress` or `Running`.
     pub status: &'static str,
     /// Simulated second the instance was launched.
     pub launched: f64,
+}
+
+fn group_labels(g: &Group) -> BTreeMap<String, String> {
+    g.spec
+        .pointer("/KubernetesConfig/Labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect()
+}
+
+fn group_taints(g: &Group) -> Vec<Value> {
+    g.spec
+        .pointer("/KubernetesConfig/Taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let mut taint = json!({ "key": t["Key"], "effect": t["Effect"] });
+            if let Some(v) = str_field(t, "Value") {
+                taint["value"] = json!(v);
+            }
+            taint
+        })
+        .collect()
 }
 
 impl World {
@@ -1143,6 +1273,8 @@ impl World {
                             zone_id: g.placement.zone_id.clone(),
                             private_dns: private_dns(&ip, &c.region),
                             private_ip: ip,
+                            labels: group_labels(g),
+                            taints: group_taints(g),
                             status: node_status(n, g, now),
                             launched: n.launched,
                         }
@@ -1399,5 +1531,57 @@ mod tests {
             describe(&mut w, &id)["LastSoftwareUpdateTime"],
             json!(stamp)
         );
+    }
+
+    fn kubernetes_of(w: &mut World) -> Value {
+        let c = w.hyperpod("c").unwrap().clone();
+        w.cluster_json(&c)["InstanceGroups"][0]["KubernetesConfig"].clone()
+    }
+
+    #[test]
+    fn a_groups_kubernetes_config_is_reported_current_and_desired() {
+        let mut w = World::new(0.0, None);
+        let gpu = json!({"Key": "gpu", "Value": "true", "Effect": "NoSchedule"});
+        let mut g = group("g", 1);
+        g["KubernetesConfig"] = json!({"Labels": {"team": "a"}, "Taints": [gpu]});
+        cluster(&mut w, vec![g.clone()]);
+        assert_eq!(
+            kubernetes_of(&mut w),
+            json!({"CurrentLabels": {"team": "a"}, "DesiredLabels": {"team": "a"},
+                   "CurrentTaints": [gpu], "DesiredTaints": [gpu]})
+        );
+
+        g["KubernetesConfig"] = json!({"Labels": {"team": "b"}});
+        let body = json!({"ClusterName": "c", "InstanceGroups": [g]});
+        update_cluster(&mut w, &body, &Lookups::default()).unwrap();
+        let during = json!({"CurrentLabels": {"team": "a"}, "DesiredLabels": {"team": "b"},
+                            "CurrentTaints": [gpu]});
+        assert_eq!(kubernetes_of(&mut w), during);
+        let id = listed(&list(&mut w, json!({})).unwrap())[0].1.clone();
+        assert_eq!(describe(&mut w, &id)["KubernetesConfig"], during);
+        w.clock.advance(CLUSTER_UPDATE_SECS);
+        assert_eq!(
+            kubernetes_of(&mut w),
+            json!({"CurrentLabels": {"team": "b"}, "DesiredLabels": {"team": "b"}})
+        );
+    }
+
+    #[test]
+    fn kubernetes_taints_need_a_key_and_a_known_effect() {
+        let mut w = World::new(0.0, None);
+        for (taint, says) in [
+            (
+                json!({"Key": "gpu", "Effect": "Sometimes"}),
+                "Value 'Sometimes' at 'instanceGroups.1.member.kubernetesConfig.taints.1.member.effect'",
+            ),
+            (json!({"Effect": "NoSchedule"}), "key is required"),
+        ] {
+            let mut g = group("g", 1);
+            g["KubernetesConfig"] = json!({"Taints": [taint]});
+            let body = json!({"ClusterName": "c", "InstanceGroups": [g]});
+            let e = create_cluster(&mut w, "us-east-1", &body, &Lookups::default()).unwrap_err();
+            assert_eq!(e.code, "ValidationException");
+            assert!(e.message.contains(says), "{}", e.message);
+        }
     }
 }

@@ -2,8 +2,9 @@
 //! reboot, replace and delete with per-node failures (unknown nodes, nodes of another
 //! cluster, nodes already busy), a platform software update rolling over the nodes,
 //! and a throttled call absorbed by the SDK's retry. ListClusterNodes pages through the
-//! SDK's paginator, and each node's zone and address agree between DescribeClusterNode
-//! and its Kubernetes Node.
+//! SDK's paginator, each node's zone and address agree between DescribeClusterNode and
+//! its Kubernetes Node, and a group's Kubernetes labels and taints follow UpdateCluster
+//! onto its Nodes beside what kubectl added.
 
 use crate::support::{
     active_cluster, active_eks_cluster, control, eks_client, eks_cluster, eks_token,
@@ -13,12 +14,13 @@ use crate::support::{
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use aws_sdk_sagemaker::types::{
-    CapacitySizeConfig, ClusterInstanceStatus, ClusterInstanceType, ClusterStatus,
-    DeploymentConfiguration, InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy,
-    SortOrder, UpdateClusterSoftwareInstanceGroupSpecification, VpcConfig,
+    CapacitySizeConfig, ClusterInstanceStatus, ClusterInstanceType, ClusterKubernetesConfig,
+    ClusterKubernetesTaint, ClusterKubernetesTaintEffect, ClusterStatus, DeploymentConfiguration,
+    InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy, SortOrder,
+    UpdateClusterSoftwareInstanceGroupSpecification, VpcConfig,
 };
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 const SCALE: f64 = 600.0;
@@ -486,4 +488,133 @@ async fn nodes_page_and_run_in_their_groups_zone() {
             ("InternalIP", ip)
         );
     }
+}
+
+fn taint(key: &str, effect: ClusterKubernetesTaintEffect) -> ClusterKubernetesTaint {
+    ClusterKubernetesTaint::builder()
+        .key(key)
+        .value("true")
+        .effect(effect)
+        .build()
+        .unwrap()
+}
+
+/// The Node's labels and its taints as `key=value:Effect`.
+async fn labels_and_taints(
+    nodes: &Api<Node>,
+    name: &str,
+) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
+    let node = nodes.get(name).await.unwrap();
+    let taints = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| format!("{}={}:{}", t.key, t.value.unwrap_or_default(), t.effect))
+        .collect();
+    (node.metadata.labels.unwrap_or_default(), taints)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_groups_kubernetes_labels_and_taints_follow_it_onto_its_nodes() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, SCALE);
+    let eks = eks_client(&sim_url).await;
+    let sm = sagemaker_client(&sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, &net, "ml").await;
+    let eks_arn = eks_cluster(&eks, "ml").await.arn.unwrap();
+
+    let mut gpu = hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge);
+    gpu.on_start_deep_health_checks = None;
+    gpu.kubernetes_config = Some(
+        ClusterKubernetesConfig::builder()
+            .labels("team", "a")
+            .labels("tier", "1")
+            .taints(taint("gpu", ClusterKubernetesTaintEffect::NoSchedule))
+            .build(),
+    );
+    hyperpod_create(&sm, "hp", &eks_arn, &net)
+        .instance_groups(gpu.clone())
+        .send()
+        .await
+        .unwrap();
+    hyperpod_ready(&sm, "hp").await;
+    let id = node_ids(&sm, "hp").await.remove(0).0;
+    let name = format!("hyperpod-{id}");
+    let nodes: Api<Node> = Api::all(kube_client(&endpoint, &ca, &eks_token("ml")));
+    wait_for("the gpu group's Node", || async {
+        nodes.get_opt(&name).await.unwrap().is_some()
+    })
+    .await;
+    let (labels, taints) = labels_and_taints(&nodes, &name).await;
+    assert_eq!(
+        (labels["team"].as_str(), labels["tier"].as_str()),
+        ("a", "1")
+    );
+    assert_eq!(taints, ["gpu=true:NoSchedule"]);
+    let d = sm
+        .describe_cluster()
+        .cluster_name("hp")
+        .send()
+        .await
+        .unwrap();
+    let k = d.instance_groups()[0].kubernetes_config().unwrap();
+    assert_eq!(k.current_labels().unwrap()["team"], "a");
+    assert_eq!(k.desired_taints()[0].key(), "gpu");
+
+    // What a user adds with kubectl is theirs to keep.
+    nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"owner": "me"}},
+                "spec": {"taints": [
+                    {"key": "gpu", "value": "true", "effect": "NoSchedule"},
+                    {"key": "mine", "value": "x", "effect": "NoExecute"}
+                ]}
+            })),
+        )
+        .await
+        .unwrap();
+
+    // The group moves to team=b, drops tier and the gpu taint, and gains a spot taint.
+    gpu.kubernetes_config = Some(
+        ClusterKubernetesConfig::builder()
+            .labels("team", "b")
+            .taints(taint(
+                "spot",
+                ClusterKubernetesTaintEffect::PreferNoSchedule,
+            ))
+            .build(),
+    );
+    sm.update_cluster()
+        .cluster_name("hp")
+        .instance_groups(gpu)
+        .send()
+        .await
+        .unwrap();
+    wait_for("the Node to follow its group", || async {
+        let (labels, _) = labels_and_taints(&nodes, &name).await;
+        labels.get("team").map(String::as_str) == Some("b")
+    })
+    .await;
+    let (labels, mut taints) = labels_and_taints(&nodes, &name).await;
+    assert!(!labels.contains_key("tier"), "{labels:?}");
+    assert_eq!(labels["owner"], "me");
+    assert_eq!(labels["sagemaker.amazonaws.com/instance-group-name"], "gpu");
+    taints.sort();
+    assert_eq!(taints, ["mine=x:NoExecute", "spot=true:PreferNoSchedule"]);
+    hyperpod_ready(&sm, "hp").await;
+    let d = sm
+        .describe_cluster()
+        .cluster_name("hp")
+        .send()
+        .await
+        .unwrap();
+    let k = d.instance_groups()[0].kubernetes_config().unwrap();
+    assert_eq!(k.current_labels(), k.desired_labels());
+    assert_eq!(k.desired_labels().unwrap().len(), 1);
+    assert_eq!(k.current_taints()[0].key(), "spot");
 }

@@ -1,7 +1,9 @@
 //! Nodes from HyperPod instances: one Node per instance past Pending, with the capacity of
-//! its instance type, HyperPod's labels and a NoSchedule taint while it is not healthy.
-//! The instance is the truth, so its own labels win on every tick; what users added
-//! (labels, taints, a cordon from `kubectl drain`) survives the next tick.
+//! its instance type, HyperPod's and its zone's labels, its group's `KubernetesConfig`
+//! labels and taints, and a NoSchedule taint while it is not healthy. The instance is the
+//! truth, so its own labels win on every tick and a label or taint its group drops leaves
+//! the Node; what users added (labels, taints, annotations, a cordon from `kubectl
+//! drain`) survives the next tick.
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,13 @@ use crate::kube::store::{Key, meta};
 use crate::kube::time::rfc3339;
 use crate::sagemaker::instance_types::InstanceType;
 use crate::world::{World, fnv1a};
+
+/// The group's labels and taints last put on a Node, so that the next tick can tell one
+/// the group has since dropped (to remove) from one a user added (to keep).
+const APPLIED: &str = "sim.hypd.dev/instance-group-kubernetes-config";
+
+/// The taint HyperPod keeps on a Node while its instance is not healthy.
+const HEALTH: &str = "sagemaker.amazonaws.com/node-health-status";
 
 /// What a node of an instance type offers pods, from the same table HyperPod checks
 /// requests against, so a group's Nodes have the GPUs and EFA interfaces its type has.
@@ -85,9 +94,21 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
                                   "kernelVersion": "6.1.0", "machineID": i.id, "systemUUID": i.id, "bootID": i.id },
                 },
             });
-            if !healthy {
-                node["spec"]["taints"] = json!([{ "key": "sagemaker.amazonaws.com/node-health-status", "value": "Unschedulable", "effect": "NoSchedule" }]);
+            for (k, v) in &i.labels {
+                if node["metadata"]["labels"].get(k).is_none() {
+                    node["metadata"]["labels"][k] = json!(v);
+                }
             }
+            let mut taints = Vec::new();
+            if !healthy {
+                taints.push(json!({ "key": HEALTH, "value": "Unschedulable", "effect": "NoSchedule" }));
+            }
+            taints.extend(i.taints.iter().cloned());
+            if !taints.is_empty() {
+                node["spec"]["taints"] = json!(taints);
+            }
+            let applied = json!({ "labels": i.labels, "taints": i.taints }).to_string();
+            node["metadata"]["annotations"] = json!({ APPLIED: applied });
             (name, node)
         })
         .collect();
@@ -109,39 +130,67 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
     for (name, mut node) in wanted {
         let key = Key::new("/nodes", "", &name);
         if let Some(old) = store.get(&key) {
-            // Labels and taints set by users stay; the instance's own labels win.
-            if let Some(extra) = old["metadata"]["labels"].as_object() {
-                for (k, v) in extra {
-                    if node["metadata"]["labels"].get(k).is_none() {
-                        node["metadata"]["labels"][k] = v.clone();
-                    }
-                }
-            }
-            if let Some(m) = old["metadata"].get("managedFields") {
-                node["metadata"]["managedFields"] = m.clone();
-            }
-            // A cordon (kubectl cordon/drain) and users' taints survive the next tick.
-            if old["spec"]["unschedulable"] == Value::Bool(true) {
-                node["spec"]["unschedulable"] = json!(true);
-            }
-            let ours = "sagemaker.amazonaws.com/node-health-status";
-            let theirs: Vec<Value> = old["spec"]["taints"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|t| t["key"] != ours && t["key"] != "node.kubernetes.io/unschedulable")
-                .cloned()
-                .collect();
-            if !theirs.is_empty() {
-                let mut taints = node["spec"]["taints"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                taints.extend(theirs);
-                node["spec"]["taints"] = json!(taints);
-            }
+            carry_over(&mut node, old);
         }
         upsert(store, key, node);
+    }
+}
+
+fn same_taint(a: &Value, b: &Value) -> bool {
+    a["key"] == b["key"] && a["effect"] == b["effect"]
+}
+
+/// What users put on the `old` Node that the `node` built from its instance lacks:
+/// labels and annotations of their own, taints, a cordon (`kubectl cordon`/`drain`),
+/// and the managed fields of their applies. A label or taint is the group's, not
+/// theirs, when the last tick applied it from the group's `KubernetesConfig`.
+fn carry_over(node: &mut Value, old: &Value) {
+    let applied: Value = old["metadata"]["annotations"][APPLIED]
+        .as_str()
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or(Value::Null);
+    if let Some(extra) = old["metadata"]["labels"].as_object() {
+        for (k, v) in extra {
+            if node["metadata"]["labels"].get(k).is_none() && applied["labels"].get(k).is_none() {
+                node["metadata"]["labels"][k] = v.clone();
+            }
+        }
+    }
+    if let Some(extra) = old["metadata"]["annotations"].as_object() {
+        for (k, v) in extra {
+            if node["metadata"]["annotations"].get(k).is_none() {
+                node["metadata"]["annotations"][k] = v.clone();
+            }
+        }
+    }
+    if let Some(m) = old["metadata"].get("managedFields") {
+        node["metadata"]["managedFields"] = m.clone();
+    }
+    if old["spec"]["unschedulable"] == Value::Bool(true) {
+        node["spec"]["unschedulable"] = json!(true);
+    }
+    let was_applied = |t: &Value| {
+        applied["taints"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| same_taint(x, t)))
+    };
+    let mut taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let theirs: Vec<Value> = old["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        // A cordon is carried as `unschedulable`: its taint, carried too, would outlive
+        // a `kubectl uncordon`.
+        .filter(|t| t["key"] != HEALTH && t["key"] != "node.kubernetes.io/unschedulable")
+        .filter(|t| !was_applied(t) && !taints.iter().any(|x| same_taint(x, t)))
+        .cloned()
+        .collect();
+    if !theirs.is_empty() {
+        taints.extend(theirs);
+        node["spec"]["taints"] = json!(taints);
     }
 }
 
@@ -149,6 +198,62 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
 mod tests {
     use super::*;
     use crate::sagemaker::instance_types::default_table;
+
+    /// A Node as the controller builds it for an instance whose group asks for
+    /// `labels` and `taints`.
+    fn built(labels: Value, taints: Value) -> Value {
+        let applied = json!({ "labels": labels, "taints": taints }).to_string();
+        let mut node = json!({
+            "metadata": { "name": "n", "labels": { "kubernetes.io/hostname": "n" },
+                          "annotations": { APPLIED: applied } },
+            "spec": {},
+        });
+        for (k, v) in labels.as_object().unwrap() {
+            node["metadata"]["labels"][k] = v.clone();
+        }
+        if !taints.as_array().unwrap().is_empty() {
+            node["spec"]["taints"] = taints;
+        }
+        node
+    }
+
+    #[test]
+    fn a_groups_dropped_labels_and_taints_leave_while_users_ones_stay() {
+        let gpu = json!({ "key": "gpu", "value": "true", "effect": "NoSchedule" });
+        let spot = json!({ "key": "spot", "effect": "PreferNoSchedule" });
+        let mine = json!({ "key": "mine", "value": "x", "effect": "NoExecute" });
+        let mut old = built(json!({ "team": "a", "tier": "1" }), json!([gpu, spot]));
+        // What a user added with kubectl since.
+        old["metadata"]["labels"]["owner"] = json!("me");
+        old["metadata"]["annotations"]["note"] = json!("keep");
+        old["spec"]["taints"]
+            .as_array_mut()
+            .unwrap()
+            .push(mine.clone());
+        old["spec"]["unschedulable"] = json!(true);
+
+        // The group now has team=b and no tier, and only the gpu taint.
+        let mut node = built(json!({ "team": "b" }), json!([gpu]));
+        carry_over(&mut node, &old);
+        let labels = &node["metadata"]["labels"];
+        assert_eq!(labels["team"], "b");
+        assert!(labels.get("tier").is_none(), "{labels}");
+        assert_eq!(labels["owner"], "me");
+        assert_eq!(node["metadata"]["annotations"]["note"], "keep");
+        assert_eq!(node["spec"]["taints"], json!([gpu, mine]));
+        assert_eq!(node["spec"]["unschedulable"], true);
+        let applied: Value =
+            serde_json::from_str(node["metadata"]["annotations"][APPLIED].as_str().unwrap())
+                .unwrap();
+        assert_eq!(applied["labels"], json!({ "team": "b" }));
+
+        // A Node from before the sim remembered anything keeps every label it had.
+        let mut bare = old.clone();
+        bare["metadata"]["annotations"] = json!({});
+        let mut node = built(json!({}), json!([]));
+        carry_over(&mut node, &bare);
+        assert_eq!(node["metadata"]["labels"]["tier"], "1");
+    }
 
     #[test]
     fn nodes_offer_what_the_instance_type_table_says() {
