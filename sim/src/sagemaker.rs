@@ -338,6 +338,10 @@ impl World {
                         }),
                     );
                     o.remove("InstanceCount");
+                    // The request's MinInstanceCount is reported as MinCount.
+                    if let Some(min) = o.remove("MinInstanceCount") {
+                        o.insert("MinCount".into(), min);
+                    }
                     let current = if matches!(status, "Creating" | "Updating") {
                         &g.previous_kubernetes
                     } else {
@@ -484,9 +488,14 @@ fn parse_group(
         )));
     };
     check_instance_facts(g, name, instance_type, facts)?;
-    let count = g.get("InstanceCount").and_then(Value::as_u64).unwrap_or(0);
-    let target = u32::try_from(count)
-        .map_err(|_| validation(format!("{} is too large", at("instanceCount"))))?;
+    let target = instance_count(g, "InstanceCount", &at("instanceCount"))?.unwrap_or(0);
+    if let Some(min) = instance_count(g, "MinInstanceCount", &at("minInstanceCount"))?
+        && min > target
+    {
+        return Err(validation(format!(
+            "MinInstanceCount ({min}) of instance group {name} must be less than or equal to its InstanceCount ({target})"
+        )));
+    }
     if str_field(g, "ExecutionRole").is_none() {
         return Err(validation(format!("{} is required", at("executionRole"))));
     }
@@ -526,6 +535,24 @@ fn parse_group(
         placement: Placement::default(),
         previous_kubernetes: Value::Null,
     })
+}
+
+/// A count of instances in a group, if given: the model's `ClusterInstanceCount`, 0 to
+/// 6758.
+fn instance_count(g: &Value, field: &str, at: &str) -> Result<Option<u32>, AwsError> {
+    let Some(v) = g.get(field).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    match v.as_i64() {
+        Some(n @ 0..=6758) => Ok(Some(n as u32)),
+        Some(n) if n < 0 => Err(validation(format!(
+            "1 validation error detected: Value '{n}' at '{at}' failed to satisfy constraint: Member must have value greater than or equal to 0"
+        ))),
+        Some(n) => Err(validation(format!(
+            "1 validation error detected: Value '{n}' at '{at}' failed to satisfy constraint: Member must have value less than or equal to 6758"
+        ))),
+        None => Err(validation(format!("{at} must be an integer, not {v}"))),
+    }
 }
 
 /// What the instance type allows: threads per core, EFA-only interfaces, Spot.
@@ -1583,5 +1610,51 @@ mod tests {
             assert_eq!(e.code, "ValidationException");
             assert!(e.message.contains(says), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn min_instance_count_is_checked_against_the_count_and_reported_as_min_count() {
+        let mut w = World::new(0.0, None);
+        for (count, min, says) in [
+            (
+                json!(2),
+                json!(3),
+                "MinInstanceCount (3) of instance group g must be less than or equal to its InstanceCount (2)",
+            ),
+            (
+                json!(2),
+                json!(-1),
+                "Value '-1' at 'instanceGroups.1.member.minInstanceCount' failed to satisfy constraint: Member must have value greater than or equal to 0",
+            ),
+            (
+                json!(-1),
+                json!(0),
+                "Value '-1' at 'instanceGroups.1.member.instanceCount' failed to satisfy constraint: Member must have value greater than or equal to 0",
+            ),
+            (
+                json!(6759),
+                json!(0),
+                "Member must have value less than or equal to 6758",
+            ),
+        ] {
+            let mut g = group("g", 0);
+            g["InstanceCount"] = count;
+            g["MinInstanceCount"] = min;
+            let body = json!({"ClusterName": "c", "InstanceGroups": [g]});
+            let e = create_cluster(&mut w, "us-east-1", &body, &Lookups::default()).unwrap_err();
+            assert_eq!(e.code, "ValidationException");
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        let mut g = group("g", 2);
+        g["MinInstanceCount"] = json!(1);
+        cluster(&mut w, vec![g.clone()]);
+        let c = w.hyperpod("c").unwrap().clone();
+        let details = &w.cluster_json(&c)["InstanceGroups"][0];
+        assert_eq!(details["MinCount"], 1);
+        assert!(details.get("MinInstanceCount").is_none());
+        // UpdateCluster checks it too.
+        g["MinInstanceCount"] = json!(5);
+        let e = update(&mut w, vec![g]).unwrap_err();
+        assert!(e.message.contains("MinInstanceCount (5)"), "{}", e.message);
     }
 }

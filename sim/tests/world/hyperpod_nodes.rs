@@ -527,6 +527,7 @@ async fn a_groups_kubernetes_labels_and_taints_follow_it_onto_its_nodes() {
 
     let mut gpu = hyperpod_group(&net, 1, ClusterInstanceType::MlG58Xlarge);
     gpu.on_start_deep_health_checks = None;
+    gpu.min_instance_count = Some(1);
     gpu.kubernetes_config = Some(
         ClusterKubernetesConfig::builder()
             .labels("team", "a")
@@ -559,6 +560,7 @@ async fn a_groups_kubernetes_labels_and_taints_follow_it_onto_its_nodes() {
         .send()
         .await
         .unwrap();
+    assert_eq!(d.instance_groups()[0].min_count(), Some(1));
     let k = d.instance_groups()[0].kubernetes_config().unwrap();
     assert_eq!(k.current_labels().unwrap()["team"], "a");
     assert_eq!(k.desired_taints()[0].key(), "gpu");
