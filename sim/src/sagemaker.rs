@@ -275,6 +275,8 @@ impl World {
             })
     }
 
+    /// Brings `group` to its target count: new nodes launch at `now`; when there are too
+    /// many, AWS takes the ones not (yet) Running first, then the newest.
     fn launch(&mut self, group: &mut Group, now: f64) {
         while (group.nodes.len() as u32) < group.target {
             self.sagemaker.nodes += 1;
@@ -288,7 +290,25 @@ impl World {
                 software_updated: None,
             });
         }
-        group.nodes.truncate(group.target as usize);
+        let excess = group.nodes.len().saturating_sub(group.target as usize);
+        if excess > 0 {
+            let clock = self.clock.now();
+            let mut order: Vec<(bool, f64, usize)> = group
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (node_status(n, group, clock) == "Running", n.launched, i))
+                .collect();
+            // Not Running before Running, then newest (latest launch, later slot) first.
+            order.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(b.2.cmp(&a.2)));
+            let gone: std::collections::BTreeSet<usize> =
+                order.iter().take(excess).map(|(_, _, i)| *i).collect();
+            let mut index = 0;
+            group.nodes.retain(|_| {
+                index += 1;
+                !gone.contains(&(index - 1))
+            });
+        }
     }
 
     fn cluster_json(&self, c: &Cluster) -> Value {
@@ -1656,5 +1676,36 @@ mod tests {
         g["MinInstanceCount"] = json!(5);
         let e = update(&mut w, vec![g]).unwrap_err();
         assert!(e.message.contains("MinInstanceCount (5)"), "{}", e.message);
+    }
+
+    #[test]
+    fn scaling_down_removes_nodes_not_running_first_then_the_newest() {
+        let mut w = World::new(0.0, None);
+        cluster(&mut w, vec![group("g", 3)]);
+        let first = listed(&list(&mut w, json!({})).unwrap());
+        update(&mut w, vec![group("g", 5)]).unwrap();
+        let all = listed(&list(&mut w, json!({})).unwrap());
+        assert_eq!(all[..3], first);
+        // The oldest node reboots (Pending) and is the first to go; then the two newest.
+        nodes::batch_reboot(
+            &mut w,
+            &json!({"ClusterName": "c", "NodeIds": [first[0].1]}),
+        )
+        .unwrap();
+        let body = json!({"ClusterName": "c", "InstanceGroups": [group("g", 2)]});
+        update_cluster(&mut w, &body, &Lookups::default()).unwrap();
+        let kept = listed(&list(&mut w, json!({})).unwrap());
+        assert_eq!(kept, first[1..]);
+        assert_eq!(w.hyperpod("c").unwrap().groups[0].target, 2);
+
+        // Newest is by launch, not by slot: a replaced node is a new instance.
+        w.clock.advance(2000.0);
+        nodes::batch_replace(&mut w, &json!({"ClusterName": "c", "NodeIds": [kept[0].1]})).unwrap();
+        w.clock.advance(2000.0);
+        let replaced = listed(&list(&mut w, json!({})).unwrap());
+        assert_eq!(replaced.len(), 2);
+        assert!(!replaced.contains(&kept[0]), "{replaced:?}");
+        update(&mut w, vec![group("g", 1)]).unwrap();
+        assert_eq!(listed(&list(&mut w, json!({})).unwrap()), kept[1..]);
     }
 }
