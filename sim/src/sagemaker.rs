@@ -465,7 +465,8 @@ fn page<T>(
     let start = match str_field(body, "NextToken") {
         None => 0,
         Some(token) => offset_of(token).ok_or_else(|| {
-            // AWS does not document the wording; the code is the one its tokens get.
+            // AWS documents no message for this; ValidationException is its code for
+            // a request field it cannot accept.
             validation(format!("Invalid NextToken: {token}"))
         })?,
     };
