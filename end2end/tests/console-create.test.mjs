@@ -316,6 +316,47 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector('.instance-groups tr[data-group="spot-1"]');
   assert.equal(await page.locator('.instance-groups tr[data-group="extra"]').count(), 0);
 
+  // Nodes: filtered by health and group, a spot node rebooted after its plan, another
+  // replaced after its plan and confirmation (the plan says its volumes are wiped).
+  await settled(page);
+  await page.selectOption('.node-health-filter', 'healthy');
+  await page.waitForSelector('.node-page-counts[data-total="4"]');
+  await page.selectOption('.node-group-filter', 'spot-1');
+  await page.waitForSelector('.node-page-counts[data-total="2"]');
+  assert.equal(await page.locator('table.nodes tbody tr').count(), 2);
+  assert.equal(await page.locator('table.nodes td.health-label .badge:text-is("Schedulable")').count(), 2);
+  const spotNodes = await page.locator('table.nodes tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-node')));
+  await page.click('th button.sort:text("Node")');
+  await page.click('th button.sort:text("Node")');
+  const descending = await page.locator('table.nodes tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-node')));
+  assert.deepEqual(descending, [...spotNodes].sort().reverse());
+  await page.check(`tr[data-node="${spotNodes[0]}"] input.select-node`);
+  await page.click('button.reboot-nodes');
+  await page.waitForSelector(`.node-actions .plan li[data-kind="sagemaker:ClusterNode"][data-action="update"]`);
+  assert.equal(await page.textContent('button.reboot-nodes'), 'Reboot 1 node');
+  await shot(page, 'nodes-reboot-plan');
+  await page.click('button.reboot-nodes');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector(`tr[data-node="${spotNodes[1]}"] input.select-node`);
+  await settled(page);
+  await page.check(`tr[data-node="${spotNodes[1]}"] input.select-node`);
+  await page.click('button.replace-nodes');
+  await page.waitForSelector('.node-actions .plan li[data-kind="sagemaker:ClusterNode"]');
+  assert.match(await page.textContent('.node-actions .plan'), /wiped/);
+  assert.equal(await page.textContent('button.replace-nodes'), 'Replace 1 node');
+  await shot(page, 'nodes-replace-plan');
+  await page.click('button.replace-nodes');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector('.node-page-counts[data-healthy="4"]');
+  assert.equal(await page.locator(`tr[data-node="${spotNodes[1]}"]`).count(), 0);
+  await shot(page, 'nodes-after-replace');
+
   // Its name is taken now: the server says so beside the name field.
   await fillForm(page, 'e2e-ml');
   await page.click('button[type="submit"]');
@@ -353,6 +394,10 @@ test('a viewer is offered no create button, and the server refuses it anyway', a
   await page.waitForSelector('.instance-groups tr[data-group="spot-1"]');
   assert.equal(await page.locator('.group-actions').count(), 0);
   assert.equal(await page.locator('form.add-group').count(), 0);
+  // Its nodes too, with nothing to select or act with.
+  await page.waitForSelector('table.nodes tbody tr');
+  assert.equal(await page.locator('.node-actions').count(), 0);
+  assert.equal(await page.locator('input.select-node').count(), 0);
 
   const request = {
     name: 'e2e-viewer-ml',

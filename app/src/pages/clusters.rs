@@ -12,6 +12,7 @@ use leptos_router::hooks::{use_navigate, use_params_map};
 
 use super::drift::DriftPanel;
 use super::groups::{AddGroup, AddGroupForm, GroupActions};
+use super::nodes::{NodesPanel, NodesView};
 use super::{PlanView, StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
@@ -19,6 +20,7 @@ use crate::api::clusters::{
     ObservedNodes,
 };
 use crate::api::instance_groups::{AddInstanceGroup, UpdateInstanceGroup};
+use crate::api::nodes::NodeList;
 use crate::api::operations::{ListOperations, Operation, OperationState, RetryOperation};
 use crate::api::plan::{ConfirmationRequired, Gated};
 use crate::api::values::{ClusterName, Confirmation, EksClusterName};
@@ -279,6 +281,18 @@ pub fn ClusterDetail() -> impl IntoView {
     );
     let refreshed = RwSignal::new(0u32);
     let add_group = AddGroupForm::default();
+    let nodes = NodesView::default();
+    let node_page = Resource::new(
+        move || {
+            (
+                nodes.request(&name()),
+                live.epoch.get(),
+                moved.get(),
+                refreshed.get(),
+            )
+        },
+        |(request, ..)| async move { call(&request?).await },
+    );
     let described = Resource::new(
         move || (name(), live.epoch.get(), moved.get(), refreshed.get()),
         |(name, ..)| async move {
@@ -348,7 +362,7 @@ pub fn ClusterDetail() -> impl IntoView {
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
                     match described.await {
-                        Ok(d) => Either::Left(view! { <LiveState d refreshed add_group/> }),
+                        Ok(d) => Either::Left(view! { <LiveState d refreshed add_group nodes node_page/> }),
                         Err(e) => {
                             Either::Right(view! {
                                 <div class="panel live-state">
@@ -585,12 +599,16 @@ fn LiveState(
     d: ClusterDescription,
     refreshed: RwSignal<u32>,
     add_group: AddGroupForm,
+    nodes: NodesView,
+    node_page: Resource<Result<NodeList, ApiError>>,
 ) -> impl IntoView {
     let counts = d.node_counts.clone();
     // Groups change on a cluster hypd created and that is in use.
     let changeable = d.cluster.status == "active";
     let name = d.cluster.name.clone();
     let of_cluster = name.clone();
+    let of_nodes = name.clone();
+    let group_names = d.instance_groups.iter().map(|g| g.name.clone()).collect();
     view! {
         <div class="panel live-state" data-fetched=d.fetched_at.clone()>
             <header class="panel-head">
@@ -667,28 +685,7 @@ fn LiveState(
                 </div>
             </IfRole>
         })}
-        <TablePanel
-            title="Nodes"
-            class="nodes"
-            caption="Nodes"
-            columns={&["Node", "Health", "Status", "Instance type", "Group", "Launched"]}
-            empty="No nodes."
-            is_empty={d.nodes.is_empty()}
-        >
-            {d.nodes.into_iter().map(|n| view! {
-                <tr data-node=n.node_id.clone() data-health=n.health.as_str()>
-                    <th scope="row" class="mono">{n.node_id.clone()}</th>
-                    <td><span class=format!("badge health health-{}", n.health.as_str())>{n.health.as_str()}</span></td>
-                    <td>
-                        {n.status.clone()}
-                        {n.message.map(|m| view! { <span class="muted">" — " {m}</span> })}
-                    </td>
-                    <td class="mono">{n.instance_type.clone()}</td>
-                    <td>{n.instance_group.clone()}</td>
-                    <td class="time">{or_dash(n.launch_time.as_deref().map(short))}</td>
-                </tr>
-            }).collect_view()}
-        </TablePanel>
+        <NodesPanel cluster=of_nodes groups=group_names view=nodes nodes=node_page/>
         <TablePanel
             title="Add-ons and components"
             class="addons"

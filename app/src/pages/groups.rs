@@ -18,20 +18,20 @@ use crate::api::values::Confirmation;
 use crate::api::{ApiError, Command};
 use crate::session::ErrorPanel;
 
-/// Where a two-step action stands.
+/// Where a two-step action stands (the node actions take it too).
 #[derive(Clone, Copy)]
-struct Step {
-    plan: RwSignal<Option<Plan>>,
+pub(super) struct Step {
+    pub(super) plan: RwSignal<Option<Plan>>,
     confirmation: RwSignal<Option<Confirmation>>,
     error: RwSignal<Option<ApiError>>,
-    busy: RwSignal<bool>,
+    pub(super) busy: RwSignal<bool>,
     /// Opens a page (an operation's, once one started).
     open: Callback<String>,
 }
 
 impl Step {
     /// Inside a component: it takes the router's navigation from there.
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let navigate = use_navigate();
         Step {
             plan: RwSignal::new(None),
@@ -43,19 +43,22 @@ impl Step {
     }
 
     /// Back to the first step (the request changed, or the user kept things as they are).
-    fn reset(self) {
+    pub(super) fn reset(self) {
         self.plan.set(None);
         self.confirmation.set(None);
     }
 
-    fn reviewed(self) -> bool {
+    pub(super) fn reviewed(self) -> bool {
         self.plan.with_untracked(Option::is_some)
     }
 
     /// Sends `input` (the command's JSON, without `dry_run` and `confirmation`): a dry run
     /// on the first step, the run itself on the second, with the confirmation the first
     /// answer gave for a destructive command. A run opens its operation.
-    fn send<C: Command<Output = Gated<OperationRef>>>(self, mut input: serde_json::Value) {
+    pub(super) fn send<C: Command<Output = Gated<OperationRef>>>(
+        self,
+        mut input: serde_json::Value,
+    ) {
         let destructive = C::SPEC.effect == crate::api::Effect::Destructive;
         if self.reviewed() {
             if let Some(c) = self.confirmation.get_untracked() {
@@ -84,7 +87,7 @@ impl Step {
         });
     }
 
-    fn view(self) -> impl IntoView {
+    pub(super) fn view(self) -> impl IntoView {
         view! {
             {move || self.plan.get().map(|plan| view! { <PlanView plan/> })}
             {move || self.error.get().map(|error| view! { <ErrorPanel error/> })}

@@ -7,6 +7,7 @@ pub mod create;
 pub mod drift;
 pub mod groups;
 pub mod import;
+pub mod nodes;
 pub mod operations;
 pub mod overview;
 mod progress;
