@@ -250,6 +250,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(drift_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(drift_again_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(groups_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(nodes_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
 
 
@@ -435,6 +436,43 @@ async def groups_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
         described = structured(await client.call_tool("describe_cluster", {"name": "mcp-gpu"}))
         assert [g["name"] for g in described["instance_groups"]] == ["gpu"], described["instance_groups"]
+
+
+async def nodes_through_mcp(server, hypd, sim):
+    """A bad node: listed with what Kubernetes says of it, rebooted beside an id HyperPod
+    does not know (its refusal reported on the operation), then replaced in two steps."""
+    unknown = "i-00000000000000dea"
+    async with Client(server) as client:
+        listed = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu"}))
+        [node] = listed["nodes"]
+        assert node["status"] == "Running" and node["ready"] is True, node
+        labels = json.loads(kubectl(sim, "mcp-gpu", "get", "node", node["kubernetes_node"], "-o", "json"))["metadata"]["labels"]
+        assert node["health_label"] == labels["sagemaker.amazonaws.com/node-health-status"] == "Schedulable", labels
+        assert node["gpus"] >= 1, node
+
+        bad = await client.call_tool("reboot_nodes", {"name": "mcp-gpu", "node_ids": ["i-XYZ"]})
+        assert bad.is_error
+        with hypd.client(hypd.admin_token) as rest:
+            r = rest.post("/api/v1/clusters/mcp-gpu/nodes/reboot", json={"node_ids": ["i-XYZ"]})
+        assert r.status_code == 422 and r.json() == bad.structured_content, (r.text, bad.structured_content)
+
+        started = structured(await client.call_tool("reboot_nodes", {"name": "mcp-gpu", "node_ids": [node["node_id"], unknown]}))
+        waited = await finished(client, started["operation_id"])
+        op = waited["operation"]
+        assert op["state"] == "failed", op
+        assert op["error"]["code"] == "InstanceIdNotFound" and unknown in op["error"]["message"], op["error"]
+        assert op["outputs"]["answer"]["accepted"] == [node["node_id"]], op["outputs"]
+
+        first = structured(await client.call_tool("replace_nodes", {"name": "mcp-gpu", "node_ids": [node["node_id"]]}))
+        assert "Nothing was done" in first["message"], first
+        [change] = [c for s in first["plan"]["stages"] for c in s["changes"]]
+        assert {"field": "instance_volumes", "old": "kept", "new": "wiped"} in change["fields"], change
+        confirmed = {"name": "mcp-gpu", "node_ids": [node["node_id"]], "confirmation": first["confirmation"]}
+        started = structured(await client.call_tool("replace_nodes", confirmed))
+        waited = await finished(client, started["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        [replaced] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu"}))["nodes"]
+        assert replaced["node_id"] != node["node_id"] and replaced["ready"] is True, replaced
 
 
 async def delete_in_two_steps(server):
