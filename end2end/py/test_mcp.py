@@ -474,6 +474,16 @@ async def nodes_through_mcp(server, hypd, sim):
         [replaced] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu"}))["nodes"]
         assert replaced["node_id"] != node["node_id"] and replaced["ready"] is True, replaced
 
+        pinned = {"name": "mcp-gpu", "image_release": "2025.09.15", "batch_percent": 50}
+        dry = structured(await client.call_tool("update_cluster_software", {**pinned, "dry_run": True}))
+        [change] = [c for s in dry["plan"]["stages"] for c in s["changes"]]
+        assert change["fields"][0]["field"] == "instance_groups[gpu].image_release", change
+        started = structured(await client.call_tool("update_cluster_software", pinned))
+        waited = await finished(client, started["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        [updated] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu"}))["nodes"]
+        assert updated["image_release"] == "2025.09.15", updated
+
 
 async def delete_in_two_steps(server):
     """delete_cluster as an agent does it: the plan first, then the confirmed call."""

@@ -356,6 +356,22 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector('.node-page-counts[data-healthy="4"]');
   assert.equal(await page.locator(`tr[data-node="${spotNodes[1]}"]`).count(), 0);
   await shot(page, 'nodes-after-replace');
+  // The platform image, moved to a pinned release half the nodes at a time.
+  await settled(page);
+  await page.fill('input.software-release', '2025.09.15');
+  await page.fill('input.software-batch', '50');
+  await page.click('button.update-software');
+  await page.waitForSelector('.software-update .plan li[data-kind="sagemaker:Cluster"][data-action="update"]');
+  assert.match(await page.textContent('.software-update .plan'), /2025\.09\.15/);
+  assert.equal(await page.textContent('button.update-software'), 'Start the update');
+  await shot(page, 'software-update-plan');
+  await page.click('button.update-software');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector('table.nodes tbody tr');
+  assert.equal(await page.locator('table.nodes .image-release:text("2025.09.15")').count(), 4);
 
   // Its name is taken now: the server says so beside the name field.
   await fillForm(page, 'e2e-ml');

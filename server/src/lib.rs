@@ -26,6 +26,7 @@ pub mod rest;
 pub mod retention;
 pub mod sandbox;
 pub mod service;
+pub mod software;
 pub mod store;
 pub mod telemetry;
 pub mod tokens;

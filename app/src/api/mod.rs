@@ -12,6 +12,7 @@ pub mod listing;
 pub mod nodes;
 pub mod operations;
 pub mod plan;
+pub mod software;
 pub mod tokens;
 pub mod values;
 
@@ -44,6 +45,7 @@ macro_rules! for_each_command {
             $crate::api::nodes::RebootNodes,
             $crate::api::nodes::ReplaceNodes,
             $crate::api::nodes::DeleteNodes,
+            $crate::api::software::UpdateClusterSoftware,
             $crate::api::operations::ListOperations,
             $crate::api::operations::GetOperation,
             $crate::api::operations::WaitOperation,

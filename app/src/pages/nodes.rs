@@ -14,6 +14,7 @@ use serde_json::json;
 use super::groups::Step;
 use super::loading;
 use crate::api::nodes::{DeleteNodes, ListNodes, NodeDetail, NodeList, RebootNodes, ReplaceNodes};
+use crate::api::software::UpdateClusterSoftware;
 use crate::api::{ApiError, Command, decode};
 use crate::session::{ErrorPanel, IfRole, use_me};
 use crate::time::short;
@@ -30,6 +31,9 @@ pub struct NodesView {
     reboot: Step,
     replace: Step,
     delete: Step,
+    software: Step,
+    release: RwSignal<String>,
+    batch_percent: RwSignal<String>,
 }
 
 impl Default for NodesView {
@@ -44,6 +48,9 @@ impl Default for NodesView {
             reboot: Step::new(),
             replace: Step::new(),
             delete: Step::new(),
+            software: Step::new(),
+            release: RwSignal::new(String::new()),
+            batch_percent: RwSignal::new("25".to_owned()),
         }
     }
 }
@@ -166,6 +173,7 @@ pub fn NodesPanel(
             </header>
             <IfRole role=RebootNodes::SPEC.role>
                 <NodeActions cluster=cluster.get_value() view/>
+                <SoftwareUpdate cluster=cluster.get_value() view/>
             </IfRole>
             <Transition fallback=loading>
                 {move || Suspend::new(async move {
@@ -295,6 +303,7 @@ fn NodeTable(list: NodeList, view: NodesView, can_act: bool) -> impl IntoView {
                                     <td>
                                         {n.status.clone()}
                                         {n.message.clone().map(|m| view! { <span class="muted">" — " {m}</span> })}
+                                        {n.image_release.clone().map(|r| view! { <span class="muted image-release" title="HyperPod image release">" · " {r}</span> })}
                                     </td>
                                 </tr>
                             }).collect_view()}
@@ -398,6 +407,74 @@ fn NodeActions(cluster: String, view: NodesView) -> impl IntoView {
             {reboot.view()}
             {replace.view()}
             {delete.view()}
+        </div>
+    }
+}
+
+/// The platform image moved to a release (empty: the newest), a percentage of the nodes
+/// at a time: the plan first, then the operation.
+#[component]
+fn SoftwareUpdate(cluster: String, view: NodesView) -> impl IntoView {
+    let NodesView {
+        software,
+        release,
+        batch_percent,
+        ..
+    } = view;
+    let cluster = StoredValue::new(cluster);
+    let input = move || {
+        let mut input = json!({ "name": cluster.get_value() });
+        let r = release.get_untracked();
+        if !r.trim().is_empty() {
+            input["image_release"] = json!(r.trim());
+        }
+        let p = batch_percent.get_untracked();
+        // Sent as typed when it is not a number: the request type names the rule.
+        input["batch_percent"] = p
+            .trim()
+            .parse::<u64>()
+            .map_or_else(|_| json!(p), |n| json!(n));
+        input
+    };
+    let update = move |_| software.send::<UpdateClusterSoftware>(input());
+    view! {
+        <div class="node-actions software-update">
+            <label>
+                "Image release "
+                <input
+                    type="text"
+                    class="software-release"
+                    placeholder="newest"
+                    prop:value=move || release.get()
+                    on:input=move |ev| {
+                        release.set(event_target_value(&ev));
+                        software.reset();
+                    }
+                />
+            </label>
+            <label>
+                "Batch % "
+                <input
+                    type="number"
+                    min="1"
+                    max="100"
+                    class="software-batch"
+                    prop:value=move || batch_percent.get()
+                    on:input=move |ev| {
+                        batch_percent.set(event_target_value(&ev));
+                        software.reset();
+                    }
+                />
+            </label>
+            <button
+                type="button"
+                class="update-software"
+                disabled=move || software.busy.get()
+                on:click=update
+            >
+                {move || if software.plan.with(Option::is_some) { "Start the update" } else { "Update software" }}
+            </button>
+            {software.view()}
         </div>
     }
 }

@@ -60,9 +60,8 @@ impl Desired {
 /// every instance-group change that succeeded after it applied to its groups, and the
 /// nodes every node deletion took away (HyperPod lowers the groups' counts).
 pub async fn desired(store: &Store, name: &str) -> Result<Option<Desired>, ApiError> {
-    let rows: Vec<(String, String, String)> =
-        on_pool!(store, |pool| {
-            sqlx::query_as(
+    let rows: Vec<(String, String, String)> = on_pool!(store, |pool| {
+        sqlx::query_as(
         "SELECT command, spec, outputs FROM operations WHERE target = $1 AND ((state = 'succeeded' \
          AND command IN ('create_cluster', 'import_cluster', 'add_instance_group', \
          'update_instance_group', 'delete_instance_group')) OR command = 'delete_nodes') \
@@ -71,8 +70,8 @@ pub async fn desired(store: &Store, name: &str) -> Result<Option<Desired>, ApiEr
     .bind(super::target(name))
     .fetch_all(pool)
     .await
-        })
-        .map_err(StoreError::from)?;
+    })
+    .map_err(StoreError::from)?;
     let unreadable = |command: &str, e: serde_json::Error| {
         ApiError::internal(format!("the stored {command} request is unreadable: {e}"))
     };

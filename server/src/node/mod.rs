@@ -44,14 +44,15 @@ pub struct Outputs {
 const POLL: Duration = Duration::from_secs(20);
 
 /// Where the cluster is, from hypd's record of it.
-struct Where {
-    region: String,
+pub(crate) struct Where {
+    pub region: String,
     /// hypd's name for it, which is its EKS cluster's.
-    eks: String,
-    hyperpod: String,
+    pub eks: String,
+    pub hyperpod: String,
 }
 
-async fn locate(store: &crate::store::Store, name: &str) -> Result<Where, ApiError> {
+/// Where cluster `name` is: one hypd created or imported, with a HyperPod cluster.
+pub(crate) async fn locate(store: &crate::store::Store, name: &str) -> Result<Where, ApiError> {
     let cluster = crate::cluster::get(store, name)
         .await?
         .ok_or_else(|| ApiError::NotFound {
@@ -183,17 +184,29 @@ async fn unsettled(
     if action == NodeAction::Delete {
         return Ok(None);
     }
+    let mut running: BTreeMap<&str, usize> = groups.iter().map(|g| (*g, 0)).collect();
+    for s in now.values().filter(|s| s.status == "Running") {
+        if let Some(n) = running.get_mut(s.group.as_str()) {
+            *n += 1;
+        }
+    }
+    kubernetes_behind(cx, at, &running).await
+}
+
+/// Which of the groups have fewer Ready Kubernetes Nodes than HyperPod has Running
+/// instances (`running`, by group), said as a progress note; `None` when none has.
+pub(crate) async fn kubernetes_behind(
+    cx: &Context,
+    at: &Where,
+    running: &BTreeMap<&str, usize>,
+) -> Result<Option<String>, ApiError> {
     let client = kube::connect(&cx.aws, &at.region, &at.eks).await?;
     let ready = components::hyperpod_nodes(&client, &at.hyperpod).await?;
-    let short: Vec<String> = groups
+    let short: Vec<String> = running
         .iter()
-        .filter_map(|g| {
-            let running = now
-                .values()
-                .filter(|s| s.group == *g && s.status == "Running")
-                .count();
+        .filter_map(|(g, running)| {
             let (got, _) = ready.get(*g).copied().unwrap_or((0, 0));
-            (got < running).then(|| format!("{g}: {got} of {running} Ready"))
+            (got < *running).then(|| format!("{g}: {got} of {running} Ready"))
         })
         .collect();
     Ok((!short.is_empty()).then(|| format!("Kubernetes nodes: {}", short.join("; "))))

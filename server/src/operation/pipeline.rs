@@ -214,6 +214,7 @@ macro_rules! for_each_pipeline {
             app::api::nodes::RebootNodes,
             app::api::nodes::ReplaceNodes,
             app::api::nodes::DeleteNodes,
+            app::api::software::UpdateClusterSoftware,
         }
     };
 }
@@ -386,7 +387,8 @@ mod tests {
         for node_action in ["reboot_nodes", "replace_nodes", "delete_nodes"] {
             assert_eq!(of(node_action), ["nodes", "action", "settled"]);
         }
-        assert_eq!(names.len(), 10, "a new pipeline: add its stored names here");
+        assert_eq!(of("update_cluster_software"), ["update", "rolled"]);
+        assert_eq!(names.len(), 11, "a new pipeline: add its stored names here");
     }
 
     #[test]

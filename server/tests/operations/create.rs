@@ -730,9 +730,10 @@ pub fn changed_kind(service: &str, operation: &str) -> Option<String> {
             }
             ("s3", "CreateBucket" | "PutBucketTagging" | "DeleteBucket") => "s3:Bucket",
             ("s3", "PutObject" | "DeleteObject" | "DeleteObjects") => "s3:Object",
-            ("sagemaker", "CreateCluster" | "UpdateCluster" | "DeleteCluster") => {
-                "sagemaker:Cluster"
-            }
+            (
+                "sagemaker",
+                "CreateCluster" | "UpdateCluster" | "UpdateClusterSoftware" | "DeleteCluster",
+            ) => "sagemaker:Cluster",
             (
                 "sagemaker",
                 "BatchRebootClusterNodes" | "BatchReplaceClusterNodes" | "BatchDeleteClusterNodes",

@@ -267,6 +267,36 @@ pub const CASES: &[Case] = &[
         check: |world, hypd, token, name| nodes_back(world, hypd, token, name, 1),
         calls: &[call("action", "sagemaker", "BatchDeleteClusterNodes")],
     },
+    Case {
+        command: "update_cluster_software",
+        given: created,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/software-update");
+            (Method::POST, path, json!({ "image_release": "2025.09.15" }))
+        },
+        check: |world, hypd, token, name| {
+            let (status, nodes) = hypd.call(
+                token,
+                Method::GET,
+                &format!("/api/v1/clusters/{name}/nodes"),
+                None,
+            );
+            assert_eq!(status, 200, "{nodes}");
+            assert!(
+                nodes["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|n| n["image_release"] == "2025.09.15" && n["ready"] == true),
+                "{nodes:#}"
+            );
+            nodes_back(world, hypd, token, name, 2);
+        },
+        calls: &[
+            call("update", "sagemaker", "UpdateClusterSoftware"),
+            call("rolled", "kubernetes", "list Node"),
+        ],
+    },
 ];
 
 /// The cases to run: all, or those `HYPD_HARNESS_CASES` names (comma-separated

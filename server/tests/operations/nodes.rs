@@ -244,3 +244,108 @@ fn nodes_are_listed_rebooted_replaced_and_deleted() {
     assert_eq!(status, 422, "{bad}");
     assert_eq!(bad["error"]["errors"][0]["field"], "node_ids[1]", "{bad}");
 }
+
+/// The platform image moved group-wide, two nodes at a time: the plan names the releases
+/// and how many nodes reboot, the progress note names each batch as it rolls, and every
+/// node ends on the release, Ready; a group the cluster does not have is refused by field.
+#[test]
+fn software_rolls_batch_by_batch() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.g5.8xlarge": 8})),
+    );
+    assert!(status < 300);
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(json!({
+            "name": "nod", "availability_zone": "us-east-1a",
+            "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 4}],
+        })),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let newest = list(&hypd, &token, "")["nodes"][0]["image_release"].clone();
+
+    let path = "/api/v1/clusters/nod/software-update";
+    let pinned = json!({"image_release": "2025.09.15", "batch_instances": 2});
+    let mut dry_run = pinned.clone();
+    dry_run["dry_run"] = json!(true);
+    let (status, dry) = hypd.call(&token, Method::POST, path, Some(dry_run));
+    assert_eq!(status, 200, "{dry}");
+    let field = &dry["plan"]["stages"][0]["changes"][0]["fields"][0];
+    assert_eq!(
+        field["field"], "instance_groups[gpu].image_release",
+        "{dry:#}"
+    );
+    assert_eq!(field["old"], newest, "{dry:#}");
+    assert_eq!(
+        field["new"], "2025.09.15 (4 nodes, each rebooted)",
+        "{dry:#}"
+    );
+
+    // Slower, so each batch is seen: 600 simulated seconds a batch take 10 s.
+    let (status, _) = world
+        .sim
+        .call(Method::PUT, "/_sim/clock", Some(json!({"time_scale": 60})));
+    assert!(status < 300);
+    let (status, started) = hypd.call(&token, Method::POST, path, Some(pinned));
+    assert_eq!(status, 200, "{started}");
+    let id = started["operation_id"].as_str().unwrap();
+    let mut notes = std::collections::BTreeSet::new();
+    crate::wait_until("the roll", std::time::Duration::from_secs(180), || {
+        let op = crate::get_op(&hypd, &token, id);
+        if let Some(m) = crate::stage(&op, "rolled")["message"].as_str() {
+            notes.insert(m.split(':').next().unwrap_or(m).to_owned());
+        }
+        matches!(op["state"].as_str(), Some("succeeded" | "failed" | "cancelled"))
+    });
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/clock",
+        Some(json!({"time_scale": FAST})),
+    );
+    assert!(status < 300);
+    let op = hypd.finish(&token, id);
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert!(
+        notes.iter().any(|n| n.contains("batch 1 of 2"))
+            && notes.iter().any(|n| n.contains("batch 2 of 2")),
+        "{notes:?}"
+    );
+    let nodes = list(&hypd, &token, "");
+    for n in nodes["nodes"].as_array().unwrap() {
+        assert_eq!(n["image_release"], "2025.09.15", "{n}");
+        assert_eq!(n["ready"], true, "{n}");
+    }
+
+    // Back to the newest, every group at once.
+    let (status, started) = hypd.call(&token, Method::POST, path, Some(json!({})));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    for n in list(&hypd, &token, "")["nodes"].as_array().unwrap() {
+        assert_eq!(n["image_release"], newest, "{n}");
+    }
+
+    let (status, bad) = hypd.call(&token, Method::POST, path, Some(json!({"groups": ["cpu"]})));
+    assert_eq!(status, 422, "{bad}");
+    assert_eq!(bad["error"]["errors"][0]["field"], "groups[0]", "{bad}");
+    // A release HyperPod does not have: its own refusal, on the operation.
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        path,
+        Some(json!({"image_release": "2020.01.01"})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "failed", "{op:#}");
+    assert_eq!(op["error"]["call"], "UpdateClusterSoftware", "{op:#}");
+}

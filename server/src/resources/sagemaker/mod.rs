@@ -6,5 +6,6 @@
 pub mod capacity;
 pub mod cluster;
 pub mod nodes;
+pub mod software;
 
 pub use aws_sdk_sagemaker::Client;
