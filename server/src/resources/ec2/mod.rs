@@ -104,10 +104,73 @@ pub fn free_vpc_block(existing: &[Cidr]) -> Option<Cidr> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn c(s: &str) -> Cidr {
         Cidr::parse(s).unwrap()
+    }
+
+    /// A VPC of /16 to /20 and subnets already in it, each aligned and inside it, none
+    /// overlapping another (as EC2 keeps them): up to 40 of sizes /17 to /28.
+    fn layout() -> impl Strategy<Value = (Cidr, Vec<Cidr>)> {
+        (
+            0u8..=255,
+            16u8..=20,
+            prop::collection::vec((17u8..=28, any::<u32>()), 0..40),
+        )
+            .prop_map(|(second, vpc_prefix, wanted)| {
+                let vpc = Cidr::new(Ipv4Addr::new(10, second, 0, 0), vpc_prefix).unwrap();
+                let (start, end) = vpc.range();
+                let mut used: Vec<Cidr> = Vec::new();
+                for (prefix, at) in wanted {
+                    let prefix = prefix.max(vpc_prefix);
+                    let size = 1u64 << (32 - prefix);
+                    let span = u64::from(end - start) + 1;
+                    let offset = (u64::from(at) % span) / size * size;
+                    let block =
+                        Cidr::new(Ipv4Addr::from((u64::from(start) + offset) as u32), prefix)
+                            .unwrap();
+                    if !used.iter().any(|u| u.overlaps(block)) {
+                        used.push(block);
+                    }
+                }
+                (vpc, used)
+            })
+    }
+
+    proptest! {
+        /// Compute subnets carved one after another out of any layout: each is a /20
+        /// (or the /24 asked), aligned, inside the VPC, overlapping no subnet there and
+        /// none carved before it; and when none is found, no free aligned block exists.
+        #[test]
+        fn carved_blocks_never_overlap((vpc, mut used) in layout(), prefix in prop_oneof![Just(20u8), Just(24u8)]) {
+            for _ in 0..8 {
+                match free_block(vpc, &used, prefix) {
+                    Some(b) => {
+                        prop_assert_eq!(b.prefix(), prefix);
+                        prop_assert_eq!(u32::from(b.network()) % (1u32 << (32 - prefix)), 0);
+                        let (vs, ve) = vpc.range();
+                        let (bs, be) = b.range();
+                        prop_assert!(vs <= bs && be <= ve, "{b} outside {vpc}");
+                        prop_assert!(!used.iter().any(|u| u.overlaps(b)), "{b} overlaps {used:?}");
+                        used.push(b);
+                    }
+                    None => {
+                        let (vs, ve) = vpc.range();
+                        let size = 1u64 << (32 - prefix);
+                        let mut at = u64::from(vs);
+                        while at + size - 1 <= u64::from(ve) {
+                            let candidate = Cidr::new(Ipv4Addr::from(at as u32), prefix).unwrap();
+                            prop_assert!(used.iter().any(|u| u.overlaps(candidate)), "{candidate} was free");
+                            at += size;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
     }
 
     #[test]
