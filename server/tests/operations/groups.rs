@@ -28,7 +28,7 @@ fn groups_are_added_scaled_refused_and_deleted() {
     let (status, _) = world.sim.call(
         Method::PUT,
         "/_sim/sagemaker/quotas",
-        Some(json!({"ml.p5.48xlarge": 4, "ml.g5.8xlarge": 8})),
+        Some(json!({"ml.p5.48xlarge": 4, "ml.g5.8xlarge": 8, "ml.g6e.48xlarge": 4})),
     );
     assert!(status < 300);
     let (status, started) = hypd.call(
@@ -172,6 +172,57 @@ fn groups_are_added_scaled_refused_and_deleted() {
     let (status, last) = hypd.call(&token, Method::DELETE, &format!("{path}/p5"), None);
     assert_eq!(status, 422, "{last}");
     assert_eq!(last["error"]["errors"][0]["field"], "group");
+    let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/grp/drift", None);
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+
+    // A training plan bought for the big run (two g6e in us-east-1a): a group asking more
+    // than it holds, or another type, is refused before anything is called; one that fits
+    // runs on it, and the first group keeps its settings.
+    let bought = sagemaker(
+        &world,
+        "CreateTrainingPlan",
+        json!({"TrainingPlanName": "big-run", "TrainingPlanOfferingId": "tpo-g6e-2-use1a"}),
+    );
+    let plan = bought["TrainingPlanArn"].as_str().unwrap().to_owned();
+    let on_plan = |instance_type: &str, count: u32| {
+        json!({"group": {"name": "tp", "instance_type": instance_type, "instance_count": count,
+                         "capacity": {"type": "training_plan", "training_plan_arn": plan}}})
+    };
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    for (body, field) in [
+        (on_plan("ml.g6e.48xlarge", 3), "group.instance_count"),
+        (
+            on_plan("ml.p5.48xlarge", 1),
+            "group.capacity.training_plan_arn",
+        ),
+    ] {
+        let (status, refused) = hypd.call(&token, Method::POST, path, Some(body));
+        assert_eq!(status, 422, "{refused}");
+        assert_eq!(refused["error"]["errors"][0]["field"], field, "{refused}");
+    }
+    assert!(agents_mutating_calls(&world).is_empty());
+    let (status, added) = hypd.call(
+        &token,
+        Method::POST,
+        path,
+        Some(on_plan("ml.g6e.48xlarge", 2)),
+    );
+    assert_eq!(status, 200, "{added}");
+    let op = hypd.finish(&token, added["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let described = sagemaker(&world, "DescribeCluster", json!({"ClusterName": "grp"}));
+    assert_eq!(group_of(&described, "tp")["TrainingPlanArn"], plan.as_str());
+    let p5 = group_of(&described, "p5");
+    assert_eq!(
+        p5["NetworkInterface"]["InterfaceType"], "efa-only",
+        "{p5:#}"
+    );
+    assert_eq!(p5["OnStartDeepHealthChecks"].as_array().unwrap().len(), 2);
+    assert_kubernetes_ready(&world, "grp", &[("p5", 1), ("tp", 2)]);
+    let (_, listed) = hypd.call(&token, Method::GET, path, None);
+    let tp = &listed["instance_groups"][1];
+    assert_eq!(tp["capacity"], "training_plan", "{listed:#}");
+    assert_eq!(tp["training_plan_available"], 0, "{listed:#}");
     let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/grp/drift", None);
     assert_eq!(drift["drifted"], json!([]), "{drift:#}");
 }
