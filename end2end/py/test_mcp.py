@@ -428,6 +428,31 @@ async def groups_through_mcp(server, hypd, sim):
         assert fixed.structured_content["error"]["kind"] == "immutable"
         assert fixed.structured_content["error"]["field"] == "instance_type"
 
+        # A training-plan group beside it, on a plan the account bought.
+        httpx.put(f"{sim}/_sim/sagemaker/quotas", json={"ml.g6e.48xlarge": 2}).raise_for_status()
+        sm = aws("sagemaker", sim)
+        plan = sm.create_training_plan(TrainingPlanName="mcp-run", TrainingPlanOfferingId="tpo-g6e-2-use1a")
+        # Pending while it is paid for, then Active: only then does it provide capacity.
+        for _ in range(100):
+            if sm.describe_training_plan(TrainingPlanName="mcp-run")["Status"] == "Active":
+                break
+            time.sleep(0.1)
+        tp = {"name": "tp", "instance_type": "ml.g6e.48xlarge", "instance_count": 2,
+              "capacity": {"type": "training_plan", "training_plan_arn": plan["TrainingPlanArn"]}}
+        too_many = await client.call_tool("add_instance_group", {"name": "mcp-gpu", "group": {**tp, "instance_count": 3}})
+        assert too_many.is_error and too_many.structured_content["error"]["errors"][0]["field"] == "group.capacity.training_plan_arn", too_many
+        started = structured(await client.call_tool("add_instance_group", {"name": "mcp-gpu", "group": tp}))
+        waited = await finished(client, started["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        listed = structured(await client.call_tool("list_instance_groups", {"name": "mcp-gpu"}))
+        by_name = {g["name"]: g for g in listed["instance_groups"]}
+        assert by_name["tp"]["capacity"] == "training_plan" and by_name["tp"]["nodes"]["healthy"] == 2, listed
+        assert by_name["gpu"]["target_count"] == 1 and by_name["gpu"]["nodes"]["healthy"] == 1, listed
+        first = structured(await client.call_tool("delete_instance_group", {"name": "mcp-gpu", "group": "tp"}))
+        confirmed = {"name": "mcp-gpu", "group": "tp", "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("delete_instance_group", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+
         first = structured(await client.call_tool("delete_instance_group", {"name": "mcp-gpu", "group": "spot"}))
         assert "Nothing was done" in first["message"], first
         confirmed = {"name": "mcp-gpu", "group": "spot", "confirmation": first["confirmation"]}

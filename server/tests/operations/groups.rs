@@ -184,13 +184,26 @@ fn groups_are_added_scaled_refused_and_deleted() {
         json!({"TrainingPlanName": "big-run", "TrainingPlanOfferingId": "tpo-g6e-2-use1a"}),
     );
     let plan = bought["TrainingPlanArn"].as_str().unwrap().to_owned();
+    // Pending while it is paid for, then Active: only then does it provide capacity.
+    crate::wait_until(
+        "the plan Active",
+        std::time::Duration::from_secs(30),
+        || {
+            sagemaker(
+                &world,
+                "DescribeTrainingPlan",
+                json!({"TrainingPlanName": "big-run"}),
+            )["Status"]
+                == "Active"
+        },
+    );
     let on_plan = |instance_type: &str, count: u32| {
         json!({"group": {"name": "tp", "instance_type": instance_type, "instance_count": count,
                          "capacity": {"type": "training_plan", "training_plan_arn": plan}}})
     };
     world.sim.call(Method::DELETE, "/_sim/calls", None);
     for (body, field) in [
-        (on_plan("ml.g6e.48xlarge", 3), "group.instance_count"),
+        (on_plan("ml.g6e.48xlarge", 3), "group.capacity.training_plan_arn"),
         (
             on_plan("ml.p5.48xlarge", 1),
             "group.capacity.training_plan_arn",

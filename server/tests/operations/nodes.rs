@@ -304,7 +304,10 @@ fn software_rolls_batch_by_batch() {
         if let Some(m) = crate::stage(&op, "rolled")["message"].as_str() {
             notes.insert(m.split(':').next().unwrap_or(m).to_owned());
         }
-        matches!(op["state"].as_str(), Some("succeeded" | "failed" | "cancelled"))
+        matches!(
+            op["state"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        )
     });
     let (status, _) = world.sim.call(
         Method::PUT,

@@ -1,0 +1,415 @@
+"""What a cluster of 1,000 HyperPod nodes costs hypd: a hypd (HYPD_BIN, a release build
+for real figures) against moto and hypd-sim (a fast clock), one cluster `bench` created
+through REST with two instance groups of 500 ml.g5.8xlarge, then sequential requests,
+after a warm-up, to the node list (the default page of 100, a page of 500, a filtered
+page) and to the cluster page's server render, signed in as the console is (a session
+cookie from POST /auth/login). Prints p50/p90/p99/max per endpoint and hypd's memory
+(VmRSS, VmHWM from /proc/<pid>/status) before the cluster exists, after its creation,
+during and after the requests; a human table, then one line of JSON. Nothing here is
+asserted: answers that are not 200 or not the size they should be are listed as problems.
+
+    ~/.cache/hypd/venv/bin/python end2end/py/bench_nodes.py [--requests 200] [--warmup 10]
+
+Binaries: HYPD_BIN and HYPD_SIM_BIN, else hypd and hypd-sim in $CARGO_TARGET_DIR/debug
+(default ~/.cache/hypd-target/debug).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from conftest import free_port, wait_port
+
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR") or Path.home() / ".cache" / "hypd-target")
+HYPD = Path(os.environ.get("HYPD_BIN", TARGET / "debug" / "hypd"))
+SIM = Path(os.environ.get("HYPD_SIM_BIN", TARGET / "debug" / "hypd-sim"))
+CLUSTER = "bench"
+INSTANCE_TYPE = "ml.g5.8xlarge"
+
+
+def tool(name):
+    """A console script of this virtualenv (run with its python, not activated), else PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
+def drain(stream):
+    """Reads a child's pipe to its end so a chatty child never blocks on a full pipe."""
+    threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
+
+
+def start_moto():
+    port = free_port()
+    proc = subprocess.Popen(
+        [tool("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_port(port)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def start_sim(time_scale):
+    proc = subprocess.Popen(
+        [str(SIM), "--listen", "127.0.0.1:0", "--time-scale", str(time_scale)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    m = re.search(r"listening on (http://\S+)", line)
+    if not m:
+        raise RuntimeError(f"hypd-sim did not start: {line!r}")
+    drain(proc.stdout)
+    return proc, m.group(1)
+
+
+def start_hypd(work, moto_url, sim_url, site_root):
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(work),
+        "HYPD_DATA_DIR": str(work),
+        "HYPD_PORT": "0",
+        "HYPD_LOG": "warn",
+        # Sequential requests from one token, faster than anyone: no per-token limit.
+        "HYPD_RATE_LIMIT": "0",
+        "HYPD_SITE_ROOT": str(site_root),
+        "AWS_ENDPOINT_URL": moto_url,
+        "AWS_ENDPOINT_URL_EKS": sim_url,
+        "AWS_ENDPOINT_URL_SAGEMAKER": sim_url,
+        "AWS_ENDPOINT_URL_SERVICE_QUOTAS": sim_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    log = open(work / "hypd.log", "w")
+    proc = subprocess.Popen([str(HYPD), "serve"], env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"hypd listening on (http://\S+)", line)
+        if m:
+            drain(proc.stdout)
+            return proc, m.group(1)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"hypd did not start; its log:\n{tail(work / 'hypd.log')}")
+
+
+def stop(proc):
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def tail(path, lines=30):
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def memory(pid):
+    """VmRSS and VmHWM of a process, in MiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) / 1024  # kB (KiB) → MiB
+    return out
+
+
+class Sampler:
+    """Samples VmRSS every `interval` seconds in a thread; the peak it saw while running."""
+
+    def __init__(self, pid, interval=0.02):
+        self.pid, self.interval = pid, interval
+        self.peak = 0.0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, memory(self.pid)["VmRSS"])
+                self.samples += 1
+            except (OSError, KeyError):
+                return
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self._stop.set()
+        self._thread.join()
+
+
+def percentile(sorted_ms, p):
+    """Nearest rank: the smallest value with at least p% of the values at or below it."""
+    rank = max(1, -(-len(sorted_ms) * p // 100))
+    return sorted_ms[int(rank) - 1]
+
+
+def create_cluster(api, sim_url, groups, per_group, timeout):
+    total = groups * per_group
+    httpx.put(f"{sim_url}/_sim/sagemaker/quotas", json={INSTANCE_TYPE: total + 200}).raise_for_status()
+    request = {
+        "name": CLUSTER,
+        "availability_zone": "us-east-1a",
+        "instance_groups": [
+            {"name": chr(ord("a") + i), "instance_type": INSTANCE_TYPE, "instance_count": per_group} for i in range(groups)
+        ],
+    }
+    started = time.monotonic()
+    r = api.post("/api/v1/clusters", json=request)
+    if r.status_code != 200:
+        raise RuntimeError(f"create_cluster answered {r.status_code}: {r.text[:500]}")
+    op_id = r.json()["operation_id"]
+    while True:
+        w = api.get(f"/api/v1/operations/{op_id}/wait", params={"timeout_seconds": 60})
+        if w.status_code != 200:
+            raise RuntimeError(f"wait_operation answered {w.status_code}: {w.text[:500]}")
+        body = w.json()
+        op = body["operation"]
+        if not body["timed_out"]:
+            break
+        current = next((s for s in op["stages"] if s["state"] != "succeeded"), None)
+        note = f"{current['name']}: {current.get('message') or current['state']}" if current else op["state"]
+        print(f"  ... {time.monotonic() - started:.0f} s, {note}", file=sys.stderr)
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"create_cluster still {op['state']} after {timeout} s ({note})")
+    seconds = time.monotonic() - started
+    if op["state"] != "succeeded":
+        failed = [s for s in op["stages"] if s["state"] == "failed"]
+        raise RuntimeError(f"create_cluster {op['state']} after {seconds:.0f} s: {json.dumps(failed or op.get('error'))[:1500]}")
+    return op_id, seconds
+
+
+def check_nodes(expect_total, expect_page):
+    def check(r):
+        body = r.json()
+        got_total, got_page = body["counts"]["total"], len(body["nodes"])
+        if (got_total, got_page) != (expect_total, expect_page):
+            return f"counts.total {got_total} (expected {expect_total}), {got_page} nodes on the page (expected {expect_page})"
+        return None
+
+    return check
+
+
+def check_page(expect_rows, expect_total):
+    def check(r):
+        html = r.text
+        rows = html.count("data-node=")
+        m = re.search(r'class="muted node-page-counts" data-total="(\d+)"', html) or re.search(
+            r'class="node-counts" data-total="(\d+)"', html
+        )
+        total = int(m.group(1)) if m else None
+        if rows != expect_rows or total != expect_total:
+            return f"{rows} node rows (expected {expect_rows}), node total {total} (expected {expect_total})"
+        return None
+
+    return check
+
+
+def measure(client, path, check, requests, warmup, pid):
+    """Warm-up, then `requests` sequential GETs; latencies, statuses and memory."""
+    problems = []
+    first = client.get(path)
+    if first.status_code != 200:
+        problems.append(f"first answer {first.status_code}: {first.text[:300]}")
+    else:
+        wrong = check(first)
+        if wrong:
+            problems.append(wrong)
+    for _ in range(warmup):
+        client.get(path)
+    times, statuses, size = [], {}, len(first.content)
+    with Sampler(pid) as sampler:
+        for _ in range(requests):
+            t = time.perf_counter()
+            r = client.get(path)
+            times.append((time.perf_counter() - t) * 1000)
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+    after = memory(pid)
+    bad = {k: v for k, v in statuses.items() if k != 200}
+    if bad:
+        problems.append(f"non-200 answers during the run: {bad}")
+    times.sort()
+    return {
+        "path": path,
+        "requests": requests,
+        "warmup": warmup,
+        "bytes": size,
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "p50_ms": round(percentile(times, 50), 2),
+        "p90_ms": round(percentile(times, 90), 2),
+        "p99_ms": round(percentile(times, 99), 2),
+        "max_ms": round(times[-1], 2),
+        "min_ms": round(times[0], 2),
+        "mean_ms": round(sum(times) / len(times), 2),
+        "rss_peak_during_mib": round(sampler.peak, 1),
+        "rss_samples": sampler.samples,
+        "rss_after_mib": round(after["VmRSS"], 1),
+        "hwm_after_mib": round(after["VmHWM"], 1),
+        "problems": problems,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="Latency of hypd's node list and cluster page, and hypd's memory, with one cluster of "
+        "1,000 HyperPod nodes (moto + hypd-sim). Prints a table, then a JSON summary on the last line.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--requests", "-n", type=int, default=200, help="measured sequential requests per endpoint")
+    ap.add_argument("--warmup", type=int, default=10, help="unmeasured requests per endpoint before the measured ones")
+    ap.add_argument("--groups", type=int, default=2, help="instance groups (named a, b, …)")
+    ap.add_argument("--per-group", type=int, default=500, help="ml.g5.8xlarge nodes per instance group")
+    ap.add_argument("--time-scale", type=int, default=600, help="hypd-sim's simulated seconds per real second")
+    ap.add_argument("--create-timeout", type=int, default=900, help="seconds to wait for the cluster's creation")
+    ap.add_argument(
+        "--page-auth",
+        choices=["cookie", "bearer"],
+        default="cookie",
+        help="how the console page is asked for: the session cookie of POST /auth/login (as a browser), or the bearer token",
+    )
+    ap.add_argument("--gzip", action="store_true", help="ask for gzip, as browsers do (otherwise Accept-Encoding: identity)")
+    ap.add_argument(
+        "--site-root",
+        default=os.environ.get("HYPD_SITE_ROOT"),
+        help="the built console (default HYPD_SITE_ROOT, else an empty directory: pages render but would not hydrate)",
+    )
+    ap.add_argument("--json-out", help="also write the JSON summary to this file")
+    args = ap.parse_args()
+
+    for binary in (HYPD, SIM):
+        if not binary.is_file():
+            print(f"bench_nodes: {binary} is missing (build it, or set HYPD_BIN / HYPD_SIM_BIN)", file=sys.stderr)
+            return 2
+
+    total = args.groups * args.per_group
+    work = Path(tempfile.mkdtemp(prefix="hypd-bench-nodes-"))
+    site_root = Path(args.site_root) if args.site_root else work / "site"
+    if not args.site_root:
+        site_root.mkdir()
+    moto = sim = hypd = None
+    failed = False
+    try:
+        moto, moto_url = start_moto()
+        sim, sim_url = start_sim(args.time_scale)
+        hypd, url = start_hypd(work, moto_url, sim_url, site_root)
+        token = (work / "admin-token").read_text().strip()
+        encoding = {"Accept-Encoding": "gzip" if args.gzip else "identity"}
+        memory_at = {"started": memory(hypd.pid)}
+
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}", **encoding}, timeout=120) as api:
+            print(f"creating {CLUSTER}: {args.groups} groups x {args.per_group} {INSTANCE_TYPE} ({total} nodes)", file=sys.stderr)
+            op_id, create_seconds = create_cluster(api, sim_url, args.groups, args.per_group, args.create_timeout)
+            memory_at["created"] = memory(hypd.pid)
+
+            if args.page_auth == "cookie":
+                login = httpx.post(f"{url}/auth/login", json={"token": token})
+                if login.status_code != 200:
+                    raise RuntimeError(f"sign-in answered {login.status_code}: {login.text[:300]}")
+                name, _, value = login.headers["set-cookie"].split(";")[0].partition("=")
+                page_client = httpx.Client(base_url=url, headers=encoding, cookies={name: value}, timeout=120)
+            else:
+                page_client = api
+
+            half = args.per_group  # group a's nodes; the sim's nodes are all healthy once Ready
+            endpoints = [
+                ("nodes (default page)", api, f"/api/v1/clusters/{CLUSTER}/nodes", check_nodes(total, min(100, total))),
+                ("nodes?limit=500", api, f"/api/v1/clusters/{CLUSTER}/nodes?limit=500", check_nodes(total, min(500, total))),
+                (
+                    "nodes?health=healthy&group=a",
+                    api,
+                    f"/api/v1/clusters/{CLUSTER}/nodes?health=healthy&group=a",
+                    check_nodes(half, min(100, half)),
+                ),
+                (f"page /clusters/{CLUSTER} ({args.page_auth})", page_client, f"/clusters/{CLUSTER}", check_page(min(100, total), total)),
+            ]
+            results = {}
+            try:
+                for label, client, path, check in endpoints:
+                    print(f"measuring {label}: {args.warmup} + {args.requests} requests", file=sys.stderr)
+                    results[label] = measure(client, path, check, args.requests, args.warmup, hypd.pid)
+            finally:
+                if page_client is not api:
+                    page_client.close()
+            memory_at["after_requests"] = memory(hypd.pid)
+
+        problems = [f"{label}: {p}" for label, r in results.items() for p in r["problems"]]
+        summary = {
+            "hypd": str(HYPD),
+            "nodes": total,
+            "groups": args.groups,
+            "time_scale": args.time_scale,
+            "create_operation": op_id,
+            "create_seconds": round(create_seconds, 1),
+            "requests": args.requests,
+            "warmup": args.warmup,
+            "gzip": args.gzip,
+            "endpoints": results,
+            "memory_mib": {k: {m: round(v, 1) for m, v in mem.items()} for k, mem in memory_at.items()},
+            "rss_peak_during_requests_mib": max(r["rss_peak_during_mib"] for r in results.values()),
+            "problems": problems,
+        }
+
+        print(f"\n== {total} HyperPod nodes in {args.groups} groups, created in {create_seconds:.1f} s "
+              f"(sim x{args.time_scale}); {args.requests} sequential requests per endpoint after {args.warmup} warm-up ({HYPD})")
+        head = f"{'endpoint':<34} {'bytes':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'RSS peak':>9}  statuses"
+        print(head)
+        print("-" * len(head))
+        for label, r in results.items():
+            print(f"{label:<34} {r['bytes']:>9} {r['p50_ms']:>8.2f} {r['p90_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.2f} "
+                  f"{r['rss_peak_during_mib']:>8.1f}M  {r['statuses']}")
+        print("\nhypd memory (MiB)          VmRSS    VmHWM")
+        for label, key in [("before the cluster", "started"), ("after creation", "created"), ("after the requests", "after_requests")]:
+            m = memory_at[key]
+            print(f"  {label:<22} {m['VmRSS']:>8.1f} {m['VmHWM']:>8.1f}")
+        print(f"  {'peak during requests':<22} {summary['rss_peak_during_requests_mib']:>8.1f}")
+        print("\nproblems: " + ("; ".join(problems) if problems else "none"))
+        line = json.dumps(summary, separators=(",", ":"))
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(summary, indent=2) + "\n")
+        print(line)
+    except Exception:
+        failed = True
+        raise
+    finally:
+        if failed:
+            print(f"hypd's log (tail):\n{tail(work / 'hypd.log')}", file=sys.stderr)
+        stop(hypd)
+        stop(sim)
+        stop(moto)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
