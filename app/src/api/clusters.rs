@@ -396,11 +396,137 @@ pub struct InstanceGroupSpec {
     /// type's default otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads_per_core: Option<ThreadsPerCore>,
+    /// Labels HyperPod puts on the group's Kubernetes Nodes.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kubernetes_labels: std::collections::BTreeMap<String, String>,
+    /// Taints HyperPod puts on the group's Kubernetes Nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubernetes_taints: Vec<Taint>,
+}
+
+/// A Kubernetes taint on a group's Nodes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl TaintEffect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+/// Kubernetes' rule for a label or taint key: an optional DNS-subdomain prefix and `/`,
+/// then a name of up to 63 letters, digits, `-`, `_`, `.`, starting and ending with a
+/// letter or digit. Keys under `sagemaker.amazonaws.com/` are HyperPod's own.
+pub fn key_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if prefix
+        .is_some_and(|p| p == "sagemaker.amazonaws.com" || p.ends_with(".sagemaker.amazonaws.com"))
+    {
+        return Some(format!(
+            "{key:?} is under sagemaker.amazonaws.com/, which HyperPod keeps for its own labels"
+        ));
+    }
+    let prefix_ok = prefix.is_none_or(|p| {
+        (1..=253).contains(&p.len())
+            && p.split('.').all(|l| {
+                (1..=63).contains(&l.len())
+                    && l.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            })
+    });
+    (!(prefix_ok && label_value_ok(name) && !name.is_empty())).then(|| {
+        format!("{key:?} is not a Kubernetes key: an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+    })
+}
+
+/// Kubernetes' rule for a label value: empty, or up to 63 letters, digits, `-`, `_`, `.`,
+/// starting and ending with a letter or digit.
+pub fn label_value_ok(v: &str) -> bool {
+    v.is_empty()
+        || (v.len() <= 63
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && v.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+/// The rules of a group's labels and taints, as field errors under `at`.
+pub fn kubernetes_problems(
+    labels: &std::collections::BTreeMap<String, String>,
+    taints: &[Taint],
+    at: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let path = |f: String| {
+        if at.is_empty() {
+            f
+        } else {
+            format!("{at}.{f}")
+        }
+    };
+    for (k, v) in labels {
+        if let Some(p) = key_problem(k) {
+            errors.push(FieldError::new(path(format!("kubernetes_labels.{k}")), p));
+        } else if !label_value_ok(v) {
+            errors.push(FieldError::new(
+                path(format!("kubernetes_labels.{k}")),
+                format!("{v:?} is not a Kubernetes label value: up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"),
+            ));
+        }
+    }
+    for (i, t) in taints.iter().enumerate() {
+        if let Some(p) = key_problem(&t.key) {
+            errors.push(FieldError::new(
+                path(format!("kubernetes_taints[{i}].key")),
+                p,
+            ));
+        }
+        if t.value.as_deref().is_some_and(|v| !label_value_ok(v)) {
+            errors.push(FieldError::new(
+                path(format!("kubernetes_taints[{i}].value")),
+                "a taint value follows the label value rule: up to 63 letters, digits, '-', '_' or '.'",
+            ));
+        }
+        if taints[..i]
+            .iter()
+            .any(|o| o.key == t.key && o.effect == t.effect)
+        {
+            errors.push(FieldError::new(
+                path(format!("kubernetes_taints[{i}]")),
+                format!("{} with {} is given twice", t.key, t.effect.as_str()),
+            ));
+        }
+    }
 }
 
 impl InstanceGroupSpec {
     /// The group's own rules; `at` is its path in the request (`instance_groups[1]`).
     pub fn problems(&self, at: &str, errors: &mut Vec<FieldError>) {
+        kubernetes_problems(&self.kubernetes_labels, &self.kubernetes_taints, at, errors);
         if self.efa_only && !efa_only_allowed(self.instance_type.as_str(), None) {
             errors.push(FieldError::new(
                 format!("{at}.efa_only"),
@@ -488,6 +614,16 @@ impl InstanceGroupSpec {
             "threads_per_core",
             json!(self.threads_per_core.map(|t| t.get())),
             json!(new.threads_per_core.map(|t| t.get())),
+        );
+        field(
+            "kubernetes_labels",
+            json!(self.kubernetes_labels),
+            json!(new.kubernetes_labels),
+        );
+        field(
+            "kubernetes_taints",
+            json!(self.kubernetes_taints),
+            json!(new.kubernetes_taints),
         );
         Ok(changes)
     }
@@ -579,6 +715,8 @@ impl CreateCluster {
                         deep_health_checks: old.deep_health_checks,
                         volume_size_gb: default_volume_size(),
                         threads_per_core: None,
+                        kubernetes_labels: Default::default(),
+                        kubernetes_taints: Vec::new(),
                     }],
                     kubernetes_version: old.kubernetes_version,
                     storage: old.storage,

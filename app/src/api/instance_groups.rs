@@ -8,14 +8,16 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::clusters::{Capacity, InstanceGroupSpec, MAX_INSTANCE_GROUPS, NodeCounts};
+use super::clusters::{
+    Capacity, InstanceGroupSpec, MAX_INSTANCE_GROUPS, NodeCounts, Taint, kubernetes_problems,
+};
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::ApiError;
 use super::operations::OperationRef;
 use super::plan::Gated;
 use super::values::{
     ClusterName, Confirmation, EksClusterName, IdempotencyKey, InstanceCount, InstanceGroupName,
-    MlInstanceType,
+    MlInstanceType, VolumeSizeGb,
 };
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -133,6 +135,14 @@ pub struct UpdateInstanceGroup {
     pub instance_count: Option<InstanceCount>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deep_health_checks: Option<bool>,
+    // For instances launched from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_size_gb: Option<VolumeSizeGb>,
+    // The group's whole set of labels (or taints) from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_labels: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_taints: Option<Vec<Taint>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<MlInstanceType>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,6 +168,15 @@ impl UpdateInstanceGroup {
         if let Some(d) = self.deep_health_checks {
             new.deep_health_checks = d;
         }
+        if let Some(v) = self.volume_size_gb {
+            new.volume_size_gb = v;
+        }
+        if let Some(l) = &self.kubernetes_labels {
+            new.kubernetes_labels = l.clone();
+        }
+        if let Some(t) = &self.kubernetes_taints {
+            new.kubernetes_taints = t.clone();
+        }
         if let Some(t) = &self.instance_type {
             new.instance_type = t.clone();
         }
@@ -176,8 +195,8 @@ impl Command for UpdateInstanceGroup {
     type Output = Gated<OperationRef>;
     const SPEC: CommandSpec = CommandSpec {
         name: "update_instance_group",
-        summary: "Scale an instance group or change its deep health checks",
-        description: "Changes a group's target count (0 allowed) or deep health checks; omitted fields stay. Instance type, capacity and EFA-only are fixed for the group's life: another value is refused as immutable. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        summary: "Scale an instance group or change its settings",
+        description: "Changes a group's target count (0 allowed), deep health checks, volume size (new instances), Kubernetes labels or taints; omitted fields stay. Instance type, capacity and EFA-only are fixed for the group's life: another value is refused as immutable. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -191,16 +210,32 @@ impl Command for UpdateInstanceGroup {
     fn validate(&self) -> Result<(), ApiError> {
         let nothing = self.instance_count.is_none()
             && self.deep_health_checks.is_none()
+            && self.volume_size_gb.is_none()
+            && self.kubernetes_labels.is_none()
+            && self.kubernetes_taints.is_none()
             && self.instance_type.is_none()
             && self.capacity.is_none()
             && self.efa_only.is_none();
         if nothing {
             return Err(ApiError::field(
                 "instance_count",
-                "name at least one thing to change: instance_count or deep_health_checks",
+                "name at least one thing to change: instance_count, deep_health_checks, volume_size_gb, kubernetes_labels or kubernetes_taints",
             ));
         }
-        Ok(())
+        let mut errors = Vec::new();
+        kubernetes_problems(
+            self.kubernetes_labels
+                .as_ref()
+                .unwrap_or(&Default::default()),
+            self.kubernetes_taints.as_deref().unwrap_or_default(),
+            "",
+            &mut errors,
+        );
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
     }
 }
 

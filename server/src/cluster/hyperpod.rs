@@ -93,6 +93,12 @@ pub fn group_specs(
                 }
             },
             efa_only: g.efa_only,
+            labels: g.kubernetes_labels.clone(),
+            taints: g
+                .kubernetes_taints
+                .iter()
+                .map(|t| (t.key.clone(), t.value.clone(), t.effect.as_str().to_owned()))
+                .collect(),
         })
         .collect()
 }

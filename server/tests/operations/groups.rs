@@ -158,6 +158,98 @@ fn groups_are_added_scaled_refused_and_deleted() {
     let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/grp/drift", None);
     assert_eq!(drift["drifted"], json!([]), "{drift:#}");
 
+    // Labels, taints and the volume of new instances change; the plan lists each, the
+    // group's Nodes carry them, drift takes them as meant. A key HyperPod keeps is refused.
+    let (status, bad) = hypd.call(
+        &token,
+        Method::POST,
+        &format!("{path}/spot"),
+        Some(json!({"kubernetes_labels": {"sagemaker.amazonaws.com/x": "y"}})),
+    );
+    assert_eq!(status, 422, "{bad}");
+    assert_eq!(
+        bad["error"]["errors"][0]["field"],
+        "kubernetes_labels.sagemaker.amazonaws.com/x"
+    );
+    let settings = json!({"kubernetes_labels": {"team": "research"},
+                          "kubernetes_taints": [{"key": "dedicated", "value": "spot", "effect": "NoSchedule"}],
+                          "volume_size_gb": 800});
+    let mut dry = settings.clone();
+    dry["dry_run"] = json!(true);
+    let (status, planned) = hypd.call(&token, Method::POST, &format!("{path}/spot"), Some(dry));
+    assert_eq!(status, 200, "{planned}");
+    let fields: Vec<&str> = planned["plan"]["stages"][0]["changes"][0]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "instance_groups[spot].volume_size_gb",
+            "instance_groups[spot].kubernetes_labels",
+            "instance_groups[spot].kubernetes_taints"
+        ],
+        "{planned:#}"
+    );
+    let (status, changed) = hypd.call(
+        &token,
+        Method::POST,
+        &format!("{path}/spot"),
+        Some(settings),
+    );
+    assert_eq!(status, 200, "{changed}");
+    let op = hypd.finish(&token, changed["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (_, listed) = hypd.call(&token, Method::GET, path, None);
+    let spot_now = &listed["instance_groups"][1];
+    assert_eq!(
+        spot_now["kubernetes_labels"],
+        json!({"team": "research"}),
+        "{listed:#}"
+    );
+    assert_eq!(
+        spot_now["kubernetes_taints"],
+        json!(["dedicated=spot:NoSchedule"]),
+        "{listed:#}"
+    );
+    assert_eq!(spot_now["volume_size_gb"], 800, "{listed:#}");
+    // The p5 group kept its own settings.
+    assert_eq!(listed["instance_groups"][0]["efa_only"], true, "{listed:#}");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use k8s_openapi::api::core::v1::Node;
+        let client = crate::create::kube_client(&world, "grp").await;
+        let nodes = kube::Api::<Node>::all(client)
+            .list(
+                &kube::api::ListParams::default()
+                    .labels("sagemaker.amazonaws.com/instance-group-name=spot"),
+            )
+            .await
+            .unwrap();
+        for n in &nodes.items {
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels.get("team").map(String::as_str),
+                Some("research"),
+                "{labels:?}"
+            );
+            let taints = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            assert!(
+                taints
+                    .iter()
+                    .any(|t| t.key == "dedicated" && t.effect == "NoSchedule"),
+                "{taints:?}"
+            );
+        }
+    });
+    let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/grp/drift", None);
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+
     // Deleting takes two calls; the plan names the group; the last group stays.
     let (_, first) = hypd.call(&token, Method::DELETE, &format!("{path}/spot"), None);
     assert!(first["confirmation"].is_string(), "{first}");
@@ -203,7 +295,10 @@ fn groups_are_added_scaled_refused_and_deleted() {
     };
     world.sim.call(Method::DELETE, "/_sim/calls", None);
     for (body, field) in [
-        (on_plan("ml.g6e.48xlarge", 3), "group.capacity.training_plan_arn"),
+        (
+            on_plan("ml.g6e.48xlarge", 3),
+            "group.capacity.training_plan_arn",
+        ),
         (
             on_plan("ml.p5.48xlarge", 1),
             "group.capacity.training_plan_arn",

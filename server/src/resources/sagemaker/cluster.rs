@@ -7,12 +7,15 @@
 //! capacity type, network interface) differing is a refusal, never an update. Absent:
 //! deleted if hypd's tags are on it.
 
+use std::collections::BTreeMap;
+
 use app::api::ApiError;
 use app::api::plan::{Action, Change, FieldChange, KNOWN_AFTER_APPLY};
 use aws_sdk_sagemaker::types::{
     ClusterCapacityRequirements, ClusterEbsVolumeConfig, ClusterInstanceGroupDetails,
     ClusterInstanceGroupSpecification, ClusterInstanceStorageConfig, ClusterInstanceType,
-    ClusterInterfaceType, ClusterKubernetesConfig, ClusterLifeCycleConfig, ClusterNetworkInterface,
+    ClusterInterfaceType, ClusterKubernetesConfig, ClusterKubernetesTaint,
+    ClusterKubernetesTaintEffect, ClusterLifeCycleConfig, ClusterNetworkInterface,
     ClusterNodeProvisioningMode, ClusterNodeRecovery, ClusterOrchestrator,
     ClusterOrchestratorEksConfig, ClusterSpotOptions, ClusterStatus, DeepHealthCheckType, Tag,
     VpcConfig,
@@ -49,9 +52,37 @@ pub struct GroupSpec {
     pub deep_health_checks: bool,
     pub capacity: GroupCapacity,
     pub efa_only: bool,
+    pub labels: BTreeMap<String, String>,
+    /// (key, value, effect).
+    pub taints: Vec<(String, Option<String>, String)>,
 }
 
 impl GroupSpec {
+    /// The group's labels and taints as HyperPod takes them; none when it has neither.
+    fn kubernetes(&self) -> Option<ClusterKubernetesConfig> {
+        if self.labels.is_empty() && self.taints.is_empty() {
+            return None;
+        }
+        let taints = self
+            .taints
+            .iter()
+            .filter_map(|(k, v, e)| {
+                ClusterKubernetesTaint::builder()
+                    .key(k)
+                    .set_value(v.clone())
+                    .effect(ClusterKubernetesTaintEffect::from(e.as_str()))
+                    .build()
+                    .ok()
+            })
+            .collect();
+        Some(
+            ClusterKubernetesConfig::builder()
+                .set_labels(Some(self.labels.clone().into_iter().collect()))
+                .set_taints(Some(taints))
+                .build(),
+        )
+    }
+
     /// The group as CreateCluster and UpdateCluster take it.
     pub fn specification(&self) -> ClusterInstanceGroupSpecification {
         let mut g = ClusterInstanceGroupSpecification::builder()
@@ -86,6 +117,9 @@ impl GroupSpec {
                 );
             }
             GroupCapacity::TrainingPlan(arn) => g = g.training_plan_arn(arn),
+        }
+        if let Some(k) = self.kubernetes() {
+            g = g.kubernetes_config(k);
         }
         if self.efa_only {
             g = g.network_interface(
@@ -137,6 +171,10 @@ pub struct GroupState {
     pub deep_health_checks: bool,
     pub training_plan_arn: Option<String>,
     pub threads_per_core: Option<u32>,
+    pub volume_size_gb: Option<u32>,
+    pub labels: BTreeMap<String, String>,
+    /// (key, value, effect), sorted.
+    pub taints: Vec<(String, Option<String>, String)>,
     /// The group as DescribeCluster gave it (none when a plan assumed it): an update
     /// sends it back through [`normalised`], so no setting hypd does not decide is lost.
     pub live: Option<ClusterInstanceGroupDetails>,
@@ -203,6 +241,40 @@ fn group_state(g: &ClusterInstanceGroupDetails) -> GroupState {
         deep_health_checks: !g.on_start_deep_health_checks().is_empty(),
         training_plan_arn: g.training_plan_arn().map(str::to_owned),
         threads_per_core: g.threads_per_core().and_then(|t| u32::try_from(t).ok()),
+        volume_size_gb: g.instance_storage_configs().iter().find_map(|c| match c {
+            ClusterInstanceStorageConfig::EbsVolumeConfig(v) if v.root_volume() != Some(true) => {
+                v.volume_size_in_gb().and_then(|n| u32::try_from(n).ok())
+            }
+            _ => None,
+        }),
+        labels: g
+            .kubernetes_config()
+            .and_then(|k| k.desired_labels().or(k.current_labels()))
+            .map(|l| l.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default(),
+        taints: {
+            let mut t: Vec<(String, Option<String>, String)> = g
+                .kubernetes_config()
+                .map(|k| {
+                    if k.desired_taints().is_empty() {
+                        k.current_taints()
+                    } else {
+                        k.desired_taints()
+                    }
+                })
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    (
+                        t.key().to_owned(),
+                        t.value().map(str::to_owned),
+                        t.effect().as_str().to_owned(),
+                    )
+                })
+                .collect();
+            t.sort();
+            t
+        },
         live: Some(g.clone()),
     }
 }
@@ -262,6 +334,16 @@ fn merged(
     let mut g = normalised(live);
     g.instance_count = decided.instance_count;
     g.on_start_deep_health_checks = decided.on_start_deep_health_checks;
+    g.instance_storage_configs = decided.instance_storage_configs;
+    // hypd decides the labels and taints: none is an empty set that removes the live ones.
+    g.kubernetes_config = decided.kubernetes_config.or_else(|| {
+        g.kubernetes_config.as_ref().map(|_| {
+            ClusterKubernetesConfig::builder()
+                .set_labels(Some(Default::default()))
+                .set_taints(Some(Vec::new()))
+                .build()
+        })
+    });
     g
 }
 
@@ -386,6 +468,42 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
                 old: Some(json!(live.deep_health_checks)),
                 new: Some(json!(g.deep_health_checks)),
             });
+        }
+        // Only a described group says what it has (a plan's assumed one does not).
+        if live.live.is_some() {
+            if live.volume_size_gb != Some(g.volume_size_gb) {
+                changes.push(FieldChange {
+                    field: format!("instance_groups[{}].volume_size_gb", g.name),
+                    old: live.volume_size_gb.map(|v| json!(v)),
+                    new: Some(json!(g.volume_size_gb)),
+                });
+            }
+            if live.labels != g.labels {
+                changes.push(FieldChange {
+                    field: format!("instance_groups[{}].kubernetes_labels", g.name),
+                    old: Some(json!(live.labels)),
+                    new: Some(json!(g.labels)),
+                });
+            }
+            let mut taints = g.taints.clone();
+            taints.sort();
+            if live.taints != taints {
+                let show = |t: &[(String, Option<String>, String)]| {
+                    json!(
+                        t.iter()
+                            .map(|(k, v, e)| format!(
+                                "{k}={}:{e}",
+                                v.as_deref().unwrap_or_default()
+                            ))
+                            .collect::<Vec<_>>()
+                    )
+                };
+                changes.push(FieldChange {
+                    field: format!("instance_groups[{}].kubernetes_taints", g.name),
+                    old: Some(show(&live.taints)),
+                    new: Some(show(&taints)),
+                });
+            }
         }
     }
     let recovery = ClusterNodeRecovery::Automatic.as_str();
@@ -610,6 +728,9 @@ impl Resource for HyperPodCluster {
                         _ => None,
                     },
                     threads_per_core: g.threads_per_core,
+                    volume_size_gb: Some(g.volume_size_gb),
+                    labels: g.labels.clone(),
+                    taints: g.taints.clone(),
                     live: None,
                 }))
                 .collect(),
@@ -634,6 +755,8 @@ mod tests {
             deep_health_checks: false,
             capacity: GroupCapacity::OnDemand,
             efa_only: false,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
         }
     }
 
@@ -647,6 +770,9 @@ mod tests {
             deep_health_checks: false,
             training_plan_arn: None,
             threads_per_core: None,
+            volume_size_gb: Some(500),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
             live: None,
         }
     }
