@@ -396,6 +396,10 @@ pub struct InstanceGroupSpec {
     /// type's default otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads_per_core: Option<ThreadsPerCore>,
+    /// Where the group's instances run; default the cluster's zone. A group in another
+    /// zone gets that zone's compute subnet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<AzName>,
     /// Labels HyperPod puts on the group's Kubernetes Nodes.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub kubernetes_labels: std::collections::BTreeMap<String, String>,
@@ -577,6 +581,17 @@ impl InstanceGroupSpec {
                 show(&new.capacity),
             ));
         }
+        if self.availability_zone != new.availability_zone {
+            let show = |z: &Option<AzName>| {
+                z.as_ref()
+                    .map_or_else(|| "the cluster's zone".to_owned(), |z| z.to_string())
+            };
+            return Err(immutable(
+                "availability_zone",
+                show(&self.availability_zone),
+                show(&new.availability_zone),
+            ));
+        }
         if self.efa_only != new.efa_only {
             return Err(immutable(
                 "efa_only",
@@ -715,6 +730,7 @@ impl CreateCluster {
                         deep_health_checks: old.deep_health_checks,
                         volume_size_gb: default_volume_size(),
                         threads_per_core: None,
+                        availability_zone: None,
                         kubernetes_labels: Default::default(),
                         kubernetes_taints: Vec::new(),
                     }],

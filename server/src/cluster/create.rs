@@ -209,12 +209,24 @@ pub async fn converge_stage(
             if writes {
                 super::record(&cx.store, &record(r, &region, "creating", out)).await?;
             }
+            let zone = r.availability_zone.as_str();
+            let here: u32 = r
+                .instance_groups
+                .iter()
+                .filter(|g| {
+                    g.availability_zone
+                        .as_ref()
+                        .is_none_or(|z| z.as_str() == zone)
+                })
+                .map(|g| g.instance_count.get())
+                .sum();
             network::ensure(
                 &cx.aws,
                 &region,
                 name,
-                r.availability_zone.as_str(),
+                zone,
                 &r.network,
+                network::room_for(here),
                 &mut out.network,
             )
             .await

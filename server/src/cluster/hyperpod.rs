@@ -11,7 +11,7 @@ use app::api::ApiError;
 use app::api::clusters::{Capacity, InstanceGroupSpec};
 use serde::{Deserialize, Serialize};
 
-use super::network::Network;
+use super::network::{self, Network};
 use crate::aws::Aws;
 use crate::inspect;
 use crate::operation::pipeline::Progress;
@@ -93,6 +93,7 @@ pub fn group_specs(
                 }
             },
             efa_only: g.efa_only,
+            subnet: None,
             labels: g.kubernetes_labels.clone(),
             taints: g
                 .kubernetes_taints
@@ -297,19 +298,23 @@ pub async fn ensure(aws: &Aws, cx: &Context<'_>, made: &mut Made) -> Result<Prog
     })
     .await?;
     made.lifecycle_script_uri = Some(format!("s3://{}/{key}", cx.bucket));
+    let subnet_id = cx
+        .network
+        .compute_subnet_id
+        .clone()
+        .ok_or_else(|| missing("the compute subnet"))?;
+    let security_group_id = cx
+        .network
+        .security_group_id
+        .clone()
+        .ok_or_else(|| missing("the security group"))?;
+    let mut groups = group_specs(cx.groups, cx.execution_role, cx.bucket);
+    place(aws, cx, &subnet_id, &security_group_id, &mut groups).await?;
     let spec = HyperPodSpec {
         eks_cluster_arn: cx.eks_cluster_arn.to_owned(),
-        subnet_id: cx
-            .network
-            .compute_subnet_id
-            .clone()
-            .ok_or_else(|| missing("the compute subnet"))?,
-        security_group_id: cx
-            .network
-            .security_group_id
-            .clone()
-            .ok_or_else(|| missing("the security group"))?,
-        groups: group_specs(cx.groups, cx.execution_role, cx.bucket),
+        subnet_id,
+        security_group_id,
+        groups,
         unlisted: cx.unlisted,
         delete: cx.delete.to_vec(),
     };
@@ -327,6 +332,54 @@ pub async fn ensure(aws: &Aws, cx: &Context<'_>, made: &mut Made) -> Result<Prog
     };
     made.hyperpod_cluster_arn = state.arn.clone();
     Ok(Progress::unless(POLL, state.progress(cx.cluster)?))
+}
+
+/// Where each new group's instances go: the compute subnet of its zone with room for
+/// them (the cluster's own when that is it, else a group override on a subnet
+/// [`network::compute_subnet`] picks or carves, routed privately). A group HyperPod has
+/// already keeps the subnet it runs in.
+async fn place(
+    aws: &Aws,
+    cx: &Context<'_>,
+    cluster_subnet: &str,
+    security_group: &str,
+    groups: &mut [GroupSpec],
+) -> Result<(), ApiError> {
+    let live = hyperpod::describe(&aws.sagemaker(cx.region), cx.cluster, false).await?;
+    let has = |name: &str| live.iter().flat_map(|s| &s.groups).any(|g| g.name == name);
+    let ec2 = aws.ec2(cx.region);
+    let vpc = cx
+        .network
+        .vpc_id
+        .as_deref()
+        .ok_or_else(|| missing("the VPC"))?;
+    let cidr = cx
+        .network
+        .vpc_cidr
+        .as_deref()
+        .and_then(|c| app::api::values::Cidr::parse(c).ok())
+        .ok_or_else(|| missing("the VPC's block"))?;
+    let home = cx
+        .network
+        .availability_zones
+        .first()
+        .ok_or_else(|| missing("the cluster's zone"))?;
+    for (request, g) in cx.groups.iter().zip(groups.iter_mut()) {
+        if has(&g.name) {
+            continue;
+        }
+        let zone = request
+            .availability_zone
+            .as_ref()
+            .map_or(home.as_str(), |z| z.as_str());
+        let room = network::room_for(g.instance_count);
+        let subnet = network::compute_subnet(&ec2, cx.cluster, vpc, cidr, zone, room).await?;
+        if subnet != cluster_subnet {
+            network::route_privately(&ec2, cx.cluster, cx.network, Some(&subnet)).await?;
+            g.subnet = Some((subnet, security_group.to_owned()));
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the HyperPod cluster named `cluster` if hypd made it (its tags say so) and

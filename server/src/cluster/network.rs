@@ -119,15 +119,28 @@ fn internal_tags(cluster: &str) -> Vec<(String, String)> {
     ]
 }
 
-/// The /20 compute subnet in `zone` for `cluster`'s accelerated instances: the VPC's hypd
-/// compute subnet in that AZ when one exists (any cluster's: they share it), else the
-/// next free /20. The caller routes it through the private route table.
+/// Addresses one HyperPod instance takes in its subnet, as hypd plans room: its primary
+/// interface, the VPC CNI's warm pool of pod addresses and its EFA interfaces. Real use
+/// varies with the type and the pods; this is the margin hypd keeps.
+pub const ADDRESSES_PER_INSTANCE: u32 = 32;
+
+/// The addresses `instances` instances need.
+pub fn room_for(instances: u32) -> u32 {
+    instances.saturating_mul(ADDRESSES_PER_INSTANCE)
+}
+
+/// The /20 compute subnet in `zone` for `cluster`'s accelerated instances, with `room`
+/// free addresses: the VPC's hypd compute subnet in that AZ when one has the room (the
+/// cluster's own first; any cluster's, which they share), else the next free /20. The one
+/// function that makes compute subnets; the caller routes the subnet through the private
+/// route table ([`route_privately`]).
 pub async fn compute_subnet(
     ec2: &Client,
     cluster: &str,
     vpc_id: &str,
     vpc_cidr: Cidr,
     zone: &str,
+    room: u32,
 ) -> Result<String, ApiError> {
     let subnet = converge(&Subnet {
         ec2: ec2.clone(),
@@ -140,6 +153,7 @@ pub async fn compute_subnet(
             prefix: COMPUTE_PREFIX,
             extra_tags: internal_tags(cluster),
             shared: true,
+            room,
         },
     })
     .await?;
@@ -149,6 +163,75 @@ pub async fn compute_subnet(
         .ok_or_else(|| missing("the compute subnet"))
 }
 
+/// Pre-flight of [`compute_subnet`]: `Err` with the reason when `zone` of the VPC has no
+/// hypd compute subnet with `room` free addresses and no free /20 to carve one.
+pub async fn check_room(
+    ec2: &Client,
+    cluster: &str,
+    network: &Network,
+    zone: &str,
+    room: u32,
+) -> Result<(), ApiError> {
+    let vpc_id = network.vpc_id.clone().ok_or_else(|| missing("the VPC"))?;
+    let vpc_cidr = network
+        .vpc_cidr
+        .as_deref()
+        .and_then(|c| Cidr::parse(c).ok())
+        .ok_or_else(|| missing("the VPC's block"))?;
+    let subnet = Subnet {
+        ec2: ec2.clone(),
+        spec: SubnetSpec {
+            cluster: cluster.to_owned(),
+            role: COMPUTE_ROLE.to_owned(),
+            vpc_id,
+            vpc_cidr,
+            availability_zone: zone.to_owned(),
+            prefix: COMPUTE_PREFIX,
+            extra_tags: Vec::new(),
+            shared: true,
+            room,
+        },
+    };
+    use crate::resources::Resource;
+    let observed = subnet.observe().await?;
+    subnet.diff(&observed).map(|_| ())
+}
+
+/// The private route table of `cluster` routing its private subnets, every compute
+/// subnet tagged as the cluster's, and `also` (one a plan is about to make), through the
+/// NAT gateway.
+pub async fn route_privately(
+    ec2: &Client,
+    cluster: &str,
+    network: &Network,
+    also: Option<&str>,
+) -> Result<String, ApiError> {
+    let vpc_id = network.vpc_id.clone().ok_or_else(|| missing("the VPC"))?;
+    let nat = network
+        .nat_gateway_id
+        .clone()
+        .ok_or_else(|| missing("the NAT gateway"))?;
+    let mut subnet_ids = network.private_subnet_ids.clone();
+    subnet_ids.extend(ec2::subnet::compute_subnets_of(ec2, cluster, &vpc_id).await?);
+    subnet_ids.extend(network.compute_subnet_id.clone());
+    subnet_ids.extend(also.map(str::to_owned));
+    let mut seen = std::collections::BTreeSet::new();
+    subnet_ids.retain(|s| seen.insert(s.clone()));
+    converge(&RouteTable {
+        ec2: ec2.clone(),
+        spec: RouteTableSpec {
+            cluster: cluster.to_owned(),
+            role: "private".to_owned(),
+            vpc_id,
+            default_route: Target::NatGateway(nat),
+            subnet_ids,
+        },
+    })
+    .await?
+    .id
+    .ok_or_else(|| missing("the private route table"))
+}
+
 /// Makes (or adopts) the cluster's network; `out` keeps what exists so far.
 pub async fn ensure(
     aws: &Aws,
@@ -156,6 +239,7 @@ pub async fn ensure(
     cluster: &str,
     zone: &str,
     opts: &NetworkOptions,
+    room: u32,
     out: &mut Network,
 ) -> Result<Progress, ApiError> {
     let ec2 = aws.ec2(region);
@@ -211,6 +295,7 @@ pub async fn ensure(
                     prefix: CONTROL_PREFIX,
                     extra_tags: extra,
                     shared: false,
+                    room: 0,
                 },
             })
             .await?;
@@ -219,7 +304,19 @@ pub async fn ensure(
     }
     out.public_subnet_ids = public.clone();
     out.private_subnet_ids = private.clone();
-    let compute = compute_subnet(&ec2, cluster, &vpc.id, vpc.cidr, zone).await?;
+    // The subnet the cluster was made with stays its own, full or not; one deleted
+    // since is made again.
+    let kept = match &out.compute_subnet_id {
+        Some(id) => ec2::subnet::compute_subnets_of(&ec2, cluster, &vpc.id)
+            .await?
+            .contains(id)
+            .then(|| id.clone()),
+        None => None,
+    };
+    let compute = match kept {
+        Some(id) => id,
+        None => compute_subnet(&ec2, cluster, &vpc.id, vpc.cidr, zone, room).await?,
+    };
     out.compute_subnet_id = Some(compute.clone());
 
     let nat = converge(&NatGateway {
@@ -254,21 +351,7 @@ pub async fn ensure(
     .id
     .ok_or_else(|| missing("the public route table"))?;
     out.public_route_table_id = Some(public_rt);
-    let mut routed_privately = private;
-    routed_privately.push(compute);
-    let private_rt = converge(&RouteTable {
-        ec2: ec2.clone(),
-        spec: RouteTableSpec {
-            cluster: cluster.to_owned(),
-            role: "private".to_owned(),
-            vpc_id: vpc.id.clone(),
-            default_route: Target::NatGateway(nat_id),
-            subnet_ids: routed_privately,
-        },
-    })
-    .await?
-    .id
-    .ok_or_else(|| missing("the private route table"))?;
+    let private_rt = route_privately(&ec2, cluster, out, None).await?;
     out.private_route_table_id = Some(private_rt.clone());
     out.s3_endpoint_id = converge(&S3Endpoint {
         ec2: ec2.clone(),

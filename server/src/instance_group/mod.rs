@@ -225,10 +225,14 @@ async fn check_growth(
     let mut growth = group.clone();
     growth.instance_count = InstanceCount::new(added)
         .map_err(|e| ApiError::internal(format!("an instance count of {added}: {e}")))?;
+    let zone = group
+        .availability_zone
+        .as_ref()
+        .unwrap_or(&made.request.availability_zone);
     hyperpod::check_capacity(
         cx.aws,
         &made.region,
-        made.request.availability_zone.as_str(),
+        zone.as_str(),
         std::slice::from_ref(&growth),
         |_| at.to_owned(),
     )
@@ -312,7 +316,33 @@ impl Check for AddInstanceGroup {
                 ),
             ));
         }
-        check_growth(cx, made, &self.group, 0, "group").await
+        check_growth(cx, made, &self.group, 0, "group").await?;
+        // Room for its instances in its zone's compute subnet, or a /20 to carve one.
+        let zone = self
+            .group
+            .availability_zone
+            .as_ref()
+            .unwrap_or(&made.request.availability_zone);
+        crate::cluster::network::check_room(
+            &cx.aws.ec2(&made.region),
+            self.name.as_str(),
+            &made.created.network,
+            zone.as_str(),
+            crate::cluster::network::room_for(self.group.instance_count.get()),
+        )
+        .await
+        .map_err(|e| match e {
+            ApiError::Validation { errors } => ApiError::Validation {
+                errors: errors
+                    .into_iter()
+                    .map(|mut f| {
+                        f.field = "group.availability_zone".into();
+                        f
+                    })
+                    .collect(),
+            },
+            other => other,
+        })
     }
 }
 

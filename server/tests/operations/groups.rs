@@ -334,3 +334,186 @@ fn groups_are_added_scaled_refused_and_deleted() {
     let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/grp/drift", None);
     assert_eq!(drift["drifted"], json!([]), "{drift:#}");
 }
+
+/// Where a new group's instances go: another zone gets its own /20, routed like the
+/// first; a second group in the cluster's zone shares its compute subnet; once that
+/// subnet is full (someone else's interfaces took its addresses) the next group gets the
+/// next free /20. No block overlaps another, and drift takes it all as meant.
+#[test]
+fn groups_go_where_there_is_room() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let (status, _) = world.sim.call(
+        Method::PUT,
+        "/_sim/sagemaker/quotas",
+        Some(json!({"ml.g5.8xlarge": 16})),
+    );
+    assert!(status < 300);
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(json!({
+            "name": "net", "availability_zone": "us-east-1a",
+            "instance_groups": [{"name": "a1", "instance_type": "ml.g5.8xlarge", "instance_count": 1}],
+        })),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let cluster_subnet = op["outputs"]["network"]["compute_subnet_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = "/api/v1/clusters/net/instance-groups";
+    let add = |body: Value| {
+        let (status, added) = hypd.call(&token, Method::POST, path, Some(json!({ "group": body })));
+        assert_eq!(status, 200, "{added}");
+        let op = hypd.finish(&token, added["operation_id"].as_str().unwrap());
+        assert_eq!(op["state"], "succeeded", "{op:#}");
+    };
+    let subnet_of = |group: &str| -> Option<String> {
+        let described = sagemaker(&world, "DescribeCluster", json!({"ClusterName": "net"}));
+        group_of(&described, group)["OverrideVpcConfig"]["Subnets"][0]
+            .as_str()
+            .map(str::to_owned)
+    };
+
+    // Another zone: a /20 of its own there, the group's override, routed privately.
+    add(
+        json!({"name": "b1", "instance_type": "ml.g5.8xlarge", "instance_count": 1,
+               "availability_zone": "us-east-1b"}),
+    );
+    let b = subnet_of("b1").expect("b1 runs in a subnet of its zone");
+    // The cluster's zone: its compute subnet, no override.
+    add(json!({"name": "a2", "instance_type": "ml.g5.8xlarge", "instance_count": 1}));
+    assert_eq!(subnet_of("a2"), None);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ec2 = rt.block_on(async { aws_sdk_ec2::Client::new(&world.moto_sdk().await) });
+    let describe = |id: &str| {
+        rt.block_on(ec2.describe_subnets().subnet_ids(id).send())
+            .unwrap()
+            .subnets()[0]
+            .clone()
+    };
+    let sb = describe(&b);
+    assert_eq!(sb.availability_zone(), Some("us-east-1b"));
+    assert!(sb.cidr_block().unwrap().ends_with("/20"), "{sb:?}");
+    let routed = rt
+        .block_on(
+            ec2.describe_route_tables()
+                .filters(
+                    aws_sdk_ec2::types::Filter::builder()
+                        .name("association.subnet-id")
+                        .values(&b)
+                        .build(),
+                )
+                .send(),
+        )
+        .unwrap();
+    assert_eq!(routed.route_tables().len(), 1, "{routed:?}");
+    assert!(
+        routed.route_tables()[0]
+            .routes()
+            .iter()
+            .any(|r| r.nat_gateway_id().is_some()),
+        "{routed:?}"
+    );
+
+    // Someone else's interfaces take the cluster subnet's addresses: the next group in the
+    // zone gets the next free /20, which overlaps nothing.
+    rt.block_on(
+        ec2.create_network_interface()
+            .subnet_id(&cluster_subnet)
+            .secondary_private_ip_address_count(4000)
+            .send(),
+    )
+    .unwrap();
+    add(json!({"name": "a3", "instance_type": "ml.g5.8xlarge", "instance_count": 3}));
+    let a3 = subnet_of("a3").expect("a3 runs in a new subnet");
+    assert_ne!(a3, cluster_subnet);
+    let s3 = describe(&a3);
+    assert_eq!(s3.availability_zone(), Some("us-east-1a"));
+    let vpc = s3.vpc_id().unwrap().to_owned();
+    let all = rt
+        .block_on(
+            ec2.describe_subnets()
+                .filters(
+                    aws_sdk_ec2::types::Filter::builder()
+                        .name("vpc-id")
+                        .values(&vpc)
+                        .build(),
+                )
+                .send(),
+        )
+        .unwrap();
+    let blocks: Vec<app::api::values::Cidr> = all
+        .subnets()
+        .iter()
+        .map(|s| app::api::values::Cidr::parse(s.cidr_block().unwrap()).unwrap())
+        .collect();
+    for (i, x) in blocks.iter().enumerate() {
+        for y in &blocks[i + 1..] {
+            assert!(!x.overlaps(*y), "{x} overlaps {y}");
+        }
+    }
+    assert_kubernetes_ready(&world, "net", &[("a1", 1), ("b1", 1), ("a2", 1), ("a3", 3)]);
+    let (_, listed) = hypd.call(&token, Method::GET, path, None);
+    let zones: Vec<&Value> = listed["instance_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| &g["availability_zones"])
+        .collect();
+    assert_eq!(
+        zones,
+        [
+            &json!(["us-east-1a"]),
+            &json!(["us-east-1b"]),
+            &json!(["us-east-1a"]),
+            &json!(["us-east-1a"])
+        ],
+        "{listed:#}"
+    );
+    let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/net/drift", None);
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
+
+    // Once the VPC has no /20 left, a group in a zone with no compute subnet is refused
+    // before anything is made.
+    let cidr = rt
+        .block_on(ec2.describe_vpcs().vpc_ids(&vpc).send())
+        .unwrap()
+        .vpcs()[0]
+        .cidr_block()
+        .unwrap()
+        .to_owned();
+    let second: u8 = cidr.split('.').nth(1).unwrap().parse().unwrap();
+    for k in 0..16u8 {
+        // Blocks already taken are refused by EC2; the rest fill the VPC.
+        let _ = rt.block_on(
+            ec2.create_subnet()
+                .vpc_id(&vpc)
+                .cidr_block(format!("10.{second}.{}.0/20", k * 16))
+                .availability_zone("us-east-1c")
+                .send(),
+        );
+    }
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, refused) = hypd.call(
+        &token,
+        Method::POST,
+        path,
+        Some(
+            json!({"group": {"name": "c1", "instance_type": "ml.g5.8xlarge", "instance_count": 1,
+                              "availability_zone": "us-east-1c"}}),
+        ),
+    );
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["errors"][0]["field"], "group.availability_zone",
+        "{refused}"
+    );
+    assert!(agents_mutating_calls(&world).is_empty());
+}

@@ -29,6 +29,9 @@ pub struct SubnetSpec {
     /// Use a subnet of the same role that hypd made in this VPC and AZ for any cluster,
     /// if one is at least this large.
     pub shared: bool,
+    /// Free addresses the subnet must have: a subnet of the role with fewer is passed
+    /// over, and the next free block is carved instead.
+    pub room: u32,
 }
 
 pub struct Subnet {
@@ -71,6 +74,22 @@ async fn subnets_of(
     Ok(out.subnets().to_vec())
 }
 
+/// The compute subnets tagged as `cluster`'s in `vpc_id`.
+pub async fn compute_subnets_of(
+    ec2: &Client,
+    cluster: &str,
+    vpc_id: &str,
+) -> Result<Vec<String>, ApiError> {
+    Ok(subnets_of(ec2, vpc_id)
+        .await?
+        .iter()
+        .filter(|s| {
+            has_tag(s.tags(), tags::CLUSTER, cluster) && has_tag(s.tags(), tags::ROLE, COMPUTE_ROLE)
+        })
+        .filter_map(|s| s.subnet_id().map(str::to_owned))
+        .collect())
+}
+
 fn cidr_of(s: &aws_sdk_ec2::types::Subnet) -> Option<Cidr> {
     s.cidr_block().and_then(|c| Cidr::parse(c).ok())
 }
@@ -78,13 +97,24 @@ fn cidr_of(s: &aws_sdk_ec2::types::Subnet) -> Option<Cidr> {
 /// The subnet `spec` names among `subnets`: its own by tags, else (when shared) one of
 /// the same role, VPC and AZ that hypd made for any cluster and is large enough.
 fn pick(spec: &SubnetSpec, subnets: &[aws_sdk_ec2::types::Subnet]) -> Option<SubnetState> {
+    let roomy = |s: &aws_sdk_ec2::types::Subnet| {
+        s.available_ip_address_count()
+            .is_none_or(|n| i64::from(n) >= i64::from(spec.room))
+    };
+    let in_zone = |s: &aws_sdk_ec2::types::Subnet| {
+        s.availability_zone() == Some(spec.availability_zone.as_str())
+    };
     let own = subnets.iter().find(|s| {
-        has_tag(s.tags(), tags::CLUSTER, &spec.cluster) && has_tag(s.tags(), tags::ROLE, &spec.role)
+        has_tag(s.tags(), tags::CLUSTER, &spec.cluster)
+            && has_tag(s.tags(), tags::ROLE, &spec.role)
+            && in_zone(s)
+            && roomy(s)
     });
     let shared = || {
         subnets.iter().find(|s| {
             spec.shared
-                && s.availability_zone() == Some(spec.availability_zone.as_str())
+                && in_zone(s)
+                && roomy(s)
                 && has_tag(s.tags(), tags::MANAGED, "true")
                 && has_tag(s.tags(), tags::ROLE, &spec.role)
                 && cidr_of(s).is_some_and(|c| c.prefix() <= spec.prefix)
@@ -256,6 +286,7 @@ mod tests {
             prefix: 20,
             extra_tags: vec![],
             shared: true,
+            room: 0,
         };
         let observed = Observed {
             subnet: None,

@@ -52,6 +52,9 @@ pub struct GroupSpec {
     pub deep_health_checks: bool,
     pub capacity: GroupCapacity,
     pub efa_only: bool,
+    /// (subnet, security group) of a group that runs outside the cluster's compute
+    /// subnet (`OverrideVpcConfig`).
+    pub subnet: Option<(String, String)>,
     pub labels: BTreeMap<String, String>,
     /// (key, value, effect).
     pub taints: Vec<(String, Option<String>, String)>,
@@ -120,6 +123,14 @@ impl GroupSpec {
         }
         if let Some(k) = self.kubernetes() {
             g = g.kubernetes_config(k);
+        }
+        if let Some((subnet, sg)) = &self.subnet {
+            g = g.override_vpc_config(
+                VpcConfig::builder()
+                    .subnets(subnet)
+                    .security_group_ids(sg)
+                    .build(),
+            );
         }
         if self.efa_only {
             g = g.network_interface(
@@ -755,6 +766,7 @@ mod tests {
             deep_health_checks: false,
             capacity: GroupCapacity::OnDemand,
             efa_only: false,
+            subnet: None,
             labels: BTreeMap::new(),
             taints: Vec::new(),
         }
