@@ -191,7 +191,7 @@ def create_cluster(api, sim_url, groups, per_group, timeout):
         raise RuntimeError(f"create_cluster answered {r.status_code}: {r.text[:500]}")
     op_id = r.json()["operation_id"]
     while True:
-        w = api.get(f"/api/v1/operations/{op_id}/wait", params={"timeout_seconds": 60})
+        w = api.get(f"/api/v1/operations/{op_id}/wait", params={"timeout_seconds": 60}, timeout=120)
         if w.status_code != 200:
             raise RuntimeError(f"wait_operation answered {w.status_code}: {w.text[:500]}")
         body = w.json()
@@ -207,7 +207,19 @@ def create_cluster(api, sim_url, groups, per_group, timeout):
     if op["state"] != "succeeded":
         failed = [s for s in op["stages"] if s["state"] == "failed"]
         raise RuntimeError(f"create_cluster {op['state']} after {seconds:.0f} s: {json.dumps(failed or op.get('error'))[:1500]}")
-    return op_id, seconds
+    return op, seconds
+
+
+def stage_seconds(op):
+    """How long each stage of an operation took, from its stored times."""
+    from datetime import datetime
+
+    at = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
+    return {
+        s["name"]: round((at(s["finished_at"]) - at(s["started_at"])).total_seconds(), 1)
+        for s in op["stages"]
+        if s.get("started_at") and s.get("finished_at")
+    }
 
 
 def check_nodes(expect_total, expect_page):
@@ -225,9 +237,9 @@ def check_page(expect_rows, expect_total):
     def check(r):
         html = r.text
         rows = html.count("data-node=")
-        m = re.search(r'class="muted node-page-counts" data-total="(\d+)"', html) or re.search(
-            r'class="node-counts" data-total="(\d+)"', html
-        )
+        # The Nodes panel's count line (the page streams, so attributes come in any order).
+        tags = [t for t in re.findall(r"<p [^>]*>", html) if "node-page-counts" in t]
+        m = re.search(r'data-total="(\d+)"', tags[0]) if tags else None
         total = int(m.group(1)) if m else None
         if rows != expect_rows or total != expect_total:
             return f"{rows} node rows (expected {expect_rows}), node total {total} (expected {expect_total})"
@@ -236,42 +248,80 @@ def check_page(expect_rows, expect_total):
     return check
 
 
-def measure(client, path, check, requests, warmup, pid):
-    """Warm-up, then `requests` sequential GETs; latencies, statuses and memory."""
+def cpu_seconds(pid):
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def get(client, path):
+    """One GET: (milliseconds, status or "timeout"/"error", response or None)."""
+    t = time.perf_counter()
+    try:
+        r = client.get(path)
+    except httpx.TimeoutException:
+        return (time.perf_counter() - t) * 1000, "timeout", None
+    except httpx.HTTPError as e:
+        return (time.perf_counter() - t) * 1000, f"error: {type(e).__name__}", None
+    return (time.perf_counter() - t) * 1000, r.status_code, r
+
+
+def measure(client, path, check, requests, warmup, budget, hypd_pid, sim_pid):
+    """A first request (checked), a warm-up, then up to `requests` sequential GETs, all
+    within `budget` seconds (0: no limit): latencies, statuses, CPU and memory."""
     problems = []
-    first = client.get(path)
-    if first.status_code != 200:
-        problems.append(f"first answer {first.status_code}: {first.text[:300]}")
+    began = time.monotonic()
+    left = lambda share: not budget or time.monotonic() - began < budget * share  # noqa: E731
+    first_ms, status, first = get(client, path)
+    result = {"path": path, "first_ms": round(first_ms, 2), "bytes": len(first.content) if first else None}
+    if status != 200:
+        problems.append(f"first answer {status} after {first_ms / 1000:.1f} s: {first.text[:300] if first else ''}")
+        if first is None:
+            # A world that cannot answer once in the timeout will not answer 200 times.
+            return {**result, "requests": 0, "warmup": 0, "statuses": {str(status): 1}, "problems": problems}
     else:
         wrong = check(first)
         if wrong:
             problems.append(wrong)
-    for _ in range(warmup):
-        client.get(path)
-    times, statuses, size = [], {}, len(first.content)
-    with Sampler(pid) as sampler:
-        for _ in range(requests):
-            t = time.perf_counter()
-            r = client.get(path)
-            times.append((time.perf_counter() - t) * 1000)
-            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
-    after = memory(pid)
+    warmed = 0
+    while warmed < warmup and left(0.25):
+        get(client, path)
+        warmed += 1
+    times, statuses = [], {}
+    cpu_hypd, cpu_sim = cpu_seconds(hypd_pid), cpu_seconds(sim_pid)
+    run_began = time.monotonic()
+    with Sampler(hypd_pid) as sampler:
+        while len(times) < requests and (left(1.0) or len(times) < 3):
+            ms, status, _ = get(client, path)
+            times.append(ms)
+            statuses[status] = statuses.get(status, 0) + 1
+    wall = time.monotonic() - run_began
+    cpu_hypd, cpu_sim = cpu_seconds(hypd_pid) - cpu_hypd, cpu_seconds(sim_pid) - cpu_sim
+    after = memory(hypd_pid)
+    if warmed < warmup or len(times) < requests:
+        problems.append(f"time budget of {budget} s spent: {warmed} warm-up and {len(times)} measured requests of {warmup} + {requests}")
     bad = {k: v for k, v in statuses.items() if k != 200}
     if bad:
-        problems.append(f"non-200 answers during the run: {bad}")
+        problems.append(f"answers other than 200 during the run: {bad}")
     times.sort()
+    n = len(times)
     return {
-        "path": path,
-        "requests": requests,
-        "warmup": warmup,
-        "bytes": size,
-        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        **result,
+        "requests": n,
+        "warmup": warmed,
+        "statuses": {str(k): v for k, v in statuses.items()},
         "p50_ms": round(percentile(times, 50), 2),
         "p90_ms": round(percentile(times, 90), 2),
         "p99_ms": round(percentile(times, 99), 2),
         "max_ms": round(times[-1], 2),
         "min_ms": round(times[0], 2),
-        "mean_ms": round(sum(times) / len(times), 2),
+        "mean_ms": round(sum(times) / n, 2),
+        "wall_s": round(wall, 2),
+        # CPU per measured request: hypd's own work, and the sim's (which answers the
+        # ListClusterNodes pages and the Kubernetes lists, and runs its controllers).
+        "hypd_cpu_ms_per_request": round(cpu_hypd * 1000 / n, 2),
+        "sim_cpu_ms_per_request": round(cpu_sim * 1000 / n, 2),
         "rss_peak_during_mib": round(sampler.peak, 1),
         "rss_samples": sampler.samples,
         "rss_after_mib": round(after["VmRSS"], 1),
@@ -290,6 +340,13 @@ def main():
     ap.add_argument("--warmup", type=int, default=10, help="unmeasured requests per endpoint before the measured ones")
     ap.add_argument("--groups", type=int, default=2, help="instance groups (named a, b, …)")
     ap.add_argument("--per-group", type=int, default=500, help="ml.g5.8xlarge nodes per instance group")
+    ap.add_argument(
+        "--budget-seconds",
+        type=int,
+        default=900,
+        help="at most this long per endpoint (warm-up at most a quarter of it), whatever --requests says; 0: no limit",
+    )
+    ap.add_argument("--request-timeout", type=float, default=300, help="seconds one request may take")
     ap.add_argument("--time-scale", type=int, default=600, help="hypd-sim's simulated seconds per real second")
     ap.add_argument("--create-timeout", type=int, default=900, help="seconds to wait for the cluster's creation")
     ap.add_argument(
@@ -327,9 +384,9 @@ def main():
         encoding = {"Accept-Encoding": "gzip" if args.gzip else "identity"}
         memory_at = {"started": memory(hypd.pid)}
 
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}", **encoding}, timeout=120) as api:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}", **encoding}, timeout=args.request_timeout) as api:
             print(f"creating {CLUSTER}: {args.groups} groups x {args.per_group} {INSTANCE_TYPE} ({total} nodes)", file=sys.stderr)
-            op_id, create_seconds = create_cluster(api, sim_url, args.groups, args.per_group, args.create_timeout)
+            op, create_seconds = create_cluster(api, sim_url, args.groups, args.per_group, args.create_timeout)
             memory_at["created"] = memory(hypd.pid)
 
             if args.page_auth == "cookie":
@@ -337,7 +394,7 @@ def main():
                 if login.status_code != 200:
                     raise RuntimeError(f"sign-in answered {login.status_code}: {login.text[:300]}")
                 name, _, value = login.headers["set-cookie"].split(";")[0].partition("=")
-                page_client = httpx.Client(base_url=url, headers=encoding, cookies={name: value}, timeout=120)
+                page_client = httpx.Client(base_url=url, headers=encoding, cookies={name: value}, timeout=args.request_timeout)
             else:
                 page_client = api
 
@@ -356,43 +413,56 @@ def main():
             results = {}
             try:
                 for label, client, path, check in endpoints:
-                    print(f"measuring {label}: {args.warmup} + {args.requests} requests", file=sys.stderr)
-                    results[label] = measure(client, path, check, args.requests, args.warmup, hypd.pid)
+                    print(f"measuring {label}: {args.warmup} + {args.requests} requests", file=sys.stderr, flush=True)
+                    results[label] = measure(client, path, check, args.requests, args.warmup, args.budget_seconds, hypd.pid, sim.pid)
             finally:
                 if page_client is not api:
                     page_client.close()
             memory_at["after_requests"] = memory(hypd.pid)
 
         problems = [f"{label}: {p}" for label, r in results.items() for p in r["problems"]]
+        peaks = [r["rss_peak_during_mib"] for r in results.values() if "rss_peak_during_mib" in r]
         summary = {
             "hypd": str(HYPD),
             "nodes": total,
             "groups": args.groups,
             "time_scale": args.time_scale,
-            "create_operation": op_id,
+            "create_operation": op["operation_id"],
             "create_seconds": round(create_seconds, 1),
+            "create_stage_seconds": stage_seconds(op),
             "requests": args.requests,
             "warmup": args.warmup,
             "gzip": args.gzip,
+            "page_auth": args.page_auth,
+            "cpus": os.cpu_count(),
+            "loadavg_after": open("/proc/loadavg").read().split()[:3],
             "endpoints": results,
             "memory_mib": {k: {m: round(v, 1) for m, v in mem.items()} for k, mem in memory_at.items()},
-            "rss_peak_during_requests_mib": max(r["rss_peak_during_mib"] for r in results.values()),
+            "rss_peak_during_requests_mib": max(peaks) if peaks else None,
             "problems": problems,
         }
 
         print(f"\n== {total} HyperPod nodes in {args.groups} groups, created in {create_seconds:.1f} s "
-              f"(sim x{args.time_scale}); {args.requests} sequential requests per endpoint after {args.warmup} warm-up ({HYPD})")
-        head = f"{'endpoint':<34} {'bytes':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'RSS peak':>9}  statuses"
+              f"(sim x{args.time_scale}); up to {args.requests} sequential requests per endpoint after {args.warmup} warm-up ({HYPD})")
+        print("   stages (s): " + ", ".join(f"{k} {v}" for k, v in summary["create_stage_seconds"].items()))
+        head = (f"{'endpoint':<34} {'n':>4} {'bytes':>8} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'max ms':>9} "
+                f"{'hypd cpu':>9} {'sim cpu':>9} {'RSS peak':>9}  statuses")
         print(head)
         print("-" * len(head))
         for label, r in results.items():
-            print(f"{label:<34} {r['bytes']:>9} {r['p50_ms']:>8.2f} {r['p90_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.2f} "
+            if not r["requests"]:
+                print(f"{label:<34} {0:>4} {'-':>8}  not measured: {r['problems'][0]}")
+                continue
+            print(f"{label:<34} {r['requests']:>4} {r['bytes'] or 0:>8} {r['p50_ms']:>9.1f} {r['p90_ms']:>9.1f} {r['p99_ms']:>9.1f} "
+                  f"{r['max_ms']:>9.1f} {r['hypd_cpu_ms_per_request']:>7.1f}ms {r['sim_cpu_ms_per_request']:>7.1f}ms "
                   f"{r['rss_peak_during_mib']:>8.1f}M  {r['statuses']}")
+        print("(cpu: CPU time per measured request, of hypd and of hypd-sim)")
         print("\nhypd memory (MiB)          VmRSS    VmHWM")
         for label, key in [("before the cluster", "started"), ("after creation", "created"), ("after the requests", "after_requests")]:
             m = memory_at[key]
             print(f"  {label:<22} {m['VmRSS']:>8.1f} {m['VmHWM']:>8.1f}")
-        print(f"  {'peak during requests':<22} {summary['rss_peak_during_requests_mib']:>8.1f}")
+        if peaks:
+            print(f"  {'peak during requests':<22} {max(peaks):>8.1f}")
         print("\nproblems: " + ("; ".join(problems) if problems else "none"))
         line = json.dumps(summary, separators=(",", ":"))
         if args.json_out:

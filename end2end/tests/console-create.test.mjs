@@ -289,9 +289,26 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('form.add-group button[type="submit"]');
   await page.waitForSelector('form.add-group [role="alert"]');
   assert.match(await page.textContent('form.add-group [role="alert"]'), /group\.name/);
+  // The extra group runs on a training plan the account bought (two g6e in us-east-1a).
+  const sagemaker = async (target, body) => {
+    const res = await fetch(server.world.simUrl, {
+      method: 'POST',
+      headers: { 'x-amz-target': `SageMaker.${target}`, 'content-type': 'application/x-amz-json-1.1' },
+      body: JSON.stringify(body),
+    });
+    return res.json();
+  };
+  const bought = await sagemaker('CreateTrainingPlan', { TrainingPlanName: 'e2e-run', TrainingPlanOfferingId: 'tpo-g6e-2-use1a' });
+  for (let i = 0; i < 100; i++) {
+    if ((await sagemaker('DescribeTrainingPlan', { TrainingPlanName: 'e2e-run' })).Status === 'Active') break;
+    await page.waitForTimeout(100);
+  }
   await page.fill('#add-group-name', 'extra');
-  await page.fill('#add-group-count', '1');
-  await page.selectOption('#add-group-capacity', 'spot');
+  await page.fill('#add-group-type', 'ml.g6e.48xlarge');
+  await page.fill('#add-group-count', '2');
+  await page.selectOption('#add-group-capacity', 'training_plan');
+  await page.fill('#add-group-plan', bought.TrainingPlanArn);
+  await page.fill('#add-group-zone', 'us-east-1a');
   await page.click('form.add-group button[type="submit"]');
   await page.waitForSelector('form.add-group .plan li[data-kind="sagemaker:Cluster"][data-action="update"]');
   assert.equal(await page.textContent('form.add-group button[type="submit"]'), 'Add group');
@@ -303,6 +320,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await hydrated(page);
   const extra = '.group-actions[data-group="extra"]';
   await page.waitForSelector(extra);
+  assert.match(await page.textContent('.instance-groups tr[data-group="extra"] td.arn'), /training-plan\/e2e-run/);
   await settled(page);
   await page.click(`${extra} button.delete-group`);
   await page.waitForSelector(`${extra} .plan li[data-kind="sagemaker:Cluster"]`);

@@ -166,6 +166,8 @@ pub struct AddGroupForm {
     instance_type: RwSignal<String>,
     count: RwSignal<String>,
     capacity: RwSignal<String>,
+    training_plan: RwSignal<String>,
+    zone: RwSignal<String>,
     deep_health_checks: RwSignal<bool>,
 }
 
@@ -178,6 +180,8 @@ impl Default for AddGroupForm {
             instance_type: RwSignal::new("ml.g5.8xlarge".to_owned()),
             count: RwSignal::new("1".to_owned()),
             capacity: RwSignal::new("on_demand".to_owned()),
+            training_plan: RwSignal::new(String::new()),
+            zone: RwSignal::new(String::new()),
             deep_health_checks: RwSignal::new(false),
         }
     }
@@ -193,21 +197,32 @@ pub fn AddGroup(cluster: String, form: AddGroupForm) -> impl IntoView {
         instance_type,
         count,
         capacity,
+        training_plan,
+        zone,
         deep_health_checks,
     } = form;
     let cluster = StoredValue::new(cluster);
     let input = move || {
         let count = count.get_untracked();
-        json!({
+        let mut capacity = json!({ "type": capacity.get_untracked() });
+        if capacity["type"] == "training_plan" {
+            capacity["training_plan_arn"] = json!(training_plan.get_untracked().trim());
+        }
+        let mut input = json!({
             "name": cluster.get_value(),
             "group": {
                 "name": name.get_untracked().trim(),
                 "instance_type": instance_type.get_untracked().trim(),
                 "instance_count": count.trim().parse::<u64>().map_or_else(|_| json!(count), |n| json!(n)),
-                "capacity": { "type": capacity.get_untracked() },
+                "capacity": capacity,
                 "deep_health_checks": deep_health_checks.get_untracked(),
             },
-        })
+        });
+        let zone = zone.get_untracked();
+        if !zone.trim().is_empty() {
+            input["group"]["availability_zone"] = json!(zone.trim());
+        }
+        input
     };
     // Any edit goes back to the plan: what runs is what was reviewed.
     let edited = move |signal: RwSignal<String>| {
@@ -231,8 +246,13 @@ pub fn AddGroup(cluster: String, form: AddGroupForm) -> impl IntoView {
                     <select id="add-group-capacity" on:change=edited(capacity) prop:value=move || capacity.get()>
                         <option value="on_demand">"On-demand"</option>
                         <option value="spot">"Spot"</option>
+                        <option value="training_plan">"Training plan"</option>
                     </select>
                 </label>
+                {move || (capacity.get() == "training_plan").then(|| view! {
+                    <label>"Training plan ARN" <input id="add-group-plan" prop:value=move || training_plan.get() on:input=edited(training_plan)/></label>
+                })}
+                <label>"Zone" <input id="add-group-zone" placeholder="the cluster's" prop:value=move || zone.get() on:input=edited(zone)/></label>
                 <label class="check">
                     <input
                         id="add-group-dhc"

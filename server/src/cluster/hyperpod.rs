@@ -372,6 +372,10 @@ async fn place(
             .availability_zone
             .as_ref()
             .map_or(home.as_str(), |z| z.as_str());
+        // The cluster's own subnet, made by this very plan: new, so it has the room.
+        if zone == home && crate::resources::known_after_apply(cluster_subnet) {
+            continue;
+        }
         let room = network::room_for(g.instance_count);
         let subnet = network::compute_subnet(&ec2, cx.cluster, vpc, cidr, zone, room).await?;
         if subnet != cluster_subnet {
