@@ -619,4 +619,9 @@ async fn a_groups_kubernetes_labels_and_taints_follow_it_onto_its_nodes() {
     assert_eq!(k.current_labels(), k.desired_labels());
     assert_eq!(k.desired_labels().unwrap().len(), 1);
     assert_eq!(k.current_taints()[0].key(), "spot");
+    // Settled, the Node is not written again tick after tick.
+    let version = nodes.get(&name).await.unwrap().metadata.resource_version;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let again = nodes.get(&name).await.unwrap().metadata.resource_version;
+    assert_eq!(again, version);
 }
