@@ -10,6 +10,7 @@ use serde_json::json;
 
 use std::collections::BTreeMap;
 
+use crate::sagemaker::Recovery;
 use crate::sagemaker::instance_types::InstanceType;
 use crate::sagemaker::training_plans::{Offering, OfferingSpec};
 use crate::world::{AwsError, Fault, Shared, World};
@@ -131,6 +132,48 @@ async fn set_offerings(
     Json(json!({ "offerings": w.sagemaker.training_plans.offerings.len() })).into_response()
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum FaultRecovery {
+    Reboot,
+    Replace,
+}
+
+#[derive(Deserialize)]
+struct NodeFaultBody {
+    recovery: FaultRecovery,
+}
+
+/// What HyperPod's health-monitoring agent concludes about a node's hardware fault: the
+/// node awaits a reboot or replacement, which HyperPod does itself under Automatic
+/// NodeRecovery and otherwise leaves to BatchReboot/ReplaceClusterNodes.
+async fn node_fault(
+    State(state): State<Shared>,
+    Path((cluster, id)): Path<(String, String)>,
+    Json(body): Json<NodeFaultBody>,
+) -> Response {
+    let recovery = match body.recovery {
+        FaultRecovery::Reboot => Recovery::Reboot,
+        FaultRecovery::Replace => Recovery::Replace,
+    };
+    let mut w = state.lock().await;
+    match w.mark_node_for_recovery(&cluster, &id, recovery, false) {
+        Some(true) => Json(json!({ "recovery": recovery.label() })).into_response(),
+        Some(false) => AwsError::new(
+            409,
+            "ConflictException",
+            format!("Node {id} is busy with a reboot, replacement or update"),
+        )
+        .into_response(),
+        None => AwsError::new(
+            404,
+            "ResourceNotFound",
+            format!("Node {id} not found in HyperPod cluster {cluster}"),
+        )
+        .into_response(),
+    }
+}
+
 /// Forgets every resource and fault; keeps the time scale and moto.
 async fn reset(State(state): State<Shared>) -> Response {
     let mut w = state.lock().await;
@@ -159,5 +202,9 @@ pub fn routes() -> Router<Shared> {
         .route(
             "/_sim/sagemaker/training-plan-offerings",
             axum::routing::put(set_offerings),
+        )
+        .route(
+            "/_sim/sagemaker/clusters/{cluster}/nodes/{instance_id}/fault",
+            axum::routing::put(node_fault),
         )
 }

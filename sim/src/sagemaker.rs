@@ -23,6 +23,7 @@ pub mod training_plans;
 
 use lookups::Lookups;
 use nodes::NodeAction;
+pub use nodes::Recovery;
 
 pub const CLUSTER_CREATE_SECS: f64 = 900.0;
 pub const CLUSTER_UPDATE_SECS: f64 = 300.0;
@@ -54,6 +55,10 @@ struct Node {
     action: Option<NodeAction>,
     /// When a platform software update last finished on this instance.
     software_updated: Option<f64>,
+    /// A recovery HyperPod owes the node (health-agent fault or a user's label).
+    health: Option<nodes::Health>,
+    /// Reboots this instance has been through: a rebooted Node reports a new bootID.
+    boots: u32,
 }
 
 /// Where a group's instances run. HyperPod launches an instance group in one subnet
@@ -242,6 +247,10 @@ fn node_status(node: &Node, group: &Group, now: f64) -> &'static str {
     if let Some(status) = nodes::action_status(node, now) {
         return status;
     }
+    // A node the health agent found faulty is unhealthy until HyperPod recovers it.
+    if node.health.is_some() {
+        return "Failure";
+    }
     let age = now - node.launched;
     if age < NODE_BOOT_SECS {
         "Pending"
@@ -288,6 +297,8 @@ impl World {
                 release: group.desired_release.clone(),
                 action: None,
                 software_updated: None,
+                health: None,
+                boots: 0,
             });
         }
         let excess = group.nodes.len().saturating_sub(group.target as usize);
@@ -1261,8 +1272,14 @@ pub struct Instance {
     pub labels: BTreeMap<String, String>,
     /// The group's `KubernetesConfig.Taints`, as Kubernetes spells taints.
     pub taints: Vec<Value>,
-    /// `Pending`, `DeepHealthCheckInProgress` or `Running`.
+    /// `Pending`, `DeepHealthCheckInProgress`, `Running`, `Failure`, `ShuttingDown` or
+    /// `SystemUpdating`.
     pub status: &'static str,
+    /// `UnschedulablePendingReboot` or `UnschedulablePendingReplacement` while HyperPod
+    /// owes the instance that recovery.
+    pub pending_recovery: Option<&'static str>,
+    /// Reboots of this instance so far.
+    pub boots: u32,
     /// Simulated second the instance was launched.
     pub launched: f64,
 }
@@ -1324,6 +1341,8 @@ impl World {
                             labels: group_labels(g),
                             taints: group_taints(g),
                             status: node_status(n, g, now),
+                            pending_recovery: n.health.as_ref().map(|h| h.recovery.label()),
+                            boots: n.boots,
                             launched: n.launched,
                         }
                     })

@@ -13,6 +13,8 @@ use crate::world::{AwsError, World};
 pub const REBOOT_SECS: f64 = 180.0;
 pub const SHUTDOWN_SECS: f64 = 120.0;
 pub const SOFTWARE_UPDATE_SECS: f64 = 600.0;
+/// Simulated seconds between a node being marked for recovery and HyperPod acting on it.
+pub const RECOVERY_DELAY_SECS: f64 = 60.0;
 
 /// HyperPod platform image releases, oldest first; new groups get the newest.
 pub const IMAGE_RELEASES: &[&str] = &["2025.06.04", "2025.09.15", "2025.11.20"];
@@ -34,6 +36,38 @@ pub enum NodeAction {
     SoftwareUpdate { since: f64, release: String },
 }
 
+/// What HyperPod's health-monitoring agent (or a user's Node label) asks for a node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Recovery {
+    Reboot,
+    Replace,
+}
+
+impl Recovery {
+    /// The `sagemaker.amazonaws.com/node-health-status` value that asks for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Recovery::Reboot => "UnschedulablePendingReboot",
+            Recovery::Replace => "UnschedulablePendingReplacement",
+        }
+    }
+
+    pub fn from_label(label: &str) -> Option<Self> {
+        [Recovery::Reboot, Recovery::Replace]
+            .into_iter()
+            .find(|r| r.label() == label)
+    }
+}
+
+/// A recovery a node is owed since `since`. `requested` marks a user's label, which
+/// HyperPod honours whatever the cluster's NodeRecovery says, as it does its APIs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Health {
+    pub recovery: Recovery,
+    pub since: f64,
+    pub requested: bool,
+}
+
 /// The status an action shows, if one is under way.
 pub fn action_status(node: &Node, now: f64) -> Option<&'static str> {
     match node.action.as_ref()? {
@@ -51,14 +85,33 @@ impl World {
         let stuck_reboot = self.stuck("sagemaker", "BatchRebootClusterNodes");
         let stuck_replace = self.stuck("sagemaker", "BatchReplaceClusterNodes");
         let stuck_update = self.stuck("sagemaker", "UpdateClusterSoftware");
+        let serial = &mut self.sagemaker.nodes;
         for c in self.sagemaker.clusters.values_mut() {
+            let automatic = c.node_recovery == "Automatic";
             for g in &mut c.groups {
                 for n in &mut g.nodes {
+                    if let Some(h) = n.health.clone().filter(|_| n.action.is_none()) {
+                        let at = h.since + RECOVERY_DELAY_SECS;
+                        if (automatic || h.requested) && now >= at {
+                            n.action = Some(match h.recovery {
+                                Recovery::Reboot => NodeAction::Reboot { since: at },
+                                Recovery::Replace => {
+                                    *serial += 1;
+                                    NodeAction::Replace {
+                                        since: at,
+                                        new_id: super::instance_id(*serial),
+                                    }
+                                }
+                            });
+                        }
+                    }
                     match n.action.clone() {
                         Some(NodeAction::Reboot { since })
                             if !stuck_reboot && now - since >= REBOOT_SECS =>
                         {
                             n.action = None;
+                            n.health = None;
+                            n.boots += 1;
                         }
                         Some(NodeAction::Replace { since, new_id })
                             if !stuck_replace && now - since >= SHUTDOWN_SECS =>
@@ -67,6 +120,8 @@ impl World {
                             n.launched = since + SHUTDOWN_SECS;
                             n.action = None;
                             n.software_updated = None;
+                            n.health = None;
+                            n.boots = 0;
                         }
                         Some(NodeAction::SoftwareUpdate { since, release })
                             if !stuck_update && now - since >= SOFTWARE_UPDATE_SECS =>
@@ -90,6 +145,36 @@ impl World {
                 c.system_update = false;
             }
         }
+    }
+}
+
+impl World {
+    /// Marks node `id` of HyperPod cluster `cluster` as owed `recovery`. None when
+    /// either is unknown; false when the node is busy with an action already.
+    pub fn mark_node_for_recovery(
+        &mut self,
+        cluster: &str,
+        id: &str,
+        recovery: Recovery,
+        requested: bool,
+    ) -> Option<bool> {
+        self.settle_sagemaker();
+        let now = self.clock.now();
+        let c = self.sagemaker.clusters.get_mut(cluster)?;
+        let node = c
+            .groups
+            .iter_mut()
+            .flat_map(|g| g.nodes.iter_mut())
+            .find(|n| n.id == id)?;
+        if node.action.is_some() {
+            return Some(false);
+        }
+        node.health = Some(Health {
+            recovery,
+            since: now,
+            requested,
+        });
+        Some(true)
     }
 }
 
@@ -262,7 +347,10 @@ fn batch(w: &mut World, body: &Value, kind: Batch) -> Result<Value, AwsError> {
                 ));
                 continue;
             }
-            if kind != Batch::Delete && node_status != "Running" {
+            // A node awaiting recovery is no longer Running, yet rebooting or replacing
+            // it is exactly what it waits for.
+            let awaits_recovery = group.nodes[ni].health.is_some();
+            if kind != Batch::Delete && node_status != "Running" && !awaits_recovery {
                 failed.push(refuse(
                     kind.invalid_status(),
                     format!("Node {id} is {node_status}; only Running nodes can be changed"),
@@ -502,6 +590,94 @@ mod tests {
         assert!(after.iter().all(|(_, s)| s == "Running"), "{after:?}");
         assert!(!after.iter().any(|(i, _)| *i == id), "{after:?}");
         assert_eq!(after.len(), 2);
+    }
+
+    fn set_recovery(w: &mut World, mode: &str) {
+        w.hyperpod("c").unwrap().node_recovery = mode.to_owned();
+    }
+
+    #[test]
+    fn automatic_recovery_reboots_a_faulty_node_after_the_delay() {
+        let mut w = World::new(0.0, None);
+        two_node_cluster(&mut w, &latest_release());
+        let id = statuses(&mut w)[0].0.clone();
+        assert_eq!(
+            w.mark_node_for_recovery("c", &id, Recovery::Reboot, false),
+            Some(true)
+        );
+        assert_eq!(statuses(&mut w)[0], (id.clone(), "Failure".to_owned()));
+        pass(&mut w, RECOVERY_DELAY_SECS);
+        assert_eq!(statuses(&mut w)[0], (id.clone(), "Pending".to_owned()));
+        // Busy nodes take no new fault.
+        assert_eq!(
+            w.mark_node_for_recovery("c", &id, Recovery::Replace, false),
+            Some(false)
+        );
+        pass(&mut w, REBOOT_SECS);
+        assert_eq!(statuses(&mut w)[0], (id.clone(), "Running".to_owned()));
+        let n = &w.hyperpod("c").unwrap().groups[0].nodes[0];
+        assert_eq!((n.boots, n.health.is_none()), (1, true));
+        assert_eq!(
+            w.mark_node_for_recovery("c", "i-00000000", Recovery::Reboot, false),
+            None
+        );
+        assert_eq!(
+            w.mark_node_for_recovery("nope", &id, Recovery::Reboot, false),
+            None
+        );
+    }
+
+    #[test]
+    fn automatic_recovery_replaces_a_node_that_needs_it() {
+        let mut w = World::new(0.0, None);
+        two_node_cluster(&mut w, &latest_release());
+        let id = statuses(&mut w)[0].0.clone();
+        w.mark_node_for_recovery("c", &id, Recovery::Replace, false);
+        pass(&mut w, RECOVERY_DELAY_SECS);
+        assert_eq!(statuses(&mut w)[0], (id.clone(), "ShuttingDown".to_owned()));
+        pass(&mut w, SHUTDOWN_SECS);
+        let (new_id, _) = statuses(&mut w)[0].clone();
+        assert_ne!(new_id, id);
+        assert!(w.hyperpod("c").unwrap().groups[0].nodes[0].health.is_none());
+    }
+
+    #[test]
+    fn without_automatic_recovery_a_faulty_node_waits_for_a_batch_call() {
+        let mut w = World::new(0.0, None);
+        two_node_cluster(&mut w, &latest_release());
+        set_recovery(&mut w, "None");
+        let ids: Vec<String> = statuses(&mut w).into_iter().map(|(i, _)| i).collect();
+        w.mark_node_for_recovery("c", &ids[0], Recovery::Reboot, false);
+        w.mark_node_for_recovery("c", &ids[1], Recovery::Replace, false);
+        pass(&mut w, 3600.0);
+        let s: Vec<String> = statuses(&mut w).into_iter().map(|(_, s)| s).collect();
+        assert_eq!(s, ["Failure", "Failure"]);
+        let out = batch_reboot(&mut w, &json!({"ClusterName": "c", "NodeIds": [ids[0]]})).unwrap();
+        assert_eq!(out["Successful"], json!([ids[0]]));
+        let out = batch_replace(&mut w, &json!({"ClusterName": "c", "NodeIds": [ids[1]]})).unwrap();
+        assert_eq!(out["Successful"], json!([ids[1]]));
+        // The replacement boots too.
+        pass(&mut w, 2000.0);
+        let after = statuses(&mut w);
+        assert!(after.iter().all(|(_, s)| s == "Running"), "{after:?}");
+        assert_eq!(after[0].0, ids[0]);
+        assert_ne!(after[1].0, ids[1]);
+        // A node merely not Running yet is still refused.
+        w.hyperpod("c").unwrap().groups[0].nodes[0].launched = w.clock.now();
+        let out = batch_reboot(&mut w, &json!({"ClusterName": "c", "NodeIds": [ids[0]]})).unwrap();
+        assert_eq!(out["Failed"][0]["ErrorCode"], "InvalidInstanceStatus");
+    }
+
+    #[test]
+    fn a_users_request_is_honoured_without_automatic_recovery() {
+        let mut w = World::new(0.0, None);
+        two_node_cluster(&mut w, &latest_release());
+        set_recovery(&mut w, "None");
+        let id = statuses(&mut w)[0].0.clone();
+        w.mark_node_for_recovery("c", &id, Recovery::Reboot, true);
+        pass(&mut w, RECOVERY_DELAY_SECS + REBOOT_SECS);
+        assert_eq!(statuses(&mut w)[0], (id, "Running".to_owned()));
+        assert_eq!(w.hyperpod("c").unwrap().groups[0].nodes[0].boots, 1);
     }
 
     #[test]

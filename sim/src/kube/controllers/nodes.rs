@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::upsert;
 use crate::kube::store::{Key, meta};
 use crate::kube::time::rfc3339;
+use crate::sagemaker::Recovery;
 use crate::sagemaker::instance_types::InstanceType;
 use crate::world::{World, fnv1a};
 
@@ -37,7 +38,33 @@ fn resources(facts: &InstanceType) -> Value {
     resources
 }
 
+/// Nodes a user labelled for reboot or replacement with kubectl: (HyperPod cluster,
+/// instance id, recovery). A Node the sim itself marked carries the taint of the same
+/// value, so its label is no fresh request.
+fn requested_recoveries(w: &mut World, cluster: &str) -> Vec<(String, String, Recovery)> {
+    let Some(c) = w.kube_cluster(cluster) else {
+        return Vec::new();
+    };
+    c.store
+        .list("/nodes", None)
+        .filter_map(|n| {
+            let labels = &n["metadata"]["labels"];
+            let value = labels[HEALTH].as_str()?;
+            let recovery = Recovery::from_label(value)?;
+            let marked = n["spec"]["taints"]
+                .as_array()
+                .is_some_and(|ts| ts.iter().any(|t| t["key"] == HEALTH && t["value"] == value));
+            let id = meta(n, "name").strip_prefix("hyperpod-")?.to_owned();
+            let hp = labels["sagemaker.amazonaws.com/cluster-name"].as_str()?;
+            (!marked).then(|| (hp.to_owned(), id, recovery))
+        })
+        .collect()
+}
+
 pub(super) fn nodes(w: &mut World, cluster: &str) {
+    for (hp, id, recovery) in requested_recoveries(w, cluster) {
+        w.mark_node_for_recovery(&hp, &id, recovery, true);
+    }
     let instances = w.hyperpod_instances(cluster);
     let version = w
         .kube_cluster(cluster)
@@ -54,6 +81,7 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
         .map(|(i, facts)| {
             let name = format!("hyperpod-{}", i.id);
             let healthy = i.status == "Running";
+            let health = i.pending_recovery.unwrap_or(if healthy { "Schedulable" } else { "Unschedulable" });
             let booted = rfc3339(epoch(i.launched + crate::sagemaker::NODE_BOOT_SECS));
             let h = fnv1a(&i.id);
             let resources = resources(facts);
@@ -73,7 +101,7 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
                         "sagemaker.amazonaws.com/compute-type": "hyperpod",
                         "sagemaker.amazonaws.com/cluster-name": i.cluster,
                         "sagemaker.amazonaws.com/instance-group-name": i.group,
-                        "sagemaker.amazonaws.com/node-health-status": if healthy { "Schedulable" } else { "Unschedulable" },
+                        "sagemaker.amazonaws.com/node-health-status": health,
                         "sagemaker.amazonaws.com/deep-health-check-status": if healthy { "Passed" } else { "InProgress" },
                         "topology.kubernetes.io/region": i.region,
                         "topology.kubernetes.io/zone": i.zone,
@@ -91,7 +119,7 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
                                   { "type": "Hostname", "address": name }],
                     "nodeInfo": { "kubeletVersion": format!("v{version}.0-eks"), "containerRuntimeVersion": "containerd://1.7.27",
                                   "osImage": "Amazon Linux 2023", "architecture": "amd64", "operatingSystem": "linux",
-                                  "kernelVersion": "6.1.0", "machineID": i.id, "systemUUID": i.id, "bootID": i.id },
+                                  "kernelVersion": "6.1.0", "machineID": i.id, "systemUUID": i.id, "bootID": boot_id(&i.id, i.boots) },
                 },
             });
             for (k, v) in &i.labels {
@@ -100,8 +128,8 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
                 }
             }
             let mut taints = Vec::new();
-            if !healthy {
-                taints.push(json!({ "key": HEALTH, "value": "Unschedulable", "effect": "NoSchedule" }));
+            if !healthy || i.pending_recovery.is_some() {
+                taints.push(json!({ "key": HEALTH, "value": health, "effect": "NoSchedule" }));
             }
             taints.extend(i.taints.iter().cloned());
             if !taints.is_empty() {
@@ -134,6 +162,20 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
         }
         upsert(store, key, node);
     }
+}
+
+/// A UUID, as kubelets report, that changes with every reboot of the instance.
+fn boot_id(instance: &str, boots: u32) -> String {
+    let h = fnv1a(&format!("{instance}/boot/{boots}"));
+    let l = fnv1a(&format!("{boots}/boot/{instance}"));
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        h >> 32,
+        (h >> 16) & 0xffff,
+        h & 0xfff,
+        l >> 52,
+        l & 0xffff_ffff_ffff
+    )
 }
 
 fn same_taint(a: &Value, b: &Value) -> bool {
