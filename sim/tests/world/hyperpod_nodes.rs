@@ -4,7 +4,9 @@
 //! and a throttled call absorbed by the SDK's retry. ListClusterNodes pages through the
 //! SDK's paginator, each node's zone and address agree between DescribeClusterNode and
 //! its Kubernetes Node, and a group's Kubernetes labels and taints follow UpdateCluster
-//! onto its Nodes beside what kubectl added.
+//! onto its Nodes beside what kubectl added. A health-agent fault marks a Node for
+//! reboot or replacement until BatchReplaceClusterNodes recovers it, and a user's
+//! node-health-status label gets a node rebooted, with a new boot ID.
 
 use crate::support::{
     active_cluster, active_eks_cluster, control, eks_client, eks_cluster, eks_token,
@@ -15,9 +17,9 @@ use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::error::ProvideErrorMetadata;
 use aws_sdk_sagemaker::types::{
     CapacitySizeConfig, ClusterInstanceStatus, ClusterInstanceType, ClusterKubernetesConfig,
-    ClusterKubernetesTaint, ClusterKubernetesTaintEffect, ClusterStatus, DeploymentConfiguration,
-    InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy, SortOrder,
-    UpdateClusterSoftwareInstanceGroupSpecification, VpcConfig,
+    ClusterKubernetesTaint, ClusterKubernetesTaintEffect, ClusterNodeRecovery, ClusterStatus,
+    DeploymentConfiguration, InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy,
+    SortOrder, UpdateClusterSoftwareInstanceGroupSpecification, VpcConfig,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -624,4 +626,131 @@ async fn a_groups_kubernetes_labels_and_taints_follow_it_onto_its_nodes() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let again = nodes.get(&name).await.unwrap().metadata.resource_version;
     assert_eq!(again, version);
+}
+
+async fn node_fault(sim_url: &str, cluster: &str, id: &str, recovery: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .put(format!(
+            "{sim_url}/_sim/sagemaker/clusters/{cluster}/nodes/{id}/fault"
+        ))
+        .json(&json!({ "recovery": recovery }))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn health_and_boot(nodes: &Api<Node>, name: &str) -> Option<(String, String)> {
+    let node = nodes.get_opt(name).await.unwrap()?;
+    let health = node.metadata.labels?["sagemaker.amazonaws.com/node-health-status"].clone();
+    Some((health, node.status?.node_info?.boot_id))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_faults_wait_for_recovery_and_labels_ask_for_it() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, SCALE);
+    let eks = eks_client(&sim_url).await;
+    let sm = sagemaker_client(&sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, &net, "ml").await;
+    let eks_arn = eks_cluster(&eks, "ml").await.arn.unwrap();
+    let mut group = hyperpod_group(&net, 2, ClusterInstanceType::MlG58Xlarge);
+    group.on_start_deep_health_checks = None;
+    hyperpod_create(&sm, "hp", &eks_arn, &net)
+        .instance_groups(group)
+        .node_recovery(ClusterNodeRecovery::None)
+        .send()
+        .await
+        .unwrap();
+    hyperpod_ready(&sm, "hp").await;
+    let ids: Vec<String> = node_ids(&sm, "hp")
+        .await
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    let nodes: Api<Node> = Api::all(kube_client(&endpoint, &ca, &eks_token("ml")));
+    let (a, b) = (
+        format!("hyperpod-{}", ids[0]),
+        format!("hyperpod-{}", ids[1]),
+    );
+    wait_for("both Nodes", || async {
+        nodes.get_opt(&a).await.unwrap().is_some() && nodes.get_opt(&b).await.unwrap().is_some()
+    })
+    .await;
+
+    let missing = node_fault(&sim_url, "hp", "i-0123456789abcdef0", "reboot").await;
+    assert_eq!(missing.status(), 404);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(body["__type"], "ResourceNotFound");
+    assert_eq!(
+        node_fault(&sim_url, "nope", &ids[0], "reboot")
+            .await
+            .status(),
+        404
+    );
+
+    // Without automatic recovery the faulty node waits for BatchReplaceClusterNodes.
+    assert!(
+        node_fault(&sim_url, "hp", &ids[0], "replace")
+            .await
+            .status()
+            .is_success()
+    );
+    wait_for("the Node marked for replacement", || async {
+        health_and_boot(&nodes, &a).await.map(|(h, _)| h)
+            == Some("UnschedulablePendingReplacement".into())
+    })
+    .await;
+    let (_, taints) = labels_and_taints(&nodes, &a).await;
+    assert_eq!(
+        taints,
+        ["sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement:NoSchedule"]
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        node_status(&sm, "hp", &ids[0]).await,
+        ClusterInstanceStatus::Failure
+    );
+    let out = sm
+        .batch_replace_cluster_nodes()
+        .cluster_name("hp")
+        .node_ids(&ids[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.successful(), [ids[0].clone()]);
+    wait_for("the replacement's Node, Schedulable", || async {
+        let now = node_ids(&sm, "hp").await;
+        let Some((new, _)) = now.iter().find(|(i, _)| *i != ids[0] && *i != ids[1]) else {
+            return false;
+        };
+        nodes.get_opt(&a).await.unwrap().is_none()
+            && health_and_boot(&nodes, &format!("hyperpod-{new}"))
+                .await
+                .map(|(h, _)| h)
+                == Some("Schedulable".into())
+    })
+    .await;
+
+    // A user's label asks for a reboot, which HyperPod does whatever NodeRecovery says;
+    // the Node comes back with a new boot ID.
+    let (_, boot) = health_and_boot(&nodes, &b).await.unwrap();
+    nodes
+        .patch(
+            &b,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "sagemaker.amazonaws.com/node-health-status": "UnschedulablePendingReboot"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the rebooted Node, Schedulable with a new boot ID",
+        || async {
+            health_and_boot(&nodes, &b)
+                .await
+                .is_some_and(|(h, id)| h == "Schedulable" && id != boot)
+        },
+    )
+    .await;
 }

@@ -1,6 +1,7 @@
 //! Nodes from HyperPod instances: one Node per instance past Pending, with the capacity of
 //! its instance type, HyperPod's and its zone's labels, its group's `KubernetesConfig`
-//! labels and taints, and a NoSchedule taint while it is not healthy. The instance is the
+//! labels and taints, and a NoSchedule taint while it is not healthy or awaits a reboot
+//! or replacement (a `node-health-status` label a user sets asks HyperPod for one). The instance is the
 //! truth, so its own labels win on every tick and a label or taint its group drops leaves
 //! the Node; what users added (labels, taints, annotations, a cordon from `kubectl
 //! drain`) survives the next tick.
