@@ -396,19 +396,17 @@ pub struct InstanceGroupSpec {
     /// type's default otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads_per_core: Option<ThreadsPerCore>,
-    /// Where the group's instances run; default the cluster's zone. A group in another
-    /// zone gets that zone's compute subnet.
+    // Where the group's instances run (default the cluster's zone); labels and taints
+    // HyperPod puts on its Nodes. Plain comments keep tools/list short.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability_zone: Option<AzName>,
-    /// Labels HyperPod puts on the group's Kubernetes Nodes.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub kubernetes_labels: std::collections::BTreeMap<String, String>,
-    /// Taints HyperPod puts on the group's Kubernetes Nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kubernetes_taints: Vec<Taint>,
 }
 
-/// A Kubernetes taint on a group's Nodes.
+// A Kubernetes taint on a group's Nodes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Taint {

@@ -196,7 +196,7 @@ impl Command for UpdateInstanceGroup {
     const SPEC: CommandSpec = CommandSpec {
         name: "update_instance_group",
         summary: "Scale an instance group or change its settings",
-        description: "Changes a group's target count (0 allowed), deep health checks, volume size (new instances), Kubernetes labels or taints; omitted fields stay. Instance type, capacity and EFA-only are fixed for the group's life: another value is refused as immutable. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Changes a group's count (0 allowed), deep health checks, volume (new instances), labels or taints; omitted fields stay. Instance type, capacity and EFA-only are fixed for the group's life: another value is refused as immutable. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,

@@ -36,35 +36,32 @@ pub struct ListNodes {
 /// Nodes on a page when the request names no limit.
 pub const DEFAULT_PAGE: u32 = 100;
 
+// `nodes` by group, then instance id; `counts` of every node the filters match, on all
+// pages; `next_page_token` to send as `page_token`, absent on the last page.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NodeList {
     pub name: String,
-    /// By group, then instance id.
     pub nodes: Vec<NodeDetail>,
-    /// Every node the filters match, on all pages.
     pub counts: NodeCounts,
-    /// Send as `page_token` for the next page; absent on the last.
     pub next_page_token: Option<String>,
     pub fetched_at: String,
 }
 
-/// A node as HyperPod and Kubernetes see it now.
+// A node as HyperPod and Kubernetes see it now: HyperPod's status (`Running`,
+// `Pending`, `SystemUpdating`…), its Kubernetes Node, readiness and the
+// `sagemaker.amazonaws.com/node-health-status` label, GPUs and those running pods request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NodeDetail {
     pub node_id: String,
     pub instance_group: String,
     pub instance_type: String,
-    /// HyperPod's status: `Running`, `Pending`, `ShuttingDown`, `SystemUpdating`, …
     pub status: String,
     pub health: NodeHealth,
     pub message: Option<String>,
-    /// Its Kubernetes Node, once registered.
     pub kubernetes_node: Option<String>,
     pub ready: Option<bool>,
-    /// The `sagemaker.amazonaws.com/node-health-status` label.
     pub health_label: Option<String>,
     pub gpus: u32,
-    /// GPUs requested by the pods running there.
     pub gpus_allocated: u32,
     pub efa_interfaces: u32,
     pub availability_zone: Option<String>,
@@ -77,7 +74,7 @@ impl Command for ListNodes {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_nodes",
         summary: "List a cluster's nodes, with health and GPU use",
-        description: "Each HyperPod node: group, status, health and its Kubernetes health label, Node readiness, GPUs (capacity and allocated), EFA, zone, launch time, image release. Filter by group or health; paged. Read-only.",
+        description: "Each HyperPod node with its Kubernetes health label, readiness, GPUs in use, EFA, zone and image release. Filter by group or health; paged. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

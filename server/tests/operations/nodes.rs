@@ -290,10 +290,10 @@ fn software_rolls_batch_by_batch() {
         "{dry:#}"
     );
 
-    // Slower, so each batch is seen: 600 simulated seconds a batch take 10 s.
+    // Slower, so each batch is seen: 600 simulated seconds a batch take 20 s.
     let (status, _) = world
         .sim
-        .call(Method::PUT, "/_sim/clock", Some(json!({"time_scale": 60})));
+        .call(Method::PUT, "/_sim/clock", Some(json!({"time_scale": 30})));
     assert!(status < 300);
     let (status, started) = hypd.call(&token, Method::POST, path, Some(pinned));
     assert_eq!(status, 200, "{started}");
