@@ -391,6 +391,41 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector('table.nodes tbody tr');
   assert.equal(await page.locator('table.nodes .image-release:text("2025.09.15")').count(), 4);
 
+  // The health label flow: HyperPod's agent finds a fault on a node and marks it for
+  // replacement; the table shows the label and the node unhealthy; HyperPod (node
+  // recovery Automatic) replaces it, and the new node is Schedulable. The clock runs at
+  // AWS's pace while the mark is looked at.
+  const clock = (time_scale) =>
+    fetch(new URL('/_sim/clock', server.world.simUrl), {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ time_scale }),
+    });
+  const sick = await page.getAttribute('table.nodes tbody tr', 'data-node');
+  assert.equal((await clock(1)).status, 200);
+  const fault = await fetch(new URL(`/_sim/sagemaker/clusters/e2e-ml/nodes/${sick}/fault`, server.world.simUrl), {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ recovery: 'replace' }),
+  });
+  assert.equal(fault.status, 200, await fault.text());
+  await settled(page);
+  await page.click('button:text("Refresh")');
+  const marked = `tr[data-node="${sick}"] td.health-label .badge:text-is("UnschedulablePendingReplacement")`;
+  await page.waitForSelector(marked);
+  assert.equal(await page.getAttribute(`tr[data-node="${sick}"]`, 'data-health'), 'unhealthy');
+  await shot(page, 'nodes-health-label');
+  assert.equal((await clock(600)).status, 200);
+  for (let i = 0; i < 60; i++) {
+    const gone = (await page.locator(`tr[data-node="${sick}"]`).count()) === 0;
+    if (gone && (await page.getAttribute('.node-page-counts', 'data-healthy')) === '4') break;
+    await page.waitForTimeout(500);
+    await page.click('button:text("Refresh")');
+  }
+  assert.equal(await page.locator(`tr[data-node="${sick}"]`).count(), 0);
+  await page.waitForSelector('.node-page-counts[data-healthy="4"]');
+  assert.equal(await page.locator('table.nodes td.health-label .badge:text-is("Schedulable")').count(), 4);
+
   // Its name is taken now: the server says so beside the name field.
   await fillForm(page, 'e2e-ml');
   await page.click('button[type="submit"]');
