@@ -573,8 +573,10 @@ fn world() -> (World, Hypd, String) {
 }
 
 /// The command's verb, for cluster names: `create`, `import`…
-fn short(case: &Case) -> &'static str {
-    case.command.split('_').next().unwrap_or("op")
+/// The command as a cluster name's start: `delete-instance-group`… (unique: several
+/// commands share a verb).
+fn short(case: &Case) -> String {
+    case.command.replace('_', "-")
 }
 
 fn name_for(case: &Case, c: &Call, kind: &str) -> String {
