@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -81,7 +82,8 @@ def start_hypd(work, moto_url, sim_url, site_root):
         "HOME": str(work),
         "HYPD_DATA_DIR": str(work),
         "HYPD_PORT": "0",
-        "HYPD_LOG": "warn",
+        # Warnings, and hypd's own lifecycle lines (a shutdown signal, for one).
+        "HYPD_LOG": "warn,hypd::http=info",
         # Sequential requests from one token, faster than anyone: no per-token limit.
         "HYPD_RATE_LIMIT": "0",
         "HYPD_SITE_ROOT": str(site_root),
@@ -131,14 +133,26 @@ def tail(path, lines=30):
 
 
 def memory(pid):
-    """VmRSS and VmHWM of a process, in MiB."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) / 1024  # kB (KiB) → MiB
+    """VmRSS and VmHWM of a process, in MiB (None once it has exited)."""
+    out = {"VmRSS": None, "VmHWM": None}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in out:
+                    out[key] = int(value.split()[0]) / 1024  # kB (KiB) → MiB
+    except OSError:
+        pass
     return out
+
+
+def exited(proc):
+    """How a child ended, or None while it runs."""
+    code = proc.poll()
+    if code is None:
+        # Its main thread has gone (a zombie leader) while other threads finish.
+        return "exiting" if memory(proc.pid)["VmRSS"] is None else None
+    return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
 class Sampler:
@@ -153,11 +167,11 @@ class Sampler:
 
     def _run(self):
         while not self._stop.is_set():
-            try:
-                self.peak = max(self.peak, memory(self.pid)["VmRSS"])
-                self.samples += 1
-            except (OSError, KeyError):
+            rss = memory(self.pid)["VmRSS"]
+            if rss is None:
                 return
+            self.peak = max(self.peak, rss)
+            self.samples += 1
             self._stop.wait(self.interval)
 
     def __enter__(self):
@@ -249,9 +263,12 @@ def check_page(expect_rows, expect_total):
 
 
 def cpu_seconds(pid):
-    """User + system CPU time a process has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    """User + system CPU time a process has used so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -267,9 +284,11 @@ def get(client, path):
     return (time.perf_counter() - t) * 1000, r.status_code, r
 
 
-def measure(client, path, check, requests, warmup, budget, hypd_pid, sim_pid):
+def measure(client, path, check, requests, warmup, budget, hypd, sim, interrupted):
     """A first request (checked), a warm-up, then up to `requests` sequential GETs, all
-    within `budget` seconds (0: no limit): latencies, statuses, CPU and memory."""
+    within `budget` seconds (0: no limit): latencies, statuses, CPU and memory. A signal
+    during the measured requests ends them (noted in `interrupted`) with what was measured."""
+    hypd_pid, sim_pid = hypd.pid, sim.pid
     problems = []
     began = time.monotonic()
     left = lambda share: not budget or time.monotonic() - began < budget * share  # noqa: E731
@@ -277,7 +296,7 @@ def measure(client, path, check, requests, warmup, budget, hypd_pid, sim_pid):
     result = {"path": path, "first_ms": round(first_ms, 2), "bytes": len(first.content) if first else None}
     if status != 200:
         problems.append(f"first answer {status} after {first_ms / 1000:.1f} s: {first.text[:300] if first else ''}")
-        if first is None:
+        if first is None or exited(hypd) or exited(sim):
             # A world that cannot answer once in the timeout will not answer 200 times.
             return {**result, "requests": 0, "warmup": 0, "statuses": {str(status): 1}, "problems": problems}
     else:
@@ -285,21 +304,32 @@ def measure(client, path, check, requests, warmup, budget, hypd_pid, sim_pid):
         if wrong:
             problems.append(wrong)
     warmed = 0
-    while warmed < warmup and left(0.25):
+    while warmed < warmup and left(0.25) and not exited(hypd):
         get(client, path)
         warmed += 1
     times, statuses = [], {}
     cpu_hypd, cpu_sim = cpu_seconds(hypd_pid), cpu_seconds(sim_pid)
     run_began = time.monotonic()
     with Sampler(hypd_pid) as sampler:
-        while len(times) < requests and (left(1.0) or len(times) < 3):
-            ms, status, _ = get(client, path)
-            times.append(ms)
-            statuses[status] = statuses.get(status, 0) + 1
+        try:
+            while len(times) < requests and (left(1.0) or not times):
+                if exited(hypd) or exited(sim):
+                    break
+                ms, status, _ = get(client, path)
+                times.append(ms)
+                statuses[status] = statuses.get(status, 0) + 1
+        except Interrupted as e:
+            interrupted.append(f"interrupted by {e}")
+            problems.append(f"interrupted by {e} after {len(times)} measured requests")
     wall = time.monotonic() - run_began
     cpu_hypd, cpu_sim = cpu_seconds(hypd_pid) - cpu_hypd, cpu_seconds(sim_pid) - cpu_sim
     after = memory(hypd_pid)
-    if warmed < warmup or len(times) < requests:
+    for name, proc in (("hypd", hypd), ("hypd-sim", sim)):
+        if exited(proc):
+            problems.append(f"{name} {exited(proc)} during the run")
+    if not times:
+        return {**result, "requests": 0, "warmup": warmed, "statuses": {}, "problems": problems}
+    if (warmed < warmup or len(times) < requests) and not (exited(hypd) or exited(sim) or interrupted):
         problems.append(f"time budget of {budget} s spent: {warmed} warm-up and {len(times)} measured requests of {warmup} + {requests}")
     bad = {k: v for k, v in statuses.items() if k != 200}
     if bad:
@@ -324,10 +354,14 @@ def measure(client, path, check, requests, warmup, budget, hypd_pid, sim_pid):
         "sim_cpu_ms_per_request": round(cpu_sim * 1000 / n, 2),
         "rss_peak_during_mib": round(sampler.peak, 1),
         "rss_samples": sampler.samples,
-        "rss_after_mib": round(after["VmRSS"], 1),
-        "hwm_after_mib": round(after["VmHWM"], 1),
+        "rss_after_mib": after["VmRSS"] and round(after["VmRSS"], 1),
+        "hwm_after_mib": after["VmHWM"] and round(after["VmHWM"], 1),
         "problems": problems,
     }
+
+
+class Interrupted(Exception):
+    """A signal asked this benchmark to stop."""
 
 
 def main():
@@ -343,7 +377,7 @@ def main():
     ap.add_argument(
         "--budget-seconds",
         type=int,
-        default=900,
+        default=600,
         help="at most this long per endpoint (warm-up at most a quarter of it), whatever --requests says; 0: no limit",
     )
     ap.add_argument("--request-timeout", type=float, default=300, help="seconds one request may take")
@@ -368,6 +402,16 @@ def main():
         if not binary.is_file():
             print(f"bench_nodes: {binary} is missing (build it, or set HYPD_BIN / HYPD_SIM_BIN)", file=sys.stderr)
             return 2
+
+    # A signal ends the measuring with what was measured, then tears everything down.
+    interrupted = []
+
+    def on_signal(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
 
     total = args.groups * args.per_group
     work = Path(tempfile.mkdtemp(prefix="hypd-bench-nodes-"))
@@ -413,8 +457,24 @@ def main():
             results = {}
             try:
                 for label, client, path, check in endpoints:
+                    if interrupted:
+                        results[label] = {"path": path, "requests": 0, "statuses": {}, "problems": [f"not measured: {interrupted[0]}"]}
+                        continue
+                    if exited(hypd) or exited(sim):
+                        results[label] = {"path": path, "requests": 0, "statuses": {}, "problems": ["not measured: hypd or hypd-sim is gone"]}
+                        continue
                     print(f"measuring {label}: {args.warmup} + {args.requests} requests", file=sys.stderr, flush=True)
-                    results[label] = measure(client, path, check, args.requests, args.warmup, args.budget_seconds, hypd.pid, sim.pid)
+                    try:
+                        results[label] = measure(
+                            client, path, check, args.requests, args.warmup, args.budget_seconds, hypd, sim, interrupted
+                        )
+                    except Interrupted as e:
+                        interrupted.append(f"interrupted by {e}")
+                        results[label] = {"path": path, "requests": 0, "statuses": {}, "problems": [f"{interrupted[0]} before any measured request"]}
+                        continue
+                    r = results[label]
+                    if r["requests"]:
+                        print(f"  {r['requests']} requests: p50 {r['p50_ms']:.1f} ms, max {r['max_ms']:.1f} ms, {r['statuses']}", file=sys.stderr, flush=True)
             finally:
                 if page_client is not api:
                     page_client.close()
@@ -437,7 +497,9 @@ def main():
             "cpus": os.cpu_count(),
             "loadavg_after": open("/proc/loadavg").read().split()[:3],
             "endpoints": results,
-            "memory_mib": {k: {m: round(v, 1) for m, v in mem.items()} for k, mem in memory_at.items()},
+            "memory_mib": {k: {m: v and round(v, 1) for m, v in mem.items()} for k, mem in memory_at.items()},
+            "hypd_exited": exited(hypd),
+            "sim_exited": exited(sim),
             "rss_peak_during_requests_mib": max(peaks) if peaks else None,
             "problems": problems,
         }
@@ -451,7 +513,7 @@ def main():
         print("-" * len(head))
         for label, r in results.items():
             if not r["requests"]:
-                print(f"{label:<34} {0:>4} {'-':>8}  not measured: {r['problems'][0]}")
+                print(f"{label:<34} {0:>4} {'-':>8}  {'; '.join(r['problems']) or 'not measured'}")
                 continue
             print(f"{label:<34} {r['requests']:>4} {r['bytes'] or 0:>8} {r['p50_ms']:>9.1f} {r['p90_ms']:>9.1f} {r['p99_ms']:>9.1f} "
                   f"{r['max_ms']:>9.1f} {r['hypd_cpu_ms_per_request']:>7.1f}ms {r['sim_cpu_ms_per_request']:>7.1f}ms "
@@ -460,9 +522,20 @@ def main():
         print("\nhypd memory (MiB)          VmRSS    VmHWM")
         for label, key in [("before the cluster", "started"), ("after creation", "created"), ("after the requests", "after_requests")]:
             m = memory_at[key]
-            print(f"  {label:<22} {m['VmRSS']:>8.1f} {m['VmHWM']:>8.1f}")
+            mib = lambda v: f"{v:>8.1f}" if v is not None else f"{'gone':>8}"  # noqa: E731
+            print(f"  {label:<22} {mib(m['VmRSS'])} {mib(m['VmHWM'])}")
         if peaks:
             print(f"  {'peak during requests':<22} {max(peaks):>8.1f}")
+        for name, proc in (("hypd", hypd), ("hypd-sim", sim)):
+            if exited(proc) == "exiting":
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    pass
+            if exited(proc):
+                summary[f"{'sim' if proc is sim else 'hypd'}_exited"] = exited(proc)
+                problems.append(f"{name} {exited(proc)} before the end (its log: {tail(work / 'hypd.log', 5) if name == 'hypd' else '-'})")
+        summary["problems"] = problems
         print("\nproblems: " + ("; ".join(problems) if problems else "none"))
         line = json.dumps(summary, separators=(",", ":"))
         if args.json_out:
@@ -472,8 +545,11 @@ def main():
         failed = True
         raise
     finally:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # the teardown runs to its end
         if failed:
-            print(f"hypd's log (tail):\n{tail(work / 'hypd.log')}", file=sys.stderr)
+            state = (hypd and exited(hypd)) or "running"
+            print(f"hypd ({state}), its log (tail):\n{tail(work / 'hypd.log')}", file=sys.stderr)
         stop(hypd)
         stop(sim)
         stop(moto)
