@@ -120,10 +120,10 @@ impl Pipeline for UpdateClusterSoftware {
             Stage::Update => {
                 let groups = groups(self, &cx.aws, &at).await?;
                 let s = software(self, cx, &at, groups.clone());
-                let before = s.observed().await?;
-                converge(&s).await?;
+                // The nodes as observed before the call (apply changes only the status).
+                let seen = converge(&s).await?;
                 if out.groups.is_empty() {
-                    out.nodes_to_update = before.behind(self.image_release.as_deref()).count();
+                    out.nodes_to_update = seen.behind(self.image_release.as_deref()).count();
                 }
                 out.groups = groups;
                 Ok(Progress::Done)
