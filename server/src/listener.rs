@@ -4,7 +4,10 @@
 //! idle timeout, and at most `max_connections` are served at once (the next ones get a
 //! `503` and are closed). hyper's own header timeout starts only once it has told HTTP/1
 //! from HTTP/2 and also ends idle keep-alive connections, so both clocks are kept here,
-//! from what the connection reads and writes.
+//! from what the connection reads and writes. Time hypd itself spends producing a
+//! response (a handler, or a server-rendered page's body waiting for its data between
+//! chunks) is never the client's idleness; time a body waits for the client to take what
+//! was written is.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -44,7 +47,10 @@ struct Activity {
     start: Instant,
     /// Requests whose response has not been produced yet.
     busy: AtomicUsize,
-    /// When the connection last had nothing in flight (accept, or the last response).
+    /// Response bodies waiting on hypd for their next chunk.
+    producing: AtomicUsize,
+    /// When the connection last had nothing in flight (accept, the last response, or a
+    /// body's last wait on hypd).
     idle_since: AtomicU64,
     /// When the head of the next request began (accept for the first one, else its
     /// first byte); `NONE` while a request is in flight or nothing has arrived.
@@ -58,6 +64,7 @@ impl Activity {
         Self {
             start: Instant::now(),
             busy: AtomicUsize::new(0),
+            producing: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             head_since: AtomicU64::new(0),
             last_write: AtomicU64::new(0),
@@ -91,7 +98,7 @@ impl Activity {
 
     /// Why the connection should be closed now, if it should.
     fn expired(&self, limits: &Limits) -> Option<&'static str> {
-        if self.busy.load(Ordering::Acquire) > 0 {
+        if self.busy.load(Ordering::Acquire) > 0 || self.producing.load(Ordering::Acquire) > 0 {
             return None;
         }
         let now = self.now();
@@ -116,6 +123,60 @@ impl Drop for InFlight {
         if self.0.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle_since.store(self.0.now(), Ordering::Release);
         }
+    }
+}
+
+/// A response body that tells its connection's [`Activity`] while it waits on hypd for
+/// its next chunk.
+struct Producing {
+    body: Body,
+    activity: Arc<Activity>,
+    waiting: bool,
+}
+
+impl Producing {
+    fn waiting(&mut self, waiting: bool) {
+        if waiting == self.waiting {
+            return;
+        }
+        self.waiting = waiting;
+        if waiting {
+            self.activity.producing.fetch_add(1, Ordering::AcqRel);
+        } else {
+            // The wait was hypd's: the idle clock starts again from its end.
+            self.activity
+                .idle_since
+                .store(self.activity.now(), Ordering::Release);
+            self.activity.producing.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl hyper::body::Body for Producing {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        self.waiting(polled.is_pending());
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Producing {
+    fn drop(&mut self) {
+        self.waiting(false);
     }
 }
 
@@ -310,10 +371,17 @@ async fn connection(
         let in_flight = requests.begin();
         req.extensions_mut().insert(ConnectInfo(peer));
         let call = app.clone().oneshot(req.map(Body::new));
+        let activity = requests.clone();
         async move {
-            let response = call.await;
+            let response = call.await.unwrap_or_else(|e| match e {});
             drop(in_flight);
-            Ok::<_, Infallible>(response.unwrap_or_else(|e| match e {}))
+            Ok::<_, Infallible>(response.map(|body| {
+                Body::new(Producing {
+                    body,
+                    activity,
+                    waiting: false,
+                })
+            }))
         }
     });
     let mut builder = Builder::new(TokioExecutor::new());
@@ -397,6 +465,28 @@ mod tests {
         assert_eq!(a.expired(&limits()), None);
         a.head_since.store(a.now() - 150, Ordering::Release);
         assert_eq!(a.expired(&limits()), Some("header read timeout"));
+    }
+
+    #[test]
+    fn a_body_waiting_on_hypd_is_not_idle() {
+        use hyper::body::Body as _;
+        let a = started(Duration::from_secs(5));
+        // The handler has answered; the body is what is left of the response.
+        drop(a.begin());
+        a.idle_since.store(a.now() - 400, Ordering::Release);
+        let never = futures_util::stream::pending::<Result<axum::body::Bytes, io::Error>>();
+        let mut body = Producing {
+            body: Body::from_stream(never),
+            activity: a.clone(),
+            waiting: false,
+        };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
+        assert_eq!(a.expired(&limits()), None, "a page still rendering");
+        drop(body);
+        assert_eq!(a.expired(&limits()), None, "its wait ended just now");
+        a.idle_since.store(a.now() - 400, Ordering::Release);
+        assert_eq!(a.expired(&limits()), Some("idle timeout"));
     }
 
     #[test]
