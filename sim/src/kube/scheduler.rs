@@ -3,7 +3,7 @@
 //! none does in kube-scheduler's words. What a bound pod requests counts at once, so two
 //! pods bound in the same tick never share a GPU.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
@@ -64,6 +64,8 @@ fn tolerates(pod: &Value, node: &Value) -> bool {
 /// already request.
 pub struct Scheduler {
     nodes: Vec<Value>,
+    /// Each node's position in `nodes`, by name: every bound pod looks its node up.
+    index: HashMap<String, usize>,
     used: BTreeMap<String, [u64; 3]>,
 }
 
@@ -82,11 +84,18 @@ impl Scheduler {
                 }
             }
         }
-        Self { nodes, used }
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (meta(n, "name"), i))
+            .collect();
+        Self { nodes, index, used }
     }
 
-    pub fn nodes(&self) -> &[Value] {
-        &self.nodes
+    /// The first address of node `name`, as a pod's `hostIP`.
+    pub fn address(&self, name: &str) -> Option<&str> {
+        let n = &self.nodes[*self.index.get(name)?];
+        n["status"]["addresses"][0]["address"].as_str()
     }
 
     /// Binds `pod` to a node with room for its GPU/EFA/CPU requests, or marks it

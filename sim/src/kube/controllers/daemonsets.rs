@@ -2,6 +2,8 @@
 //! node at creation (the DaemonSet controller places its pods itself, not through the
 //! scheduler), and removed from nodes that no longer match.
 
+use std::collections::BTreeSet;
+
 use serde_json::{Value, json};
 
 use super::{is_ready, node_ready, owned, pod_from, selector_matches, snapshot, upsert};
@@ -25,21 +27,23 @@ pub(super) fn daemonsets(store: &mut Store, now: &str) {
                 )
             })
             .collect();
+        // Sets, not scans: a DaemonSet on a thousand nodes has a thousand pods. Ordered, so
+        // pods are made in node order and a run repeats.
+        let wanted: BTreeSet<&str> = targets
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str())
+            .collect();
         let pods = owned(store, "/pods", &ns, &uid);
+        let mut covered = BTreeSet::new();
         for p in &pods {
             let on = p["spec"]["nodeName"].as_str().unwrap_or_default();
-            if !targets.iter().any(|n| meta(n, "name") == on) {
+            if wanted.contains(on) {
+                covered.insert(on);
+            } else {
                 store.remove(&Key::new("/pods", &ns, &meta(p, "name")));
             }
         }
-        for n in &targets {
-            let node = meta(n, "name");
-            if pods
-                .iter()
-                .any(|p| p["spec"]["nodeName"].as_str() == Some(&node))
-            {
-                continue;
-            }
+        for node in wanted.iter().filter(|n| !covered.contains(*n)) {
             let name = format!("{}-{}", meta(&ds, "name"), store.name_suffix());
             let (key, mut pod) = pod_from(
                 store,

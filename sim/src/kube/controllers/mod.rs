@@ -7,7 +7,8 @@
 //! Every status is a pure function of the stored objects and the clock (times come from
 //! earlier transitions, never from "now" unless something changed), and an object is
 //! written only when it changes, so a quiet cluster's resourceVersion stands still and
-//! watchers see one event per real transition. Controllers run every [`super::TICK`].
+//! watchers see one event per real transition. Controllers run every [`super::TICK`], or
+//! less often when a pass is slow (see [`run`]).
 
 mod addons;
 mod claims;
@@ -32,20 +33,26 @@ use crate::world::{Shared, World};
 
 pub use pods::run_seconds;
 
-/// Runs the controllers of `cluster` every tick until its API server stops.
+/// Runs the controllers of `cluster` every tick until its API server stops. A pass that
+/// took long is followed by a wait [`IDLE_PER_BUSY`] times as long, so the controllers hold
+/// the world's lock at most a fifth of the time however big the cluster: API calls are
+/// answered while the controllers fall behind, as a real control plane's work queues do.
 pub async fn run(world: Shared, cluster: String, mut stopped: watch::Receiver<()>) {
-    let mut tick = tokio::time::interval(super::TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = super::TICK;
     loop {
         tokio::select! {
             _ = stopped.changed() => return,
-            _ = tick.tick() => {
+            _ = tokio::time::sleep(wait) => {
                 let mut w = world.lock().await;
+                let started = std::time::Instant::now();
                 reconcile(&mut w, &cluster);
+                wait = super::TICK.max(started.elapsed() * IDLE_PER_BUSY);
             }
         }
     }
 }
+
+const IDLE_PER_BUSY: u32 = 4;
 
 /// One pass of every controller, in the order a change flows: orphans go first so nothing
 /// is reconciled for an owner that is gone, owners come before what they create (RayJobs

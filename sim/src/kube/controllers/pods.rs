@@ -34,7 +34,7 @@ pub(super) fn pods(store: &mut Store, epoch_now: f64, now: &str) {
             upsert(store, key, pod);
             continue;
         }
-        advance(&mut pod, epoch_now, scheduler.nodes());
+        advance(&mut pod, epoch_now, &scheduler);
         upsert(store, key, pod);
     }
 }
@@ -49,7 +49,7 @@ pub fn run_seconds(pod: &Value) -> Option<f64> {
 }
 
 /// A bound pod's status at sim time `now` from when it was scheduled.
-fn advance(pod: &mut Value, now: f64, nodes: &[Value]) {
+fn advance(pod: &mut Value, now: f64, scheduler: &Scheduler) {
     let scheduled = pod["status"]["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled"))
@@ -67,12 +67,7 @@ fn advance(pod: &mut Value, now: f64, nodes: &[Value]) {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let host_ip = nodes
-        .iter()
-        .find(|n| n["metadata"]["name"] == node.as_str())
-        .and_then(|n| n["status"]["addresses"][0]["address"].as_str())
-        .unwrap_or("10.1.0.1")
-        .to_owned();
+    let host_ip = scheduler.address(&node).unwrap_or("10.1.0.1").to_owned();
     let h = fnv1a(&meta(pod, "uid"));
     let pod_ip = format!("10.1.{}.{}", 100 + (h >> 8) % 150, h % 250 + 2);
     let ts = |t: f64| rfc3339(t);
