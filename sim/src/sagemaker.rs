@@ -2,8 +2,10 @@
 //! with `X-Amz-Target: SageMaker.<Operation>`): clusters on an EKS orchestrator that take
 //! minutes to come InService, instance groups whose nodes launch and pass health checks
 //! on the sim's clock, updates that refuse to change what AWS keeps immutable, and
-//! per-type quotas a test can set. Node actions and software updates (`nodes`), training
-//! plans, MLflow tracking servers and the instance-type table live in submodules.
+//! per-type quotas a test can set. Cluster-level settings (autoscaling with its cluster
+//! role, tiered storage) are checked together, since AWS ties them to each other and to
+//! the orchestrator. Node actions and software updates (`nodes`), training plans, MLflow
+//! tracking servers and the instance-type table live in submodules.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +32,9 @@ pub const CLUSTER_UPDATE_SECS: f64 = 300.0;
 pub const CLUSTER_DELETE_SECS: f64 = 300.0;
 pub const NODE_BOOT_SECS: f64 = 300.0;
 pub const DEEP_HEALTH_CHECK_SECS: f64 = 600.0;
+/// How long HyperPod takes to install (AutoScaling Creating) or remove (Deleting) its
+/// managed Karpenter; AWS publishes no figure, so this is the sim's.
+pub const AUTOSCALING_SECS: f64 = 120.0;
 
 /// Default "cluster usage" quotas per instance type, from the instance-type table;
 /// `PUT /_sim/sagemaker/quotas` changes them.
@@ -177,6 +182,47 @@ struct Group {
     previous_kubernetes: Value,
 }
 
+/// A cluster's `AutoScaling`, as the latest Enable or Disable left it.
+#[derive(Clone, Debug)]
+struct AutoScaling {
+    enabled: bool,
+    scaler: String,
+    /// When that Enable or Disable was accepted, and by which call (whose `stuck` fault
+    /// holds it in Creating or Deleting).
+    since: f64,
+    by: &'static str,
+    /// Set when a `fails` fault was registered for the call that enabled it: the install
+    /// ends Failed with this message.
+    failure: Option<String>,
+}
+
+impl AutoScaling {
+    /// `Status` as DescribeCluster reports it; none once a Disable is over, as the model
+    /// has no status for autoscaling that is gone. An install waits for the cluster.
+    fn status(&self, now: f64, cluster_creating: bool, stuck: bool) -> Option<&'static str> {
+        let settling = stuck || cluster_creating || now - self.since < AUTOSCALING_SECS;
+        match (self.enabled, settling) {
+            (true, true) => Some("Creating"),
+            (true, false) if self.failure.is_some() => Some("Failed"),
+            (true, false) => Some("InService"),
+            (false, true) => Some("Deleting"),
+            (false, false) => None,
+        }
+    }
+
+    fn json(&self, status: &str) -> Value {
+        let mut v = json!({
+            "Mode": if self.enabled { "Enable" } else { "Disable" },
+            "AutoScalerType": self.scaler,
+            "Status": status,
+        });
+        if status == "Failed" {
+            v["FailureMessage"] = json!(self.failure);
+        }
+        v
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Cluster {
     name: String,
@@ -194,6 +240,13 @@ pub struct Cluster {
     system_update: bool,
     /// `Tags` given at creation, as `[{Key, Value}]`; read back with ListTags.
     tags: Value,
+    /// The IAM role HyperPod assumes to add and remove nodes for autoscaling.
+    cluster_role: Option<String>,
+    auto_scaling: Option<AutoScaling>,
+    /// `TieredStorageConfig` as last requested, and as it was before the latest
+    /// UpdateCluster: what the nodes run until that update is over.
+    tiered: Option<Value>,
+    tiered_before: Option<Value>,
 }
 
 #[derive(Default)]
@@ -239,6 +292,23 @@ impl Cluster {
             }
             Some((Phase::Deleting, _)) => "Deleting",
             _ => "InService",
+        }
+    }
+
+    /// Autoscaling's status, if there is one to report; `stuck` says whether a `stuck`
+    /// fault stands for an operation.
+    fn autoscaling_status(&self, now: f64, stuck: impl Fn(&str) -> bool) -> Option<&'static str> {
+        let a = self.auto_scaling.as_ref()?;
+        let creating = self.status(now, stuck("CreateCluster")) == "Creating";
+        a.status(now, creating, stuck(a.by))
+    }
+
+    /// The tiered storage the nodes run: the requested one once the create or update
+    /// that asked for it is over.
+    fn applied_tiered(&self, now: f64) -> Option<&Value> {
+        match self.status(now, false) {
+            "Creating" | "Updating" => self.tiered_before.as_ref(),
+            _ => self.tiered.as_ref(),
         }
     }
 }
@@ -386,6 +456,11 @@ impl World {
                 v
             })
             .collect();
+        let auto_scaling = c
+            .auto_scaling
+            .as_ref()
+            .zip(c.autoscaling_status(now, |op| self.stuck("sagemaker", op)))
+            .map(|(a, s)| a.json(s));
         json!({
             "ClusterArn": c.arn(),
             "ClusterName": c.name,
@@ -396,6 +471,9 @@ impl World {
             "Orchestrator": c.orchestrator,
             "NodeRecovery": c.node_recovery,
             "NodeProvisioningMode": c.provisioning,
+            "ClusterRole": c.cluster_role,
+            "AutoScaling": auto_scaling,
+            "TieredStorageConfig": c.tiered,
         })
     }
 }
@@ -843,7 +921,6 @@ fn create_cluster(
             )));
         }
     }
-    let node_recovery = node_recovery(body)?.unwrap_or_else(|| "Automatic".to_owned());
     let provisioning = str_field(body, "NodeProvisioningMode");
     let on_eks = orchestrator.get("Eks").is_some();
     let mut starts = Vec::new();
@@ -867,10 +944,7 @@ fn create_cluster(
         };
     }
     let now = w.clock.now();
-    for (g, start) in groups.iter_mut().zip(starts) {
-        w.launch(g, start.map_or(now, |s| s.max(now)));
-    }
-    let cluster = Cluster {
+    let mut cluster = Cluster {
         name: name.to_owned(),
         region: region.to_owned(),
         created: now,
@@ -878,12 +952,22 @@ fn create_cluster(
         orchestrator,
         vpc,
         placement,
-        node_recovery,
-        provisioning: provisioning.map(str::to_owned),
-        groups,
+        node_recovery: "Automatic".to_owned(),
+        provisioning: None,
+        groups: Vec::new(),
         system_update: false,
         tags: body.get("Tags").cloned().unwrap_or_else(|| json!([])),
+        cluster_role: None,
+        auto_scaling: None,
+        tiered: None,
+        tiered_before: None,
     };
+    let failure = w.failing("sagemaker", "CreateCluster").map(|(_, m)| m);
+    apply_settings(&mut cluster, body, lookups, now, "CreateCluster", failure)?;
+    for (g, start) in groups.iter_mut().zip(starts) {
+        w.launch(g, start.map_or(now, |s| s.max(now)));
+    }
+    cluster.groups = groups;
     let arn = cluster.arn();
     w.sagemaker.clusters.insert(name.to_owned(), cluster);
     Ok(json!({ "ClusterArn": arn }))
@@ -896,6 +980,197 @@ fn node_recovery(body: &Value) -> Result<Option<String>, AwsError> {
         Some(nr @ ("Automatic" | "None")) => Ok(Some(nr.to_owned())),
         Some(_) => Err(validation("NodeRecovery must be Automatic or None")),
     }
+}
+
+/// An IAM role ARN as the model's `RoleArn` shape has it (20 to 2,048 characters).
+const ROLE_ARN: &str = r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$";
+
+/// A request field that is there and not null.
+fn given<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
+    body.get(key).filter(|v| !v.is_null())
+}
+
+/// A string enum member of a request: `None` when absent, AWS's refusal when not one of
+/// `allowed`. `at` is the member's path as AWS's messages spell it.
+fn member<'a>(
+    v: &'a Value,
+    key: &str,
+    at: &str,
+    allowed: &[&str],
+) -> Result<Option<&'a str>, AwsError> {
+    let Some(value) = given(v, key) else {
+        return Ok(None);
+    };
+    match value.as_str() {
+        Some(s) if allowed.contains(&s) => Ok(Some(s)),
+        _ => Err(validation(format!(
+            "1 validation error detected: Value '{}' at '{at}' failed to satisfy constraint: Member must satisfy enum value set: [{}]",
+            value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned),
+            allowed.join(", ")
+        ))),
+    }
+}
+
+fn required(at: &str) -> AwsError {
+    validation(format!(
+        "1 validation error detected: Value null at '{at}' failed to satisfy constraint: Member must not be null"
+    ))
+}
+
+/// Applies the cluster-level settings of a CreateCluster or UpdateCluster request
+/// (NodeRecovery, NodeProvisioningMode, ClusterRole, AutoScaling, TieredStorageConfig) to
+/// `c`, a copy the caller keeps only if this succeeds. A field the request leaves out
+/// keeps its value. Field shapes are checked first, then how the settings fit together:
+/// autoscaling (managed Karpenter) needs a cluster role, an EKS orchestrator, continuous
+/// provisioning and automatic node recovery, and its role cannot change while it is on.
+/// `op` is the call's operation and `failure` the message of a `fails` fault registered
+/// for it, for an install to end with.
+fn apply_settings(
+    c: &mut Cluster,
+    body: &Value,
+    lookups: &Lookups,
+    now: f64,
+    op: &'static str,
+    failure: Option<String>,
+) -> Result<(), AwsError> {
+    let provisioning = member(
+        body,
+        "NodeProvisioningMode",
+        "nodeProvisioningMode",
+        &["Continuous"],
+    )?;
+    let recovery = node_recovery(body)?;
+    let mut auto_scaling = None;
+    if let Some(a) = given(body, "AutoScaling") {
+        let mode = member(a, "Mode", "autoScaling.mode", &["Enable", "Disable"])?
+            .ok_or_else(|| required("autoScaling.mode"))?;
+        let scaler = member(
+            a,
+            "AutoScalerType",
+            "autoScaling.autoScalerType",
+            &["Karpenter"],
+        )?
+        .unwrap_or("Karpenter");
+        auto_scaling = Some((mode == "Enable", scaler));
+    }
+    let role = match given(body, "ClusterRole") {
+        None => None,
+        Some(v) => {
+            let role = v.as_str().unwrap_or_default();
+            let pattern = regex::Regex::new(ROLE_ARN).map_err(|e| validation(e.to_string()))?;
+            if !(20..=2048).contains(&role.len()) || !pattern.is_match(role) {
+                return Err(validation(format!(
+                    "1 validation error detected: Value '{role}' at 'clusterRole' failed to satisfy constraint: Member must satisfy regular expression pattern: {ROLE_ARN}"
+                )));
+            }
+            Some(role)
+        }
+    };
+    let mut tiered = None;
+    if let Some(t) = given(body, "TieredStorageConfig") {
+        let mode = member(
+            t,
+            "Mode",
+            "tieredStorageConfig.mode",
+            &["Enable", "Disable"],
+        )?
+        .ok_or_else(|| required("tieredStorageConfig.mode"))?;
+        let at = "tieredStorageConfig.instanceMemoryAllocationPercentage";
+        let mut config = json!({ "Mode": mode });
+        if let Some(p) = given(t, "InstanceMemoryAllocationPercentage") {
+            match p.as_i64() {
+                Some(n @ 0..=100) => config["InstanceMemoryAllocationPercentage"] = json!(n),
+                Some(n) if n < 0 => {
+                    return Err(validation(format!(
+                        "1 validation error detected: Value '{n}' at '{at}' failed to satisfy constraint: Member must have value greater than or equal to 0"
+                    )));
+                }
+                Some(n) => {
+                    return Err(validation(format!(
+                        "1 validation error detected: Value '{n}' at '{at}' failed to satisfy constraint: Member must have value less than or equal to 100"
+                    )));
+                }
+                None => return Err(validation(format!("{at} must be an integer, not {p}"))),
+            }
+        }
+        tiered = Some(config);
+    }
+
+    let on_eks = c.orchestrator.get("Eks").is_some();
+    if let Some(p) = provisioning {
+        c.provisioning = Some(p.to_owned());
+    }
+    if let Some(nr) = recovery {
+        c.node_recovery = nr;
+    }
+    let was_enabled = c.auto_scaling.as_ref().is_some_and(|a| a.enabled);
+    if let Some((enable, scaler)) = auto_scaling
+        && enable != was_enabled
+    {
+        c.auto_scaling = Some(AutoScaling {
+            enabled: enable,
+            scaler: scaler.to_owned(),
+            since: now,
+            by: op,
+            failure: failure.filter(|_| enable),
+        });
+    }
+    let enabled = c.auto_scaling.as_ref().is_some_and(|a| a.enabled);
+    if let Some(role) = role {
+        if was_enabled && enabled && c.cluster_role.as_deref() != Some(role) {
+            return Err(validation(
+                "ClusterRole cannot be updated while autoscaling is enabled; disable autoscaling first",
+            ));
+        }
+        if !lookups.role_exists(role) {
+            return Err(validation(format!(
+                "Cluster role {role} does not exist or cannot be assumed"
+            )));
+        }
+        c.cluster_role = Some(role.to_owned());
+    }
+    if enabled {
+        // Managed Karpenter's prerequisites, as the autoscaling guide lists them.
+        let unmet = if c.cluster_role.is_none() {
+            Some("a ClusterRole (an IAM role HyperPod assumes to add and remove nodes)")
+        } else if !on_eks {
+            Some("an EKS orchestrator")
+        } else if c.provisioning.as_deref() != Some("Continuous") {
+            Some("NodeProvisioningMode Continuous")
+        } else if c.node_recovery != "Automatic" {
+            Some("NodeRecovery Automatic")
+        } else {
+            None
+        };
+        if let Some(unmet) = unmet {
+            return Err(validation(format!(
+                "AutoScaling with Mode Enable requires {unmet}"
+            )));
+        }
+    }
+    if let Some(config) = tiered {
+        // Managed tiered checkpointing runs on EKS-orchestrated clusters only.
+        if !on_eks {
+            return Err(validation(
+                "TieredStorageConfig is supported only for clusters with an EKS orchestrator",
+            ));
+        }
+        c.tiered = Some(config);
+    }
+    Ok(())
+}
+
+/// Takes the cluster-level settings `apply_settings` left on `from`; the tiered storage
+/// in force so far stays what the nodes run until this update is over.
+fn take_settings(c: &mut Cluster, from: &Cluster) {
+    c.node_recovery = from.node_recovery.clone();
+    c.provisioning = from.provisioning.clone();
+    c.cluster_role = from.cluster_role.clone();
+    c.auto_scaling = from.auto_scaling.clone();
+    c.tiered_before = c.tiered.take();
+    c.tiered = from.tiered.clone();
 }
 
 fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Value, AwsError> {
@@ -911,14 +1186,14 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
             cluster.status(now, false)
         )));
     }
-    let recovery = node_recovery(body)?;
+    let failure = w.failing("sagemaker", "UpdateCluster").map(|(_, m)| m);
+    let mut settled = cluster.clone();
+    apply_settings(&mut settled, body, lookups, now, "UpdateCluster", failure)?;
     if body.get("InstanceGroups").is_none() && body.get("InstanceGroupsToDelete").is_none() {
         // InstanceGroups is optional: a call that names none changes the cluster's own
         // settings, and its groups stay as they are.
         let c = w.hyperpod(&name)?;
-        if let Some(nr) = recovery {
-            c.node_recovery = nr;
-        }
+        take_settings(c, &settled);
         for g in &mut c.groups {
             g.previous_kubernetes = g
                 .spec
@@ -1006,7 +1281,7 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
             g,
             &cluster.vpc,
             on_eks,
-            cluster.provisioning.as_deref(),
+            settled.provisioning.as_deref(),
             lookups,
         )?);
     }
@@ -1016,9 +1291,7 @@ fn update_cluster(w: &mut World, body: &Value, lookups: &Lookups) -> Result<Valu
     }
     let c = w.hyperpod(&name)?;
     c.groups = groups;
-    if let Some(nr) = recovery {
-        c.node_recovery = nr;
-    }
+    take_settings(c, &settled);
     c.phase = Some((Phase::Updating, now));
     Ok(json!({ "ClusterArn": c.arn() }))
 }
@@ -1310,20 +1583,50 @@ fn group_taints(g: &Group) -> Vec<Value> {
         .collect()
 }
 
+/// Whether HyperPod cluster `c` is orchestrated by EKS cluster `eks_name`.
+fn on_eks(c: &Cluster, eks_name: &str) -> bool {
+    c.orchestrator["Eks"]["ClusterArn"]
+        .as_str()
+        .and_then(|arn| arn.rsplit_once(":cluster/"))
+        .is_some_and(|(_, name)| name == eks_name)
+}
+
+/// What a HyperPod cluster runs on its EKS cluster's Kubernetes side besides nodes.
+pub struct Features {
+    pub cluster: String,
+    /// The `TieredStorageConfig` the nodes run, while its Mode is Enable: HyperPod's
+    /// memory-management daemon is installed.
+    pub tiered_storage: Option<Value>,
+}
+
 impl World {
+    /// The managed features of the HyperPod clusters on EKS cluster `eks_name` (not
+    /// those being deleted).
+    pub fn hyperpod_features(&mut self, eks_name: &str) -> Vec<Features> {
+        self.settle_sagemaker();
+        let now = self.clock.now();
+        self.sagemaker
+            .clusters
+            .values()
+            .filter(|c| on_eks(c, eks_name) && !matches!(c.phase, Some((Phase::Deleting, _))))
+            .map(|c| Features {
+                cluster: c.name.clone(),
+                tiered_storage: c
+                    .applied_tiered(now)
+                    .filter(|t| t["Mode"] == "Enable")
+                    .cloned(),
+            })
+            .collect()
+    }
+
     /// The instances of HyperPod clusters orchestrated by EKS cluster `eks_name`.
     pub fn hyperpod_instances(&mut self, eks_name: &str) -> Vec<Instance> {
         self.settle_sagemaker();
         let now = self.clock.now();
-        let suffix = format!(":cluster/{eks_name}");
         self.sagemaker
             .clusters
             .values()
-            .filter(|c| {
-                c.orchestrator["Eks"]["ClusterArn"]
-                    .as_str()
-                    .is_some_and(|arn| arn.ends_with(&suffix))
-            })
+            .filter(|c| on_eks(c, eks_name))
             .flat_map(|c| {
                 c.groups.iter().flat_map(move |g| {
                     g.nodes.iter().map(move |n| {
@@ -1696,6 +1999,233 @@ mod tests {
         g["MinInstanceCount"] = json!(5);
         let e = update(&mut w, vec![g]).unwrap_err();
         assert!(e.message.contains("MinInstanceCount (5)"), "{}", e.message);
+    }
+
+    const ROLE: &str = "arn:aws:iam::123456789012:role/hyperpod-autoscaling";
+
+    /// A CreateCluster body for cluster `c` on an EKS orchestrator with one group of
+    /// `count`, continuous provisioning and `extra` fields.
+    fn on_eks(count: u32, extra: Value) -> Value {
+        let mut body = json!({"ClusterName": "c", "InstanceGroups": [group("g", count)],
+                              "Orchestrator": {"Eks": {}}, "NodeProvisioningMode": "Continuous"});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    }
+
+    fn described(w: &mut World) -> Value {
+        let c = w.hyperpod("c").unwrap().clone();
+        w.cluster_json(&c)
+    }
+
+    fn settings(w: &mut World, extra: Value) -> Result<Value, AwsError> {
+        let mut body = json!({"ClusterName": "c"});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        update_cluster(w, &body, &Lookups::default())
+    }
+
+    #[test]
+    fn autoscaling_needs_its_prerequisites_and_holds_its_role() {
+        let mut w = World::new(0.0, None);
+        let enable = json!({"Mode": "Enable", "AutoScalerType": "Karpenter"});
+        for (body, says) in [
+            (
+                on_eks(0, json!({"AutoScaling": enable})),
+                "requires a ClusterRole",
+            ),
+            (
+                json!({"ClusterName": "c", "InstanceGroups": [group("g", 0)],
+                       "AutoScaling": enable, "ClusterRole": ROLE}),
+                "requires an EKS orchestrator",
+            ),
+            (
+                json!({"ClusterName": "c", "InstanceGroups": [group("g", 0)],
+                       "Orchestrator": {"Eks": {}}, "AutoScaling": enable, "ClusterRole": ROLE}),
+                "requires NodeProvisioningMode Continuous",
+            ),
+            (
+                on_eks(
+                    0,
+                    json!({"AutoScaling": enable, "ClusterRole": ROLE, "NodeRecovery": "None"}),
+                ),
+                "requires NodeRecovery Automatic",
+            ),
+            (
+                on_eks(
+                    0,
+                    json!({"AutoScaling": {"Mode": "On"}, "ClusterRole": ROLE}),
+                ),
+                "Value 'On' at 'autoScaling.mode' failed to satisfy constraint: Member must satisfy enum value set: [Enable, Disable]",
+            ),
+            (
+                on_eks(
+                    0,
+                    json!({"AutoScaling": {"AutoScalerType": "Karpenter"}, "ClusterRole": ROLE}),
+                ),
+                "Value null at 'autoScaling.mode'",
+            ),
+            (
+                on_eks(
+                    0,
+                    json!({"AutoScaling": enable, "ClusterRole": "hyperpod-autoscaling"}),
+                ),
+                "at 'clusterRole' failed to satisfy constraint: Member must satisfy regular expression pattern",
+            ),
+        ] {
+            let e = create_cluster(&mut w, "us-east-1", &body, &Lookups::default()).unwrap_err();
+            assert_eq!(e.code, "ValidationException", "{body}");
+            assert!(e.message.contains(says), "{body}: {}", e.message);
+        }
+        assert!(w.sagemaker.clusters.is_empty());
+
+        let body = on_eks(0, json!({"AutoScaling": enable, "ClusterRole": ROLE}));
+        create_cluster(&mut w, "us-east-1", &body, &Lookups::default()).unwrap();
+        let d = described(&mut w);
+        assert_eq!(d["ClusterRole"], ROLE);
+        assert_eq!(
+            d["AutoScaling"],
+            json!({"Mode": "Enable", "AutoScalerType": "Karpenter", "Status": "Creating"})
+        );
+        // The install waits for the cluster.
+        w.clock.advance(AUTOSCALING_SECS);
+        assert_eq!(described(&mut w)["AutoScaling"]["Status"], "Creating");
+        w.clock.advance(CLUSTER_CREATE_SECS);
+        assert_eq!(described(&mut w)["AutoScaling"]["Status"], "InService");
+
+        let other = "arn:aws:iam::123456789012:role/other";
+        let e = settings(&mut w, json!({"ClusterRole": other})).unwrap_err();
+        assert_eq!(e.code, "ValidationException");
+        assert!(
+            e.message
+                .contains("cannot be updated while autoscaling is enabled"),
+            "{}",
+            e.message
+        );
+        // Naming the role it has is no change.
+        settings(&mut w, json!({"ClusterRole": ROLE})).unwrap();
+        w.clock.advance(CLUSTER_UPDATE_SECS);
+        let e = settings(&mut w, json!({"NodeRecovery": "None"})).unwrap_err();
+        assert!(
+            e.message.contains("requires NodeRecovery Automatic"),
+            "{}",
+            e.message
+        );
+
+        settings(&mut w, json!({"AutoScaling": {"Mode": "Disable"}})).unwrap();
+        assert_eq!(
+            described(&mut w)["AutoScaling"],
+            json!({"Mode": "Disable", "AutoScalerType": "Karpenter", "Status": "Deleting"})
+        );
+        w.clock.advance(CLUSTER_UPDATE_SECS);
+        let d = described(&mut w);
+        assert!(d["AutoScaling"].is_null(), "{d}");
+        assert_eq!(d["ClusterRole"], ROLE, "the role stays");
+        settings(&mut w, json!({"ClusterRole": other})).unwrap();
+        assert_eq!(described(&mut w)["ClusterRole"], other);
+    }
+
+    #[test]
+    fn a_failing_install_ends_failed_with_its_message() {
+        let mut w = World::new(0.0, None);
+        w.add_fault(crate::world::Fault {
+            id: 0,
+            service: "sagemaker".into(),
+            operation: "UpdateCluster".into(),
+            kind: crate::world::FaultKind::Fails {
+                code: "InternalFailure".into(),
+                message: "Karpenter could not be installed".into(),
+            },
+            times: 1,
+            after: 0,
+        });
+        create_cluster(
+            &mut w,
+            "us-east-1",
+            &on_eks(0, json!({"ClusterRole": ROLE})),
+            &Lookups::default(),
+        )
+        .unwrap();
+        w.clock.advance(CLUSTER_CREATE_SECS);
+        settings(&mut w, json!({"AutoScaling": {"Mode": "Enable"}})).unwrap();
+        w.clock.advance(AUTOSCALING_SECS);
+        assert_eq!(
+            described(&mut w)["AutoScaling"],
+            json!({"Mode": "Enable", "AutoScalerType": "Karpenter", "Status": "Failed",
+                   "FailureMessage": "Karpenter could not be installed"})
+        );
+    }
+
+    #[test]
+    fn tiered_storage_is_checked_kept_and_applied_once_the_update_is_over() {
+        let mut w = World::new(0.0, None);
+        for (config, says) in [
+            (
+                json!({"Mode": "Enable", "InstanceMemoryAllocationPercentage": 101}),
+                "Value '101' at 'tieredStorageConfig.instanceMemoryAllocationPercentage' failed to satisfy constraint: Member must have value less than or equal to 100",
+            ),
+            (
+                json!({"Mode": "Enable", "InstanceMemoryAllocationPercentage": -1}),
+                "greater than or equal to 0",
+            ),
+            (
+                json!({"InstanceMemoryAllocationPercentage": 20}),
+                "Value null at 'tieredStorageConfig.mode'",
+            ),
+        ] {
+            let body = on_eks(1, json!({"TieredStorageConfig": config}));
+            let e = create_cluster(&mut w, "us-east-1", &body, &Lookups::default()).unwrap_err();
+            assert_eq!(e.code, "ValidationException");
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        let body = json!({"ClusterName": "c", "InstanceGroups": [group("g", 1)],
+                          "TieredStorageConfig": {"Mode": "Enable"}});
+        let e = create_cluster(&mut w, "us-east-1", &body, &Lookups::default()).unwrap_err();
+        assert!(e.message.contains("EKS orchestrator"), "{}", e.message);
+
+        create_cluster(
+            &mut w,
+            "us-east-1",
+            &on_eks(2, json!({})),
+            &Lookups::default(),
+        )
+        .unwrap();
+        w.clock.advance(CLUSTER_CREATE_SECS);
+        let before = described(&mut w);
+        assert!(before["TieredStorageConfig"].is_null());
+        let enable = json!({"Mode": "Enable", "InstanceMemoryAllocationPercentage": 40});
+        settings(&mut w, json!({"TieredStorageConfig": enable})).unwrap();
+        let d = described(&mut w);
+        assert_eq!(d["ClusterStatus"], "Updating");
+        assert_eq!(d["TieredStorageConfig"], enable);
+        let groups = |d: &Value| {
+            let g = &d["InstanceGroups"];
+            (
+                g.as_array().unwrap().len(),
+                g[0]["InstanceGroupName"].clone(),
+                g[0]["TargetCount"].clone(),
+            )
+        };
+        assert_eq!(groups(&d), groups(&before), "the groups stay");
+        assert_eq!(d["NodeRecovery"], before["NodeRecovery"]);
+        let daemon = |w: &mut World| {
+            let now = w.clock.now();
+            w.hyperpod("c").unwrap().applied_tiered(now).cloned()
+        };
+        assert!(daemon(&mut w).is_none(), "not before the update is over");
+        w.clock.advance(CLUSTER_UPDATE_SECS);
+        assert_eq!(daemon(&mut w), Some(enable.clone()));
+
+        settings(&mut w, json!({"TieredStorageConfig": {"Mode": "Disable"}})).unwrap();
+        assert_eq!(daemon(&mut w), Some(enable), "until the update is over");
+        w.clock.advance(CLUSTER_UPDATE_SECS);
+        assert_eq!(daemon(&mut w), Some(json!({"Mode": "Disable"})));
+        assert_eq!(
+            described(&mut w)["TieredStorageConfig"],
+            json!({"Mode": "Disable"})
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! What a SageMaker request names that moto owns (execution roles, subnets and their
-//! zones, security groups), asked before the world is locked because moto is another
-//! process; the answers are then checked under the lock like AWS's own look-ups.
+//! What a SageMaker request names that moto owns (execution and cluster roles, subnets
+//! and their zones, security groups), asked before the world is locked because moto is
+//! another process; the answers are then checked under the lock like AWS's own look-ups.
 
 use std::collections::BTreeMap;
 
@@ -53,6 +53,7 @@ impl Lookups {
                     strings_of(body.get("InstanceGroups"))
                         .filter_map(|g| g.get("ExecutionRole").and_then(Value::as_str)),
                 );
+                roles.extend(body.get("ClusterRole").and_then(Value::as_str));
             }
             "CreateMlflowTrackingServer" => {
                 roles.extend(body.get("RoleArn").and_then(Value::as_str));

@@ -1,7 +1,9 @@
 //! EKS add-ons' workloads: each ACTIVE add-on gets the Deployments and DaemonSets (and the
 //! namespace) it runs on a real cluster, labelled with the add-on so they go when it
 //! goes; the training operator also installs the HyperPodPyTorchJob CRD. Workloads are
-//! created once and then left to their own controllers, as EKS leaves them.
+//! created once and then left to their own controllers, as EKS leaves them. HyperPod's
+//! own managed daemon (tiered checkpointing's memory manager) is installed the same way,
+//! from the HyperPod cluster's settings instead of an add-on.
 
 use std::collections::BTreeSet;
 
@@ -68,6 +70,7 @@ fn addon_workloads(addon: &str) -> &'static [(&'static str, &'static str, &'stat
 const ADDON_LABEL: &str = "eks.amazonaws.com/addon";
 
 pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
+    tiered_checkpointing(w, cluster, now);
     let active = w.eks_active_addons(cluster);
     let Some(c) = w.kube_cluster(cluster) else {
         return;
@@ -135,4 +138,82 @@ pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
     for k in stale {
         store.remove(&k);
     }
+}
+
+/// The DaemonSet of HyperPod's memory-management daemon for managed tiered checkpointing.
+/// AWS documents the daemon but not its Kubernetes names; this name is the sim's own.
+pub const TIERED_CHECKPOINTING: &str = "hyperpod-tiered-checkpointing";
+
+/// Marks what HyperPod itself installed (the sim's own label), so that only that is
+/// removed when a feature is turned off.
+pub(super) const HYPERPOD_LABEL: (&str, &str) =
+    ("app.kubernetes.io/managed-by", "SageMakerHyperPod");
+
+/// While a HyperPod cluster on this EKS cluster runs `TieredStorageConfig` Mode Enable,
+/// the memory-management daemon runs in kube-system on that cluster's HyperPod nodes,
+/// told its share of each instance's memory; with Disable it is removed (its pods go
+/// with it through garbage collection), as the API reference says of both modes.
+fn tiered_checkpointing(w: &mut World, cluster: &str, now: &str) {
+    let wanted = w
+        .hyperpod_features(cluster)
+        .into_iter()
+        .find_map(|f| Some((f.cluster, f.tiered_storage?)));
+    let Some(c) = w.kube_cluster(cluster) else {
+        return;
+    };
+    let store = &mut c.store;
+    let key = Key::new("apps/daemonsets", "kube-system", TIERED_CHECKPOINTING);
+    let installed = store
+        .get(&key)
+        .is_some_and(|o| o["metadata"]["labels"][HYPERPOD_LABEL.0] == HYPERPOD_LABEL.1);
+    let Some((hyperpod, config)) = wanted else {
+        if installed {
+            store.remove(&key);
+        }
+        return;
+    };
+    let name = TIERED_CHECKPOINTING;
+    let labels = json!({ "app.kubernetes.io/name": name, HYPERPOD_LABEL.0: HYPERPOD_LABEL.1,
+                         "sagemaker.amazonaws.com/cluster-name": hyperpod });
+    let mut container = json!({ "name": name,
+        "image": format!("602401143452.dkr.ecr.us-east-1.amazonaws.com/sagemaker/{name}:latest"),
+        "resources": { "requests": { "cpu": "100m", "memory": "128Mi" } } });
+    if let Some(p) = config["InstanceMemoryAllocationPercentage"].as_i64() {
+        container["env"] =
+            json!([{ "name": "INSTANCE_MEMORY_ALLOCATION_PERCENTAGE", "value": p.to_string() }]);
+    }
+    let spec = json!({
+        "selector": { "matchLabels": { "app.kubernetes.io/name": name } },
+        "template": { "metadata": { "labels": labels }, "spec": {
+            "nodeSelector": { "sagemaker.amazonaws.com/compute-type": "hyperpod",
+                              "sagemaker.amazonaws.com/cluster-name": hyperpod },
+            "tolerations": [{ "operator": "Exists" }],
+            "containers": [container],
+        } },
+    });
+    let o = match store.get(&key) {
+        // A user's DaemonSet of that name is left alone, as EKS leaves conflicting objects.
+        Some(_) if !installed => return,
+        Some(old) if old["spec"] == spec => return,
+        Some(old) => {
+            // A new share of memory: the template changes, as a rollout would start.
+            let mut o = (**old).clone();
+            let generation = o["metadata"]["generation"].as_i64().unwrap_or(1);
+            o["metadata"]["generation"] = json!(generation + 1);
+            o["spec"] = spec;
+            o
+        }
+        None => {
+            let ns_key = Key::new("/namespaces", "", "kube-system");
+            if store.get(&ns_key).is_none() {
+                let o = namespace(store, "kube-system", now);
+                store.put(ns_key, o);
+            }
+            let mut o = object(store, "apps/v1", "DaemonSet", "kube-system", name, now);
+            o["metadata"]["labels"] = labels;
+            o["spec"] = spec;
+            o
+        }
+    };
+    store.put(key, o);
 }
