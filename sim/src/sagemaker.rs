@@ -1597,6 +1597,27 @@ pub struct Features {
     /// The `TieredStorageConfig` the nodes run, while its Mode is Enable: HyperPod's
     /// memory-management daemon is installed.
     pub tiered_storage: Option<Value>,
+    /// Autoscaling is InService: managed Karpenter serves its resources and scales.
+    pub karpenter: bool,
+}
+
+/// An instance group as managed Karpenter sees it.
+#[derive(Clone, Debug)]
+pub struct AutoscaledGroup {
+    pub name: String,
+    pub instance_type: String,
+    pub target: u32,
+    pub deep_health_checks: bool,
+    pub training_plan: bool,
+    pub spot: bool,
+    pub region: String,
+    /// The subnet its instances run in, if the cluster names one.
+    pub subnet: Option<String>,
+    pub zone: String,
+    pub zone_id: String,
+    /// Its `KubernetesConfig` labels and taints (as Kubernetes spells taints).
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Value>,
 }
 
 impl World {
@@ -1605,6 +1626,7 @@ impl World {
     pub fn hyperpod_features(&mut self, eks_name: &str) -> Vec<Features> {
         self.settle_sagemaker();
         let now = self.clock.now();
+        let stuck = |op: &str| self.stuck("sagemaker", op);
         self.sagemaker
             .clusters
             .values()
@@ -1615,8 +1637,75 @@ impl World {
                     .applied_tiered(now)
                     .filter(|t| t["Mode"] == "Enable")
                     .cloned(),
+                karpenter: c.autoscaling_status(now, stuck) == Some("InService"),
             })
             .collect()
+    }
+
+    /// The instance groups of HyperPod cluster `cluster`, for its managed Karpenter.
+    pub fn autoscaled_groups(&mut self, cluster: &str) -> Vec<AutoscaledGroup> {
+        let Ok(c) = self.hyperpod(cluster) else {
+            return Vec::new();
+        };
+        c.groups
+            .iter()
+            .map(|g| AutoscaledGroup {
+                name: g.name.clone(),
+                instance_type: g.instance_type.clone(),
+                target: g.target,
+                deep_health_checks: g.deep_health_checks,
+                training_plan: g.spec.get("TrainingPlanArn").is_some(),
+                spot: is_spot(&g.spec),
+                region: c.region.clone(),
+                subnet: lookups::strings(
+                    g.spec
+                        .get("OverrideVpcConfig")
+                        .unwrap_or(&c.vpc)
+                        .get("Subnets"),
+                )
+                .next()
+                .map(str::to_owned),
+                zone: g.placement.zone.clone(),
+                zone_id: g.placement.zone_id.clone(),
+                labels: group_labels(g),
+                taints: group_taints(g),
+            })
+            .collect()
+    }
+
+    /// What BatchAddClusterNodes does for managed Karpenter, on its cluster role: `count`
+    /// more nodes in `group`, launched as any group's new nodes are, within the quotas.
+    pub fn autoscale_up(&mut self, cluster: &str, group: &str, count: u32) -> Result<(), AwsError> {
+        let now = self.clock.now();
+        let c = self.hyperpod(cluster)?.clone();
+        let status = c.status(now, false);
+        if matches!(status, "Creating" | "Deleting") {
+            return Err(validation(format!(
+                "Cluster {cluster} is {status}; nodes can be added only when it is InService"
+            )));
+        }
+        let Some(index) = c.groups.iter().position(|g| g.name == group) else {
+            return Err(validation(format!(
+                "Instance group {group} does not exist in cluster {cluster}"
+            )));
+        };
+        let mut groups = c.groups;
+        let g = &mut groups[index];
+        g.target += count;
+        if let Some(o) = g.spec.as_object_mut() {
+            o.insert("InstanceCount".into(), json!(g.target));
+        }
+        check_quotas(self, &groups, Some(cluster))?;
+        let mut g = groups.swap_remove(index);
+        self.launch(&mut g, now);
+        self.hyperpod(cluster)?.groups[index] = g;
+        Ok(())
+    }
+
+    /// What BatchDeleteClusterNodes does for managed Karpenter: the same call, on the
+    /// nodes it has consolidated away.
+    pub fn autoscale_down(&mut self, cluster: &str, ids: &[String]) -> Result<Value, AwsError> {
+        nodes::batch_delete(self, &json!({ "ClusterName": cluster, "NodeIds": ids }))
     }
 
     /// The instances of HyperPod clusters orchestrated by EKS cluster `eks_name`.
@@ -2226,6 +2315,33 @@ mod tests {
             described(&mut w)["TieredStorageConfig"],
             json!({"Mode": "Disable"})
         );
+    }
+
+    #[test]
+    fn autoscaling_adds_and_deletes_nodes_as_the_batch_calls_do() {
+        let mut w = World::new(0.0, None);
+        create_cluster(
+            &mut w,
+            "us-east-1",
+            &on_eks(0, json!({})),
+            &Lookups::default(),
+        )
+        .unwrap();
+        let e = w.autoscale_up("c", "g", 1).unwrap_err();
+        assert!(e.message.contains("Creating"), "{}", e.message);
+        w.clock.advance(CLUSTER_CREATE_SECS);
+        w.autoscale_up("c", "g", 2).unwrap();
+        let d = described(&mut w);
+        assert_eq!(d["ClusterStatus"], "InService", "no update of the cluster");
+        assert_eq!(d["InstanceGroups"][0]["TargetCount"], 2);
+        let nodes = listed(&list(&mut w, json!({})).unwrap());
+        assert_eq!(nodes.len(), 2);
+        w.sagemaker.quotas.insert("ml.g5.8xlarge".into(), 2);
+        let e = w.autoscale_up("c", "g", 1).unwrap_err();
+        assert_eq!(e.code, "ResourceLimitExceeded");
+        w.autoscale_down("c", &[nodes[0].1.clone()]).unwrap();
+        assert_eq!(described(&mut w)["InstanceGroups"][0]["TargetCount"], 1);
+        assert_eq!(listed(&list(&mut w, json!({})).unwrap()), nodes[1..]);
     }
 
     #[test]

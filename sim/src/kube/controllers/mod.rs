@@ -1,8 +1,9 @@
 //! The cluster's controllers, driven by the sim's clock: HyperPod instances become Nodes,
 //! EKS add-ons bring their workloads, Deployments/ReplicaSets/DaemonSets/Jobs/RayJobs/
 //! HyperPodPyTorchJobs get Pods, Pods are bound by the [`scheduler`](super::scheduler) and
-//! run through their phases, LoadBalancer Services get a hostname, PVCs bind to PVs and
-//! orphans are collected. One file per kind; what several share lives here.
+//! run through their phases, LoadBalancer Services get a hostname, PVCs bind to PVs,
+//! orphans are collected, and HyperPod's managed Karpenter scales instance groups for
+//! pods that found no node. One file per kind; what several share lives here.
 //!
 //! Every status is a pure function of the stored objects and the clock (times come from
 //! earlier transitions, never from "now" unless something changed), and an object is
@@ -16,6 +17,7 @@ mod daemonsets;
 mod deployments;
 mod gc;
 mod jobs;
+mod karpenter;
 mod nodes;
 mod pods;
 mod pytorchjobs;
@@ -57,7 +59,8 @@ const IDLE_PER_BUSY: u32 = 4;
 /// One pass of every controller, in the order a change flows: orphans go first so nothing
 /// is reconciled for an owner that is gone, owners come before what they create (RayJobs
 /// make Jobs, Jobs make Pods), and Pods come after every workload so a new pod is
-/// scheduled in the tick that made it.
+/// scheduled in the tick that made it. Karpenter comes last, to see the pods the
+/// scheduler could not place in this tick.
 fn reconcile(w: &mut World, cluster: &str) {
     let epoch_now = w.clock.epoch(w.clock.now());
     let now = rfc3339(epoch_now);
@@ -78,6 +81,7 @@ fn reconcile(w: &mut World, cluster: &str) {
     pods::pods(store, epoch_now, &now);
     services::services(store, epoch_now, &region);
     claims::claims(store);
+    karpenter::karpenter(w, cluster, epoch_now, &now);
 }
 
 /// Stores `value` if it differs from what is stored (resourceVersion aside).
