@@ -7,6 +7,7 @@ mod support;
 
 mod eks;
 mod hyperpod;
+mod hyperpod_autoscaling;
 mod hyperpod_nodes;
 mod kube;
 mod kubectl;
