@@ -689,29 +689,108 @@ impl Filter {
     }
 }
 
+/// `limit` and `continue`, as the API server pages a list: at most `limit` items, and a
+/// continue token (the key of the last one, as Kubernetes' own tokens carry the next
+/// start key) while more remain. Kubernetes serves every page from the snapshot of the
+/// first; the sim has no snapshots, so a later page shows objects as they are now, and a
+/// token is refused only when it is not one the sim gave.
+struct Page {
+    limit: Option<usize>,
+    after: Option<(String, String)>,
+}
+
+impl Page {
+    fn new(req: &Req) -> Result<Self, Status> {
+        let limit = match req.q.get("limit").map(String::as_str) {
+            None | Some("" | "0") => None,
+            Some(l) => Some(l.parse::<usize>().map_err(|_| {
+                Status::new(
+                    400,
+                    "BadRequest",
+                    format!("limit: Invalid value: \"{l}\": must be a non-negative integer"),
+                )
+            })?),
+        };
+        let after = match req.q.get("continue").map(String::as_str) {
+            None | Some("") => None,
+            Some(token) => Some(Self::decode(token).ok_or_else(|| {
+                Status::new(400, "BadRequest", "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".to_owned())
+            })?),
+        };
+        Ok(Self { limit, after })
+    }
+
+    fn decode(token: &str) -> Option<(String, String)> {
+        use base64::Engine;
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .ok()?;
+        let v: Value = serde_json::from_slice(&raw).ok()?;
+        (v["v"] == "meta.k8s.io/v1").then_some(())?;
+        Some((
+            v["ns"].as_str()?.to_owned(),
+            v["start"].as_str()?.to_owned(),
+        ))
+    }
+
+    fn encode(ns: &str, name: &str, rv: u64) -> String {
+        use base64::Engine;
+        let v = json!({ "v": "meta.k8s.io/v1", "rv": rv, "ns": ns, "start": name });
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    }
+}
+
 fn list(store: &Store, req: &Req) -> Response {
-    let filter = match Filter::new(req) {
-        Ok(f) => f,
+    let (filter, page) = match Filter::new(req).and_then(|f| Ok((f, Page::new(req)?))) {
+        Ok(fp) => fp,
         Err(s) => return s.into_response(),
     };
-    let items: Vec<&Value> = store
+    let mut matching = store
         .list(&filter.gr, filter.ns.as_deref())
         .filter(|o| filter.matches(o))
-        .map(|o| &**o)
+        .filter(|o| {
+            page.after.as_ref().is_none_or(|(ns, name)| {
+                let meta = &o["metadata"];
+                let key = (
+                    meta["namespace"].as_str().unwrap_or(""),
+                    meta["name"].as_str().unwrap_or(""),
+                );
+                key > (ns.as_str(), name.as_str())
+            })
+        })
+        .map(|o| &**o);
+    let items: Vec<&Value> = matching
+        .by_ref()
+        .take(page.limit.unwrap_or(usize::MAX))
         .collect();
+    let remaining = matching.count();
+    let mut metadata = json!({ "resourceVersion": store.rv().to_string() });
+    if remaining > 0
+        && let Some(last) = items.last()
+    {
+        let meta = &last["metadata"];
+        metadata["continue"] = json!(Page::encode(
+            meta["namespace"].as_str().unwrap_or(""),
+            meta["name"].as_str().unwrap_or(""),
+            store.rv()
+        ));
+        metadata["remainingItemCount"] = json!(remaining);
+    }
     if let Some(now) = req.table {
-        return ok(&table::table(
+        let mut t = table::table(
             &req.res,
             &items,
             now,
             &store.rv().to_string(),
             &req.res.printer,
-        ));
+        );
+        t["metadata"] = metadata;
+        return ok(&t);
     }
     let body = json!({
         "kind": format!("{}List", req.res.kind),
         "apiVersion": req.res.api_version(),
-        "metadata": { "resourceVersion": store.rv().to_string() },
+        "metadata": metadata,
         "items": items,
     });
     ok(&body)

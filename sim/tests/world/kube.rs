@@ -205,6 +205,56 @@ async fn kube_crate_crud_apply_watch_and_logs() {
         again.metadata.resource_version
     );
 
+    // Lists page with `limit` and `continue`, as kubectl's and kube-rs' pagers expect.
+    for i in 0..5 {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(config_map(&format!("page-{i}"), "x")).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let whole: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(whole.len(), 6, "{whole:?}");
+    let (mut paged, mut params, mut pages) = (Vec::new(), ListParams::default().limit(2), 0);
+    loop {
+        let page = cms.list(&params).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 2);
+        paged.extend(page.items.into_iter().filter_map(|c| c.metadata.name));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => {
+                assert_eq!(
+                    page.metadata.remaining_item_count,
+                    Some((whole.len() - paged.len()) as i64)
+                );
+                params = params.continue_token(&token);
+            }
+            None => break,
+        }
+    }
+    assert_eq!((paged, pages), (whole, 3));
+    let err = cms
+        .list(&ListParams::default().limit(2).continue_token("garbled"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 400),
+        "{err:?}"
+    );
+    for i in 0..5 {
+        cms.delete(&format!("page-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
     // Another manager may not take a field hypd owns, unless it forces.
     let err = cms
         .patch(
