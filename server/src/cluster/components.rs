@@ -243,28 +243,29 @@ pub async fn hyperpod_nodes(
         "{}={},sagemaker.amazonaws.com/cluster-name={hyperpod_cluster}",
         HYPERPOD_NODE_LABEL.0, HYPERPOD_NODE_LABEL.1
     );
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| kubernetes::upstream("list Node", e))?;
     let mut groups: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for n in &nodes.items {
-        let group = n
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(GROUP_LABEL))
-            .cloned()
-            .unwrap_or_default();
-        let ready = n
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        let entry = groups.entry(group).or_default();
-        entry.0 += usize::from(ready);
-        entry.1 += 1;
-    }
+    kubernetes::each_listed(
+        &Api::<Node>::all(client.clone()),
+        ListParams::default().labels(&selector),
+        |n| {
+            let group = n
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(GROUP_LABEL))
+                .cloned()
+                .unwrap_or_default();
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let entry = groups.entry(group).or_default();
+            entry.0 += usize::from(ready);
+            entry.1 += 1;
+        },
+    )
+    .await?;
     Ok(groups)
 }
 

@@ -70,7 +70,7 @@ impl Handler<ListNodes> for Service {
         let seen = if page.is_empty() {
             Kubernetes::default()
         } else {
-            kubernetes_view(&self.aws, &cluster.region, name, hyperpod).await?
+            kubernetes_view(&self.aws, &cluster.region, name, hyperpod, true).await?
         };
         Ok(NodeList {
             name: name.to_owned(),
@@ -114,6 +114,7 @@ async fn kubernetes_view(
     region: &str,
     eks: &str,
     hyperpod: &str,
+    with_pods: bool,
 ) -> Result<Kubernetes, ApiError> {
     let client = match kube::connect(aws, region, eks).await {
         Ok(c) => c,
@@ -126,41 +127,60 @@ async fn kubernetes_view(
         "{}={},sagemaker.amazonaws.com/cluster-name={hyperpod}",
         HYPERPOD_NODE_LABEL.0, HYPERPOD_NODE_LABEL.1
     );
-    let listed = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| kube::upstream("list Node", e))?;
-    let nodes = listed
-        .items
-        .into_iter()
-        .filter_map(|n| Some((instance_of(&n)?, n)))
-        .collect();
-    let pods = Api::<Pod>::all(client)
-        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
-        .await
-        .map_err(|e| kube::upstream("list Pod", e))?;
+    let mut nodes = BTreeMap::new();
+    kube::each_listed(
+        &Api::<Node>::all(client.clone()),
+        ListParams::default().labels(&selector),
+        |n| {
+            if let Some(id) = instance_of(&n) {
+                nodes.insert(id, n);
+            }
+        },
+    )
+    .await?;
     let mut gpus_used = BTreeMap::new();
-    for p in &pods.items {
-        let Some(spec) = &p.spec else { continue };
-        let Some(node) = &spec.node_name else {
-            continue;
-        };
-        let gpus: u32 = spec
-            .containers
-            .iter()
-            .filter_map(|c| {
-                let r = c.resources.as_ref()?;
-                let q = r
-                    .requests
-                    .as_ref()
-                    .and_then(|m| m.get(GPU))
-                    .or_else(|| r.limits.as_ref()?.get(GPU))?;
-                q.0.parse::<u32>().ok()
-            })
-            .sum();
-        *gpus_used.entry(node.clone()).or_insert(0) += gpus;
+    if !with_pods {
+        return Ok(Kubernetes { nodes, gpus_used });
     }
+    kube::each_listed(
+        &Api::<Pod>::all(client),
+        ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
+        |p| {
+            let Some(spec) = p.spec else { return };
+            let Some(node) = spec.node_name else { return };
+            let gpus: u32 = spec
+                .containers
+                .iter()
+                .filter_map(|c| {
+                    let r = c.resources.as_ref()?;
+                    let q = r
+                        .requests
+                        .as_ref()
+                        .and_then(|m| m.get(GPU))
+                        .or_else(|| r.limits.as_ref()?.get(GPU))?;
+                    q.0.parse::<u32>().ok()
+                })
+                .sum();
+            *gpus_used.entry(node).or_insert(0) += gpus;
+        },
+    )
+    .await?;
     Ok(Kubernetes { nodes, gpus_used })
+}
+
+/// Each HyperPod node's Kubernetes boot id (`status.nodeInfo.bootID`, new with every
+/// boot), by instance id; none while the cluster's API cannot be reached.
+pub(crate) async fn boot_ids(
+    aws: &crate::aws::Aws,
+    at: &super::Where,
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let view = kubernetes_view(aws, &at.region, &at.eks, &at.hyperpod, false).await?;
+    Ok(view
+        .nodes
+        .into_iter()
+        .filter_map(|(id, n)| Some((id, n.status?.node_info?.boot_id)))
+        .filter(|(_, b)| !b.is_empty())
+        .collect())
 }
 
 /// The instance id a HyperPod Node runs on: the end of its provider id

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use app::api::ApiError;
 use aws_credential_types::provider::ProvideCredentials;
 use base64::Engine;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use serde::de::DeserializeOwned;
 
 use crate::aws::Aws;
@@ -227,6 +227,36 @@ where
     api.get_opt(name)
         .await
         .map_err(|e| upstream(&format!("get {}/{name}", K::kind(&Default::default())), e))
+}
+
+/// Objects a page of [`each_listed`] asks for: kubectl's own page size.
+const LIST_PAGE: u32 = 500;
+
+/// Lists what `params` selects page by page (the API server's `limit` and `continue`),
+/// handing each object to `each`: only a page is held at once, and a big cluster has
+/// thousands of pods.
+pub async fn each_listed<K>(
+    api: &Api<K>,
+    params: ListParams,
+    mut each: impl FnMut(K),
+) -> Result<(), ApiError>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let mut params = params.limit(LIST_PAGE);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|e| upstream(&format!("list {}", K::kind(&Default::default())), e))?;
+        let next = page.metadata.continue_.filter(|c| !c.is_empty());
+        page.items.into_iter().for_each(&mut each);
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
 }
 
 /// Status reasons with which the API server says "not now" rather than "no".
