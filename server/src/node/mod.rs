@@ -39,6 +39,11 @@ pub struct Outputs {
     /// What HyperPod answered: the nodes it took on, and each it refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<Answer>,
+    /// For a reboot: each node's Kubernetes boot id when the operation found it. HyperPod
+    /// says Running both before a reboot and after it, so a run whose answer was lost
+    /// tells a node it already rebooted by a new boot id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub boots: BTreeMap<String, String>,
 }
 
 const POLL: Duration = Duration::from_secs(20);
@@ -98,6 +103,11 @@ async fn step<R: NodeRequest>(
                     .iter()
                     .map(|id| (id.to_string(), nodes.get(id.as_str()).cloned()))
                     .collect();
+                if R::ACTION == NodeAction::Reboot {
+                    let mut boots = list::boot_ids(&cx.aws, &at).await?;
+                    boots.retain(|id, _| out.found.contains_key(id));
+                    out.boots = boots;
+                }
             }
             Ok(Progress::Done)
         }
@@ -105,11 +115,22 @@ async fn step<R: NodeRequest>(
             if out.answer.is_some() {
                 return Ok(Progress::Done);
             }
+            let rebooted = if out.boots.is_empty() {
+                BTreeSet::new()
+            } else {
+                let now = list::boot_ids(&cx.aws, &at).await?;
+                out.boots
+                    .iter()
+                    .filter(|(id, then)| now.get(*id).is_some_and(|b| b != *then))
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            };
             let batch = NodeBatch {
                 sagemaker: sm,
                 cluster: at.hyperpod,
                 action: R::ACTION,
                 asked: &out.found,
+                done: &rebooted,
             };
             let mut answer = converge(&batch).await?.answer;
             // Nodes not sent now were taken on by an earlier run whose answer was lost.

@@ -242,10 +242,18 @@ pub const CASES: &[Case] = &[
         given: created,
         request: |hypd, token, name| node_action(hypd, token, name, "reboot"),
         check: |world, hypd, token, name| nodes_back(world, hypd, token, name, 2),
+        // Nodes are listed by the request's node list, then for their boot ids by the
+        // `nodes` and `action` stages, then by `settled`.
         calls: &[
             after_preflight("nodes", "sagemaker", "ListClusterNodes"),
+            after_preflight("nodes", "kubernetes", "list Node"),
             call("action", "sagemaker", "BatchRebootClusterNodes"),
-            after_preflight("settled", "kubernetes", "list Node"),
+            Call {
+                stage: "settled",
+                after: 3,
+                service: "kubernetes",
+                operation: "list Node",
+            },
         ],
     },
     Case {
@@ -580,7 +588,17 @@ fn short(case: &Case) -> String {
 }
 
 fn name_for(case: &Case, c: &Call, kind: &str) -> String {
-    format!("{}-{kind}-{}", short(case), c.stage)
+    // A stage with several faulted calls gets a cluster for each.
+    let before = case
+        .calls
+        .iter()
+        .take_while(|x| !std::ptr::eq(*x, c))
+        .filter(|x| x.stage == c.stage)
+        .count();
+    match before {
+        0 => format!("{}-{kind}-{}", short(case), c.stage),
+        n => format!("{}-{kind}-{}-{}", short(case), c.stage, n + 1),
+    }
 }
 
 fn started(case: &Case, hypd: &Hypd, token: &str, name: &str) -> String {
@@ -804,6 +822,7 @@ fn a_lost_answer_in_each_stage_runs_it_again_and_makes_nothing_new() {
         for c in case.calls {
             let name = name_for(case, c, "l");
             (case.given)(&world, &hypd, &token, &name);
+            world.sim.call(Method::DELETE, "/_sim/calls", None);
             fault(
                 &world,
                 json!({"service": c.service, "operation": c.operation, "kind": "lost", "after": c.after}),
@@ -817,6 +836,18 @@ fn a_lost_answer_in_each_stage_runs_it_again_and_makes_nothing_new() {
                 s["attempts"].as_u64().unwrap() >= 2,
                 "{at}: the stage ran again after the lost answer: {s}"
             );
+            // The call whose answer was lost was carried out: run again, the stage
+            // finds it done (a reboot by the node's new boot id) and does not repeat it.
+            let agent = format!("hypd.{id}.{}", c.stage);
+            let repeated = crate::create::agents_mutating_calls(&world)
+                .into_iter()
+                .filter(|(a, service, operation)| {
+                    a.as_deref() == Some(agent.as_str())
+                        && *service == c.service
+                        && *operation == c.operation
+                })
+                .count();
+            assert!(repeated <= 1, "{at}: {} made {repeated} times", c.operation);
             (case.check)(&world, &hypd, &token, &name);
         }
     }

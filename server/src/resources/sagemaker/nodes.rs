@@ -6,7 +6,7 @@
 //! lost). A node that was never there is sent anyway, so HyperPod answers for it with its
 //! own code.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use app::api::ApiError;
 use app::api::nodes::NodeAction;
@@ -96,6 +96,9 @@ pub struct NodeBatch<'a> {
     pub cluster: String,
     pub action: NodeAction,
     pub asked: &'a BTreeMap<String, Option<Seen>>,
+    /// Asked nodes an earlier run is known to have acted on by other means (a reboot
+    /// seen in the node's Kubernetes boot id): never sent again.
+    pub done: &'a BTreeSet<String>,
 }
 
 /// The nodes now, and what this run's call answered (none before it is made).
@@ -146,7 +149,9 @@ impl Resource for NodeBatch<'_> {
         let ids: Vec<String> = self
             .asked
             .iter()
-            .filter(|(id, then)| self.to_send(then.as_ref(), observed.nodes.get(*id)))
+            .filter(|(id, then)| {
+                !self.done.contains(*id) && self.to_send(then.as_ref(), observed.nodes.get(*id))
+            })
             .map(|(id, _)| id.clone())
             .collect();
         Ok(if ids.is_empty() {
