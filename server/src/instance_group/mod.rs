@@ -386,8 +386,62 @@ impl Check for UpdateInstanceGroup {
             self.group.as_str(),
         )?;
         let new = self.applied_to(old)?;
-        check_growth(cx, made, &new, old.instance_count.get(), "").await
+        check_growth(cx, made, &new, old.instance_count.get(), "").await?;
+        let more = new
+            .instance_count
+            .get()
+            .saturating_sub(old.instance_count.get());
+        if more > 0 {
+            room_to_grow(self, cx, made, more).await?;
+        }
+        Ok(())
     }
+}
+
+/// Room in the group's subnet for `more` instances: HyperPod puts a group's new
+/// instances where its first ones are, and a subnet out of addresses fails them one
+/// by one after the change is accepted.
+async fn room_to_grow(
+    r: &UpdateInstanceGroup,
+    cx: &Preflight<'_>,
+    made: &Made,
+    more: u32,
+) -> Result<(), ApiError> {
+    let sm = cx.aws.sagemaker(&made.region);
+    let live = hyperpod_cluster::describe(&sm, r.name.as_str(), false).await?;
+    let subnet = live
+        .iter()
+        .flat_map(|s| &s.groups)
+        .find(|g| g.name == r.group.as_str())
+        .and_then(|g| {
+            g.live
+                .as_ref()?
+                .override_vpc_config()?
+                .subnets()
+                .first()
+                .cloned()
+        })
+        .or_else(|| made.created.network.compute_subnet_id.clone());
+    let Some(subnet) = subnet else {
+        return Ok(());
+    };
+    let ec2 = cx.aws.ec2(&made.region);
+    let Some((free, zone)) = crate::resources::ec2::subnet::free_addresses(&ec2, &subnet).await?
+    else {
+        return Ok(());
+    };
+    let need = crate::cluster::network::room_for(more);
+    if free < i64::from(need) {
+        return Err(ApiError::field(
+            "instance_count",
+            format!(
+                "group {} runs in subnet {subnet} ({zone}), which has {free} free addresses; {more} more instances need {need} ({} each). Add a group for the rest: it gets a compute subnet with room",
+                r.group,
+                crate::cluster::network::ADDRESSES_PER_INSTANCE
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl GroupChange for DeleteInstanceGroup {

@@ -480,6 +480,32 @@ fn groups_go_where_there_is_room() {
     let (_, drift) = hypd.call(&token, Method::GET, "/api/v1/clusters/net/drift", None);
     assert_eq!(drift["drifted"], json!([]), "{drift:#}");
 
+    // A group grows where it runs: a2 shares the cluster's subnet, which the interfaces
+    // above left 90 addresses; three more instances need 96, two need 64.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let grow = |count: u32| {
+        hypd.call(
+            &token,
+            Method::POST,
+            &format!("{path}/a2"),
+            Some(json!({"instance_count": count, "dry_run": true})),
+        )
+    };
+    let (status, refused) = grow(4);
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["errors"][0]["field"], "instance_count",
+        "{refused}"
+    );
+    let message = refused["error"]["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&cluster_subnet) && message.contains("96"),
+        "{message}"
+    );
+    let (status, planned) = grow(3);
+    assert_eq!(status, 200, "{planned}");
+    assert!(agents_mutating_calls(&world).is_empty());
+
     // Once the VPC has no /20 left, a group in a zone with no compute subnet is refused
     // before anything is made.
     let cidr = rt

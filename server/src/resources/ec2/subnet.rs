@@ -90,6 +90,22 @@ pub async fn compute_subnets_of(
         .collect())
 }
 
+/// Subnet `id`'s free addresses and zone, if it exists.
+pub async fn free_addresses(ec2: &Client, id: &str) -> Result<Option<(i64, String)>, ApiError> {
+    let out = ec2
+        .describe_subnets()
+        .filters(filter("subnet-id", id))
+        .send()
+        .await
+        .upstream("ec2", "DescribeSubnets")?;
+    Ok(out.subnets().first().map(|s| {
+        (
+            s.available_ip_address_count().map_or(i64::MAX, i64::from),
+            s.availability_zone().unwrap_or_default().to_owned(),
+        )
+    }))
+}
+
 fn cidr_of(s: &aws_sdk_ec2::types::Subnet) -> Option<Cidr> {
     s.cidr_block().and_then(|c| Cidr::parse(c).ok())
 }
