@@ -21,6 +21,18 @@ const KIND: &str = "iam:Role";
 pub enum Trust {
     /// An AWS service principal, e.g. `eks.amazonaws.com`.
     Service(String),
+    /// One Kubernetes service account of one cluster (IAM roles for service accounts):
+    /// web identity tokens from the cluster's IAM OIDC provider whose subject is that
+    /// account and whose audience is STS. Nothing else the provider signs is trusted.
+    ServiceAccount {
+        /// The IAM OIDC provider's ARN.
+        provider_arn: String,
+        /// The issuer without its scheme (`oidc.eks.<region>.amazonaws.com/id/<id>`), as
+        /// IAM names the condition keys.
+        issuer: String,
+        namespace: String,
+        name: String,
+    },
 }
 
 impl Trust {
@@ -34,12 +46,35 @@ impl Trust {
                     "Action": ["sts:AssumeRole", "sts:TagSession"],
                 }],
             }),
+            Trust::ServiceAccount {
+                provider_arn,
+                issuer,
+                namespace,
+                name,
+            } => {
+                let issuer = issuer.trim_start_matches("https://");
+                json!({
+                    "Version": "2012-10-17",
+                    "Statement": [{
+                        "Effect": "Allow",
+                        "Principal": { "Federated": provider_arn },
+                        "Action": "sts:AssumeRoleWithWebIdentity",
+                        "Condition": { "StringEquals": {
+                            format!("{issuer}:sub"): format!("system:serviceaccount:{namespace}:{name}"),
+                            format!("{issuer}:aud"): "sts.amazonaws.com",
+                        }},
+                    }],
+                })
+            }
         }
     }
 
     fn describe(&self) -> String {
         match self {
             Trust::Service(s) => s.clone(),
+            Trust::ServiceAccount {
+                namespace, name, ..
+            } => format!("service account {namespace}/{name} (OIDC)"),
         }
     }
 }
@@ -355,6 +390,31 @@ mod tests {
             managed: vec!["arn:aws:iam::aws:policy/A".into()],
             inline: BTreeMap::from([("p".to_owned(), json!({"Version": "2012-10-17"}))]),
         }
+    }
+
+    #[test]
+    fn a_service_account_role_trusts_that_account_only() {
+        let trust = Trust::ServiceAccount {
+            provider_arn: "arn:aws:iam::1:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/AB"
+                .into(),
+            issuer: "https://oidc.eks.us-east-1.amazonaws.com/id/AB".into(),
+            namespace: "aws-hyperpod".into(),
+            name: "checkpointing".into(),
+        };
+        let doc = trust.document();
+        let statement = &doc["Statement"][0];
+        assert_eq!(statement["Action"], "sts:AssumeRoleWithWebIdentity");
+        assert_eq!(
+            statement["Principal"]["Federated"],
+            "arn:aws:iam::1:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/AB"
+        );
+        assert_eq!(
+            statement["Condition"]["StringEquals"],
+            json!({
+                "oidc.eks.us-east-1.amazonaws.com/id/AB:sub": "system:serviceaccount:aws-hyperpod:checkpointing",
+                "oidc.eks.us-east-1.amazonaws.com/id/AB:aud": "sts.amazonaws.com",
+            })
+        );
     }
 
     #[test]
