@@ -8,10 +8,11 @@ cookie from POST /auth/login). Prints p50/p90/p99/max per endpoint and hypd's me
 during and after the requests; a human table, then one line of JSON. Nothing here is
 asserted: answers that are not 200 or not the size they should be are listed as problems,
 and a per-endpoint time budget (--budget-seconds) keeps a slow world from running for hours.
-Each endpoint also gets the CPU time hypd and hypd-sim spent per request: against the
-debug hypd-sim, whose Kubernetes controllers pass over every object every 100 ms under the
-world's one lock, a 1,000-node request mostly waits for the sim, and hypd's own share is
-the "hypd cpu" column.
+Each endpoint also gets the CPU time hypd and hypd-sim spent per request: hypd-sim
+answers every call under the world's one lock, which its Kubernetes controllers also take
+(at most a fifth of the time), so a 1,000-node request partly waits for the sim; hypd's
+own share is the "hypd cpu" column. A release hypd-sim (HYPD_SIM_BIN) makes that wait
+small.
 
     ~/.cache/hypd/venv/bin/python end2end/py/bench_nodes.py [--requests 200] [--warmup 10]
 

@@ -164,65 +164,32 @@ impl Resource for NodeBatch<'_> {
     async fn apply(&self, op: &Send, observed: &mut Observed) -> Result<(), ApiError> {
         let (call, ids) = (self.action.call(), op.0.clone());
         let sm = &self.sagemaker;
+        // The three calls differ only in their builder and in the name of a failure's
+        // code (`error_code` for reboot and replace, `code` for delete).
+        macro_rules! batch {
+            ($builder:ident, $code:ident) => {{
+                let out = sm
+                    .$builder()
+                    .cluster_name(&self.cluster)
+                    .set_node_ids(Some(ids))
+                    .send()
+                    .await
+                    .upstream("sagemaker", call)?;
+                Answer {
+                    accepted: out.successful().to_vec(),
+                    refused: out
+                        .failed()
+                        .iter()
+                        .map(|f| refused(f.node_id(), f.$code().map(|c| c.as_str()), f.message()))
+                        .collect(),
+                    request_id: out.request_id().map(str::to_owned),
+                }
+            }};
+        }
         let answer = match self.action {
-            NodeAction::Reboot => {
-                let out = sm
-                    .batch_reboot_cluster_nodes()
-                    .cluster_name(&self.cluster)
-                    .set_node_ids(Some(ids))
-                    .send()
-                    .await
-                    .upstream("sagemaker", call)?;
-                Answer {
-                    accepted: out.successful().to_vec(),
-                    refused: out
-                        .failed()
-                        .iter()
-                        .map(|f| {
-                            refused(f.node_id(), f.error_code().map(|c| c.as_str()), f.message())
-                        })
-                        .collect(),
-                    request_id: out.request_id().map(str::to_owned),
-                }
-            }
-            NodeAction::Replace => {
-                let out = sm
-                    .batch_replace_cluster_nodes()
-                    .cluster_name(&self.cluster)
-                    .set_node_ids(Some(ids))
-                    .send()
-                    .await
-                    .upstream("sagemaker", call)?;
-                Answer {
-                    accepted: out.successful().to_vec(),
-                    refused: out
-                        .failed()
-                        .iter()
-                        .map(|f| {
-                            refused(f.node_id(), f.error_code().map(|c| c.as_str()), f.message())
-                        })
-                        .collect(),
-                    request_id: out.request_id().map(str::to_owned),
-                }
-            }
-            NodeAction::Delete => {
-                let out = sm
-                    .batch_delete_cluster_nodes()
-                    .cluster_name(&self.cluster)
-                    .set_node_ids(Some(ids))
-                    .send()
-                    .await
-                    .upstream("sagemaker", call)?;
-                Answer {
-                    accepted: out.successful().to_vec(),
-                    refused: out
-                        .failed()
-                        .iter()
-                        .map(|f| refused(f.node_id(), f.code().map(|c| c.as_str()), f.message()))
-                        .collect(),
-                    request_id: out.request_id().map(str::to_owned),
-                }
-            }
+            NodeAction::Reboot => batch!(batch_reboot_cluster_nodes, error_code),
+            NodeAction::Replace => batch!(batch_replace_cluster_nodes, error_code),
+            NodeAction::Delete => batch!(batch_delete_cluster_nodes, code),
         };
         observed.answer = answer;
         Ok(())
