@@ -11,7 +11,7 @@ use super::controllers::{is_terminal, node_ready, selector_matches};
 use super::store::{Store, meta};
 
 /// A quantity in milli-units (`"500m"`, `"2"`), for CPU; integers for devices.
-fn milli(q: &Value) -> u64 {
+pub(crate) fn milli(q: &Value) -> u64 {
     let s = match q {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
@@ -23,9 +23,12 @@ fn milli(q: &Value) -> u64 {
     }
 }
 
-const RESOURCES: [&str; 3] = ["nvidia.com/gpu", "vpc.amazonaws.com/efa", "cpu"];
+/// What pods are placed by, in the order [`requests`] returns them.
+pub(crate) const RESOURCES: [&str; 3] = ["nvidia.com/gpu", "vpc.amazonaws.com/efa", "cpu"];
 
-fn requests(pod: &Value) -> [u64; 3] {
+/// What a pod (or a pod template) requests of [`RESOURCES`] (limits where it names no
+/// request).
+pub(crate) fn requests(pod: &Value) -> [u64; 3] {
     let mut out = [0; 3];
     for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
         for (i, r) in RESOURCES.iter().enumerate() {
@@ -41,23 +44,20 @@ fn requests(pod: &Value) -> [u64; 3] {
     out
 }
 
-fn tolerates(pod: &Value, node: &Value) -> bool {
+/// Whether `pod` tolerates every NoSchedule taint of `taints`.
+pub(crate) fn tolerates(pod: &Value, taints: &[Value]) -> bool {
     let tolerations = pod["spec"]["tolerations"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    node["spec"]["taints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .all(|t| {
-            t["effect"] != "NoSchedule"
-                || tolerations.iter().any(|tol| {
-                    (tol["key"].is_null() && tol["operator"] == "Exists")
-                        || (tol["key"] == t["key"]
-                            && (tol["operator"] == "Exists" || tol["value"] == t["value"]))
-                })
-        })
+    taints.iter().all(|t| {
+        t["effect"] != "NoSchedule"
+            || tolerations.iter().any(|tol| {
+                (tol["key"].is_null() && tol["operator"] == "Exists")
+                    || (tol["key"] == t["key"]
+                        && (tol["operator"] == "Exists" || tol["value"] == t["value"]))
+            })
+    })
 }
 
 /// The nodes as stored at the start of a tick and what the live pods bound to each
@@ -125,7 +125,10 @@ impl Scheduler {
                     .or_default() += 1;
                 continue;
             }
-            if !tolerates(pod, n) {
+            let taints = n["spec"]["taints"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice);
+            if !tolerates(pod, taints) {
                 *reasons
                     .entry("node(s) had untolerated taint(s)".into())
                     .or_default() += 1;

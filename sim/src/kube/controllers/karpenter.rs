@@ -18,6 +18,7 @@ use super::addons::HYPERPOD_LABEL;
 use super::{is_terminal, node_ready, selector_matches, snapshot, upsert};
 use crate::kube::admission::crd_status;
 use crate::kube::discovery::CRD_GR;
+use crate::kube::scheduler::{RESOURCES, milli, requests, tolerates};
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::parse_rfc3339;
 use crate::sagemaker::AutoscaledGroup;
@@ -53,7 +54,6 @@ const HEALTH: &str = "sagemaker.amazonaws.com/node-health-status";
 
 /// GPUs, EFA interfaces and CPU, as the scheduler counts them (milli-units).
 type Resources = [u64; 3];
-const RESOURCES: [&str; 3] = ["nvidia.com/gpu", "vpc.amazonaws.com/efa", "cpu"];
 
 /// An instance group of a HyperPod cluster on this EKS cluster and what one of its nodes
 /// offers.
@@ -485,51 +485,6 @@ fn admits(requirements: &Value, labels: &Map<String, Value>) -> bool {
                 .is_some_and(|(v, b)| v < b),
             _ => false,
         }
-    })
-}
-
-/// A quantity in milli-units (`"500m"`, `"2"`), as the scheduler reads them.
-fn milli(q: &Value) -> u64 {
-    let s = match q {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => return 0,
-    };
-    match s.strip_suffix('m') {
-        Some(m) => m.parse().unwrap_or(0),
-        None => s.parse::<f64>().map(|f| (f * 1000.0) as u64).unwrap_or(0),
-    }
-}
-
-/// What a pod (or a pod template) requests, as the scheduler adds it up.
-fn requests(pod: &Value) -> Resources {
-    let mut out = [0; 3];
-    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
-        for (i, r) in RESOURCES.iter().enumerate() {
-            let q = &c["resources"]["requests"][*r];
-            out[i] += milli(if q.is_null() {
-                &c["resources"]["limits"][*r]
-            } else {
-                q
-            });
-        }
-    }
-    out
-}
-
-/// Whether a pod tolerates every NoSchedule taint of `taints`, as the scheduler asks.
-fn tolerates(pod: &Value, taints: &[Value]) -> bool {
-    let tolerations = pod["spec"]["tolerations"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    taints.iter().all(|t| {
-        t["effect"] != "NoSchedule"
-            || tolerations.iter().any(|tol| {
-                (tol["key"].is_null() && tol["operator"] == "Exists")
-                    || (tol["key"] == t["key"]
-                        && (tol["operator"] == "Exists" || tol["value"] == t["value"]))
-            })
     })
 }
 
