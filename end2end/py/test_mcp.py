@@ -251,7 +251,11 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(drift_again_and_reconcile, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(groups_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(nodes_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(features_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
+    # The training operator was on: its role went with the cluster's.
+    roles = [r["RoleName"] for r in aws("iam", sim).list_roles()["Roles"]]
+    assert not [r for r in roles if r.startswith("hypd-mcp-gpu-")], roles
 
 
 def aws(service, endpoint):
@@ -508,6 +512,64 @@ async def nodes_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
         [updated] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu"}))["nodes"]
         assert updated["image_release"] == "2025.09.15", updated
+
+
+async def features_through_mcp(server, hypd, sim):
+    """The training operator turned on through MCP (the plan first), the same request
+    again with nothing to do, turned off in two steps, then on again: the cluster's
+    deletion removes it with the rest."""
+    name = "mcp-gpu"
+    async with Client(server) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools["update_features"].input_schema["properties"]) >= {"training_operator", "confirmation"}
+        before = structured(await client.call_tool("get_features", {"name": name}))
+        by_feature = {f["feature"]: f for f in before["features"]}
+        assert set(by_feature) == {"training_operator", "inference_operator", "tiered_checkpointing", "autoscaling"}, before
+        assert by_feature["training_operator"]["enabled"] is False and by_feature["training_operator"]["changeable"] is True
+        cert = next(c for c in before["components"] if c["name"] == "cert-manager")
+        assert cert["status"] == "ACTIVE" and cert["with_cluster"] is True and "training_operator" in cert["needed_by"], cert
+
+        # The same field error as REST, from the same type.
+        empty = await client.call_tool("update_features", {"name": name})
+        assert empty.is_error
+        with hypd.client(hypd.admin_token) as rest:
+            r = rest.post(f"/api/v1/clusters/{name}/features", json={})
+        assert r.status_code == 422 and r.json() == empty.structured_content, (r.text, empty.structured_content)
+
+        on = {"name": name, "training_operator": True}
+        dry = structured(await client.call_tool("update_features", {**on, "dry_run": True}))
+        kinds = sorted(c["kind"] for s in dry["plan"]["stages"] for c in s["changes"])
+        assert kinds == ["eks:Addon", "eks:PodIdentityAssociation", "iam:Role"], dry
+        waited = await finished(client, structured(await client.call_tool("update_features", on))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        controller = json.loads(kubectl(sim, name, "-n", "aws-hyperpod", "get", "deployment",
+                                        "hp-training-operator-hp-training-controller-manager", "-o", "json"))
+        assert controller["status"]["availableReplicas"] >= 1, controller["status"]
+        crd = kubectl(sim, name, "get", "crd", "hyperpodpytorchjobs.sagemaker.amazonaws.com", "-o", "name")
+        assert "hyperpodpytorchjobs" in crd, crd
+
+        # Already on: the operation has nothing to do.
+        waited = await finished(client, structured(await client.call_tool("update_features", on))["operation_id"])
+        assert waited["operation"]["stages"] == [] and waited["operation"]["note"].startswith("nothing to do"), waited
+
+        off = {"name": name, "training_operator": False}
+        first = structured(await client.call_tool("update_features", off))
+        assert "Nothing was done" in first["message"], first
+        deleted = sorted(c["kind"] for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete")
+        assert deleted == ["eks:Addon", "eks:PodIdentityAssociation", "iam:Role"], first["plan"]
+        confirmed = {**off, "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("update_features", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        # EKS removes what the add-on installed with it; the cluster's own add-ons stay.
+        crds = kubectl(sim, name, "get", "crd", "-o", "name")
+        assert "hyperpodpytorchjobs" not in crds, crds
+        after = structured(await client.call_tool("get_features", {"name": name}))
+        assert {f["feature"]: f["enabled"] for f in after["features"]}["training_operator"] is False, after
+        cert = next(c for c in after["components"] if c["name"] == "cert-manager")
+        assert cert["status"] == "ACTIVE", cert
+
+        waited = await finished(client, structured(await client.call_tool("update_features", on))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
 
 
 async def delete_in_two_steps(server):

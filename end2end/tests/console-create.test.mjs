@@ -266,6 +266,37 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.check-drift');
   await page.waitForSelector('.drift .drift-none');
 
+  // Advanced features: the training operator turned on after its plan (only the toggle
+  // touched is sent: the plan has the operator's add-on and no other), then off after
+  // its plan and confirmation; the panel reads each state back from AWS.
+  const training = '.feature[data-feature="training_operator"]';
+  await page.waitForSelector(`${training}[data-state="off"]`);
+  await settled(page);
+  assert.ok(await page.isDisabled('button.apply-features'), 'nothing touched, nothing to send');
+  await page.check(`${training} .feature-toggle`);
+  await page.click('button.apply-features');
+  await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="create"]');
+  assert.equal(await page.locator('.features .plan li[data-kind="eks:Addon"]').count(), 1);
+  assert.equal(await page.textContent('button.apply-features'), 'Apply');
+  await shot(page, 'features-plan');
+  await page.click('button.apply-features');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector(`${training}[data-state="on"]`);
+  await settled(page);
+  await page.uncheck(`${training} .feature-toggle`);
+  await page.click('button.apply-features');
+  await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="delete"]');
+  await page.click('button.apply-features');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector(`${training}[data-state="off"]`);
+  await page.waitForSelector('.features tr[data-component="cert-manager"] td:text("ACTIVE")');
+
   // The groups change from the page, each plan first: the spot group scaled, a group
   // added, then deleted (its plan comes with the confirmation).
   const spot = '.group-actions[data-group="spot-1"]';

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod confirm;
 pub mod events;
+pub mod features;
 pub mod http;
 pub mod inspect;
 pub mod instance_group;

@@ -143,7 +143,7 @@ impl Service {
             let plan = self.preview(actor, bare).await?;
             return Gate::answered(&DryRun { plan });
         }
-        if C::SPEC.effect != Effect::Destructive {
+        if !bare.needs_confirmation() {
             return Ok(Gate::Run(bare, None));
         }
         let hash = confirm::request_hash(name, &bare)?;

@@ -122,6 +122,12 @@ pub trait Command: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'st
         None
     }
 
+    /// This request runs only with a confirmation: every request of a destructive
+    /// command, unless the command knows which of its requests remove nothing.
+    fn needs_confirmation(&self) -> bool {
+        Self::SPEC.effect == Effect::Destructive
+    }
+
     /// Drops `dry_run` and `confirmation`: what is left is the request a confirmation is
     /// bound to, and what an operation stores.
     fn clear_gate(&mut self) {}

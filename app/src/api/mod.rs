@@ -6,6 +6,7 @@ pub mod call;
 pub mod clusters;
 pub mod command;
 pub mod error;
+pub mod features;
 pub mod inspect;
 pub mod instance_groups;
 pub mod listing;
@@ -46,6 +47,8 @@ macro_rules! for_each_command {
             $crate::api::nodes::ReplaceNodes,
             $crate::api::nodes::DeleteNodes,
             $crate::api::software::UpdateClusterSoftware,
+            $crate::api::features::GetFeatures,
+            $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,
             $crate::api::operations::GetOperation,
             $crate::api::operations::WaitOperation,

@@ -101,7 +101,13 @@ pub struct Operation {
     pub retryable: bool,
     /// `cancel_operation` would stop it safely now.
     pub cancellable: bool,
+    /// `nothing to do` when it found everything already as asked and had no stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
+
+/// The note of an operation that had nothing to do.
+pub const NOTHING_TO_DO: &str = "nothing to do: everything named was already as asked";
 
 impl Operation {
     /// The stage that is running, waiting or failed, or the next to start.

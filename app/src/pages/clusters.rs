@@ -11,6 +11,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_params_map};
 
 use super::drift::DriftPanel;
+use super::features::FeaturesPanel;
 use super::groups::{AddGroup, AddGroupForm, GroupActions};
 use super::nodes::{NodesPanel, NodesView};
 use super::{PlanView, StateBadge, Table, loading};
@@ -378,6 +379,7 @@ pub fn ClusterDetail() -> impl IntoView {
                     }
                 })}
             </Transition>
+            {move || view! { <FeaturesPanel name=name()/> }}
             {move || view! { <DriftPanel name=name()/> }}
             <div class="panel">
                 <h2>"Operations on this cluster"</h2>

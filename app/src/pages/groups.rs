@@ -59,12 +59,14 @@ impl Step {
         self,
         mut input: serde_json::Value,
     ) {
-        let destructive = C::SPEC.effect == crate::api::Effect::Destructive;
+        // Which requests ask for a confirmation is the command's to say (turning a
+        // feature on does not; turning one off does).
+        let confirmed = decode::<C>(input.clone()).is_ok_and(|r| r.needs_confirmation());
         if self.reviewed() {
             if let Some(c) = self.confirmation.get_untracked() {
                 input["confirmation"] = json!(c);
             }
-        } else if !destructive {
+        } else if !confirmed {
             input["dry_run"] = json!(true);
         }
         self.busy.set(true);

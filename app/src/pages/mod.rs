@@ -5,6 +5,7 @@
 pub mod clusters;
 pub mod create;
 pub mod drift;
+pub mod features;
 pub mod groups;
 pub mod import;
 pub mod nodes;
@@ -209,7 +210,7 @@ pub fn PlanView(plan: crate::api::plan::Plan) -> impl IntoView {
         <div class="plan" aria-label="Plan">
             <p class="muted">
                 {match total {
-                    0 => "Nothing to change.".to_owned(),
+                    0 => "Nothing to do: everything is already as asked.".to_owned(),
                     1 => "1 change:".to_owned(),
                     n => format!("{n} changes:"),
                 }}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use app::api::ApiError;
 
-use super::dependencies::ADDONS;
+use super::dependencies::{ADDONS, FEATURE_COMPONENTS, TRAINING_OPERATOR};
 use crate::aws::Aws;
 use crate::operation::pipeline::Progress;
 use crate::resources::eks::addon::Addon;
@@ -45,7 +45,7 @@ pub async fn ensure(
         cluster: cluster.to_owned(),
         namespace: namespace.to_owned(),
         service_account: service_account.to_owned(),
-        role_arn: s3_csi_role.to_owned(),
+        want: Want::Present(s3_csi_role.to_owned()),
     })
     .await?;
     let mut pending = Vec::new();
@@ -74,10 +74,15 @@ pub async fn ensure(
     }))
 }
 
-/// Deletes hypd's add-ons (those with hypd's tags) and waits until they are gone.
+/// Deletes hypd's add-ons (those with hypd's tags), the features' first, and waits until
+/// they are gone.
 pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<Progress, ApiError> {
     let mut deleting = Vec::new();
-    for a in ADDONS {
+    for a in [TRAINING_OPERATOR]
+        .iter()
+        .chain(FEATURE_COMPONENTS)
+        .chain(ADDONS)
+    {
         let after = converge(&addon(aws, region, cluster, a.name, Want::Absent)).await?;
         if after.is_some_and(|s| s.ours) {
             deleting.push(a.name);

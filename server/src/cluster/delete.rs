@@ -138,6 +138,7 @@ impl Pipeline for DeleteCluster {
                     None => creation_output(cx, name, "/oidc_provider_arn").await?,
                 };
                 identity::teardown(&cx.aws, &region, name, known.as_deref()).await?;
+                crate::features::teardown(&cx.aws, &region, name).await?;
                 Ok(Progress::Done)
             }
             Stage::Network => network::teardown(&cx.aws, &region, name).await,

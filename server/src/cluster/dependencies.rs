@@ -1,7 +1,7 @@
-//! What hypd installs on every cluster, pinned in one place: the EKS add-ons HyperPod
-//! needs and the HyperPod node components, with the versions hypd is tested with.
-//! Changing a version here changes it for every new cluster; reconciliation reads the
-//! same tables.
+//! What hypd installs, pinned in one place: the EKS add-ons HyperPod needs on every
+//! cluster, the HyperPod node components, and the add-ons of the features a cluster may
+//! turn on, with the versions hypd is tested with. Changing a version here changes it for
+//! every new cluster (or feature turned on); reconciliation reads the same tables.
 
 /// The EKS version new clusters get unless the request names one.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.33";
@@ -37,6 +37,22 @@ pub const ADDONS: &[Addon] = &[
         purpose: "resource metrics for autoscaling and kubectl top",
     },
 ];
+
+/// The HyperPod training operator's add-on. The version is the newest the sim offers; no
+/// minimum is published (see ../shared/reference/breadth-facts.md §5).
+pub const TRAINING_OPERATOR: Addon = Addon {
+    name: "amazon-sagemaker-hyperpod-training-operator",
+    version: "v1.1.0-eksbuild.1",
+    purpose: "runs HyperPodPyTorchJob training jobs",
+};
+
+/// Add-ons only features need (not made with the cluster): installed when a feature that
+/// needs one is turned on, removed when the last such feature is turned off.
+pub const FEATURE_COMPONENTS: &[Addon] = &[Addon {
+    name: "aws-fsx-csi-driver",
+    version: "v1.6.0-eksbuild.1",
+    purpose: "mounts FSx for Lustre file systems the inference operator serves models from",
+}];
 
 /// A HyperPod node component: a DaemonSet on every HyperPod node, applied by hypd with
 /// server-side apply (see docs/ARCHITECTURE.md, "Cluster dependencies").

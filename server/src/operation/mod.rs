@@ -108,7 +108,10 @@ fn operation(r: Row, stages: Vec<Stage>) -> Operation {
         .iter()
         .find(|s| s.state != OperationState::Succeeded)
         .is_some_and(|s| s.cancellable);
+    let note = (state == OperationState::Succeeded && stages.is_empty())
+        .then(|| app::api::operations::NOTHING_TO_DO.to_owned());
     Operation {
+        note,
         operation_id: r.0,
         command: r.1,
         target: r.2,

@@ -215,6 +215,7 @@ macro_rules! for_each_pipeline {
             app::api::nodes::ReplaceNodes,
             app::api::nodes::DeleteNodes,
             app::api::software::UpdateClusterSoftware,
+            app::api::features::UpdateFeatures,
         }
     };
 }
@@ -388,7 +389,11 @@ mod tests {
             assert_eq!(of(node_action), ["nodes", "action", "settled"]);
         }
         assert_eq!(of("update_cluster_software"), ["update", "rolled"]);
-        assert_eq!(names.len(), 11, "a new pipeline: add its stored names here");
+        assert_eq!(
+            of("update_features"),
+            ["components", "training_operator", "unneeded"]
+        );
+        assert_eq!(names.len(), 12, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -177,7 +177,11 @@ impl Worker {
                 .position(|s| s.state != OperationState::Succeeded)
             else {
                 op.state = OperationState::Succeeded;
-                op.event(None, "succeeded", None);
+                let note = op
+                    .stages
+                    .is_empty()
+                    .then(|| app::api::operations::NOTHING_TO_DO.to_owned());
+                op.event(None, "succeeded", note);
                 return op.save(&self.store, &self.owner, None, true).await;
             };
             if op.stages[i].state.is_terminal() {

@@ -40,21 +40,21 @@ fn two_groups(name: &str) -> Value {
 /// What moto and the sim hold for cluster `name`, counted by kind.
 #[derive(Debug, PartialEq)]
 pub struct Counts {
-    vpcs: usize,
-    subnets: usize,
-    nat_gateways: usize,
-    addresses: usize,
-    internet_gateways: usize,
-    route_tables: usize,
-    s3_endpoints: usize,
-    security_groups: usize,
-    roles: usize,
-    oidc_providers: usize,
-    lifecycle_scripts: usize,
-    eks_clusters: usize,
-    addons: usize,
-    pod_identities: usize,
-    hyperpod_clusters: usize,
+    pub vpcs: usize,
+    pub subnets: usize,
+    pub nat_gateways: usize,
+    pub addresses: usize,
+    pub internet_gateways: usize,
+    pub route_tables: usize,
+    pub s3_endpoints: usize,
+    pub security_groups: usize,
+    pub roles: usize,
+    pub oidc_providers: usize,
+    pub lifecycle_scripts: usize,
+    pub eks_clusters: usize,
+    pub addons: usize,
+    pub pod_identities: usize,
+    pub hyperpod_clusters: usize,
 }
 
 pub fn count(world: &World, name: &str) -> Counts {

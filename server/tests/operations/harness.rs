@@ -319,6 +319,32 @@ pub const CASES: &[Case] = &[
             call("rolled", "kubernetes", "list Node"),
         ],
     },
+    Case {
+        command: "update_features",
+        given: created,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/features");
+            (Method::POST, path, json!({ "training_operator": true }))
+        },
+        check: |world, hypd, token, name| {
+            assert_eq!(
+                crate::features::training_parts(world, name),
+                (Some("ACTIVE".to_owned()), 1)
+            );
+            let f = crate::features::feature(hypd, token, name, "training_operator");
+            assert_eq!(f["enabled"], true, "{f:#}");
+            // The cluster's three roles and the operator's; the S3 driver's binding and
+            // the operator's.
+            let c = crate::create::count(world, name);
+            assert_eq!((c.roles, c.pod_identities), (4, 2), "{c:?}");
+        },
+        // The pre-flight reads the operator's add-on once to see whether it is on.
+        calls: &[
+            after_preflight("components", "eks", "DescribeAddon"),
+            call("training_operator", "eks", "CreatePodIdentityAssociation"),
+            call("training_operator", "eks", "CreateAddon"),
+        ],
+    },
 ];
 
 /// The cases to run: all, or those `HYPD_HARNESS_CASES` names (comma-separated
@@ -609,9 +635,11 @@ fn name_for(case: &Case, c: &Call, kind: &str) -> String {
         .take_while(|x| !std::ptr::eq(*x, c))
         .filter(|x| x.stage == c.stage)
         .count();
+    // Stage names may hold underscores, which cluster names may not.
+    let stage = c.stage.replace('_', "-");
     match before {
-        0 => format!("{}-{kind}-{}", short(case), c.stage),
-        n => format!("{}-{kind}-{}-{}", short(case), c.stage, n + 1),
+        0 => format!("{}-{kind}-{stage}", short(case)),
+        n => format!("{}-{kind}-{stage}-{}", short(case), n + 1),
     }
 }
 

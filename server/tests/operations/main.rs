@@ -11,6 +11,7 @@ mod common;
 mod create;
 mod describe;
 mod engine;
+mod features;
 mod groups;
 mod harness;
 mod nodes;

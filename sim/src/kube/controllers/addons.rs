@@ -124,14 +124,23 @@ pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
             }
         }
     }
+    // EKS removes what an add-on installed when the add-on is deleted (without
+    // `preserve`): its workloads and its CRDs.
     let stale: Vec<Key> = store
         .keys()
-        .filter(|k| k.gr == "apps/deployments" || k.gr == "apps/daemonsets")
-        .filter(|k| !wanted.contains(k))
         .filter(|k| {
-            store
-                .get(k)
-                .is_some_and(|o| o["metadata"]["labels"][ADDON_LABEL].is_string())
+            let Some(addon) = store.get(k).and_then(|o| {
+                o["metadata"]["labels"][ADDON_LABEL]
+                    .as_str()
+                    .map(str::to_owned)
+            }) else {
+                return false;
+            };
+            match k.gr.as_str() {
+                "apps/deployments" | "apps/daemonsets" => !wanted.contains(k),
+                gr if gr == CRD_GR => !active.contains(&addon),
+                _ => false,
+            }
         })
         .cloned()
         .collect();

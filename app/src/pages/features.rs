@@ -1,0 +1,201 @@
+//! The cluster page's Advanced features panel: each feature as `get_features` reads it
+//! (state, version, what it depends on), a toggle for those `update_features` can
+//! change, and the shared add-ons with the features that need them. The form remembers
+//! only the toggles the user touched and sends only those, so a feature nobody touched
+//! is never part of the request; the plan is shown before anything runs.
+
+use std::collections::BTreeMap;
+
+use leptos::either::Either;
+use leptos::prelude::*;
+use serde_json::json;
+
+use super::groups::Step;
+use super::loading;
+use crate::api::ApiError;
+use crate::api::call::call;
+use crate::api::features::{
+    ComponentState, Feature, FeatureState, Features, GetFeatures, UpdateFeatures,
+};
+use crate::api::values::EksClusterName;
+use crate::session::{ErrorPanel, IfRole};
+use crate::time::short;
+
+#[component]
+pub fn FeaturesPanel(name: String) -> impl IntoView {
+    let name = StoredValue::new(name);
+    let reads = RwSignal::new(0u32);
+    let features = Resource::new(
+        move || reads.get(),
+        move |_| async move {
+            let name =
+                EksClusterName::parse(&name.get_value()).map_err(|m| ApiError::field("name", m))?;
+            call(&GetFeatures { name }).await
+        },
+    );
+    // Made here, above the state it is drawn in, so what the user touched and the plan
+    // they reviewed outlive a refresh.
+    let touched = RwSignal::new(BTreeMap::<Feature, bool>::new());
+    let step = Step::new();
+    let shown = move || {
+        Suspend::new(async move {
+            match features.await {
+                Ok(f) => Either::Left(view! { <Shown f touched step/> }),
+                Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
+            }
+        })
+    };
+    let apply = move |_| {
+        let mut input = json!({ "name": name.get_value() });
+        for (f, on) in touched.get_untracked() {
+            input[f.as_str()] = json!(on);
+        }
+        step.send::<UpdateFeatures>(input);
+    };
+    let role = <UpdateFeatures as crate::api::Command>::SPEC.role;
+    view! {
+        <div class="panel features" aria-labelledby="features-title">
+            <h2 id="features-title">"Advanced features"</h2>
+            <Transition fallback=loading>{shown}</Transition>
+            {step.view()}
+            <div class="actions">
+                <IfRole role>
+                    <button
+                        type="button"
+                        class="primary apply-features"
+                        disabled=move || step.busy.get() || touched.with(BTreeMap::is_empty)
+                        on:click=apply
+                    >
+                        {move || if step.plan.with(Option::is_some) { "Apply" } else { "Review changes" }}
+                    </button>
+                </IfRole>
+                <button
+                    type="button"
+                    class="refresh-features"
+                    on:click=move |_| {
+                        step.reset();
+                        reads.update(|n| *n += 1);
+                    }
+                >
+                    "Refresh"
+                </button>
+            </div>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn Shown(f: Features, touched: RwSignal<BTreeMap<Feature, bool>>, step: Step) -> impl IntoView {
+    let rows = f
+        .features
+        .into_iter()
+        .map(|s| view! { <FeatureRow s touched step/> })
+        .collect_view();
+    let components = f
+        .components
+        .into_iter()
+        .map(|c| view! { <ComponentRow c/> })
+        .collect_view();
+    view! {
+        <p class="muted">{format!("As AWS and Kubernetes have them (read {}).", short(&f.fetched_at))}</p>
+        <ul class="feature-list">{rows}</ul>
+        <h3>"Shared add-ons"</h3>
+        <table class="components">
+            <thead>
+                <tr><th>"Add-on"</th><th>"Status"</th><th>"Needed by"</th><th>"Removed"</th></tr>
+            </thead>
+            <tbody>{components}</tbody>
+        </table>
+    }
+}
+
+#[component]
+fn FeatureRow(
+    s: FeatureState,
+    touched: RwSignal<BTreeMap<Feature, bool>>,
+    step: Step,
+) -> impl IntoView {
+    let feature = s.feature;
+    let live = s.enabled;
+    // What the toggle shows: the user's choice if they touched it, else what is there.
+    let checked = move || touched.with(|t| t.get(&feature).copied().unwrap_or(live));
+    let toggle = move |ev| {
+        let on = event_target_checked(&ev);
+        touched.update(|t| {
+            // Back to what is there is no change: the feature leaves the request.
+            if on == live {
+                t.remove(&feature);
+            } else {
+                t.insert(feature, on);
+            }
+        });
+        step.reset();
+    };
+    let label = format!("Turn {} on", s.title);
+    let state = if s.enabled { "on" } else { "off" };
+    let status = match &s.version {
+        Some(v) => format!("{} {v}", s.status),
+        None => s.status.clone(),
+    };
+    let depends = (!s.depends_on.is_empty()).then(|| format!("Needs {}.", s.depends_on.join(", ")));
+    let details = s
+        .details
+        .into_iter()
+        .map(|d| view! { <li>{d}</li> })
+        .collect_view();
+    let control = if s.changeable {
+        Either::Left(view! {
+            <label class="toggle">
+                <input type="checkbox" class="feature-toggle" aria-label=label prop:checked=checked on:change=toggle/>
+                <span>{move || if checked() { "On" } else { "Off" }}</span>
+            </label>
+        })
+    } else {
+        Either::Right(view! { <span class="muted">"Not yet changeable from hypd"</span> })
+    };
+    view! {
+        <li class="feature" data-feature=feature.as_str() data-state=state>
+            <div class="feature-head">
+                <strong>{s.title}</strong>
+                " "
+                <span class=format!("badge feature-{state}")>{status}</span>
+                {control}
+            </div>
+            <p class="muted">{s.purpose}</p>
+            <p class="muted">{depends}</p>
+            <ul class="feature-details">{details}</ul>
+        </li>
+    }
+}
+
+#[component]
+fn ComponentRow(c: ComponentState) -> impl IntoView {
+    let status = match &c.version {
+        Some(v) => format!("{} {v}", c.status),
+        None => c.status.clone(),
+    };
+    let needed_by = if c.needed_by.is_empty() {
+        "—".to_owned()
+    } else {
+        c.needed_by
+            .iter()
+            .map(|f| f.title())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let removed = if c.with_cluster {
+        "never (made with the cluster)"
+    } else {
+        "with the last feature that needs it"
+    };
+    let id = c.name.clone();
+    view! {
+        <tr data-component=id>
+            <td><code>{c.name}</code></td>
+            <td>{status}</td>
+            <td>{needed_by}</td>
+            <td>{removed}</td>
+        </tr>
+    }
+}

@@ -1,0 +1,265 @@
+//! A cluster's advanced features: what each is made of, which shared add-ons it needs,
+//! and `get_features`, which reads them all from AWS and Kubernetes (never from the
+//! store: a feature turned on or off outside hypd shows as it is). The one rule about
+//! shared add-ons lives in [`components`]: those the cluster was made with are never
+//! removed by a feature change, and one only features need goes with the last of them.
+
+pub mod training;
+pub mod update;
+
+use std::collections::BTreeSet;
+
+use app::api::ApiError;
+use app::api::features::{ComponentState, Feature, FeatureState, Features, GetFeatures};
+use aws_sdk_sagemaker::types::ClusterConfigMode;
+
+use crate::auth::Actor;
+use crate::aws::{Aws, SdkResultExt};
+use crate::cluster::dependencies::{ADDONS, Addon, FEATURE_COMPONENTS};
+use crate::node::Where;
+use crate::resources::Resource;
+use crate::resources::Want;
+use crate::resources::eks::addon::{self, Addon as AddonResource};
+use crate::service::{Handler, Service};
+
+/// A shared add-on by name, with whether the cluster was made with it.
+fn component(name: &str) -> Option<(&'static Addon, bool)> {
+    ADDONS
+        .iter()
+        .map(|a| (a, true))
+        .chain(FEATURE_COMPONENTS.iter().map(|a| (a, false)))
+        .find(|(a, _)| a.name == name)
+}
+
+/// The shared add-ons a feature change must ensure (those the features turned on need)
+/// and may remove (those only features turned off needed, that no feature on after the
+/// change needs, and that the cluster was not made with). Pure.
+pub fn components(
+    on_after: &BTreeSet<Feature>,
+    turning_on: &[Feature],
+    turning_off: &[Feature],
+) -> (Vec<&'static Addon>, Vec<&'static Addon>) {
+    let needed = |fs: &mut dyn Iterator<Item = &Feature>| -> BTreeSet<&'static str> {
+        fs.flat_map(|f| f.depends_on().iter().copied()).collect()
+    };
+    let ensure = needed(&mut turning_on.iter());
+    let kept = needed(&mut on_after.iter());
+    let freed = needed(&mut turning_off.iter());
+    let ensure = ensure
+        .iter()
+        .filter_map(|n| component(n))
+        .map(|(a, _)| a)
+        .collect();
+    let remove = freed
+        .difference(&kept)
+        .filter_map(|n| component(n))
+        .filter(|(_, with_cluster)| !with_cluster)
+        .map(|(a, _)| a)
+        .collect();
+    (ensure, remove)
+}
+
+/// An add-on of the cluster at `at`.
+pub(crate) fn addon(aws: &Aws, at: &Where, a: &Addon, want: Want<String>) -> AddonResource {
+    AddonResource {
+        eks: aws.eks(&at.region),
+        cluster: at.eks.clone(),
+        name: a.name.to_owned(),
+        want,
+    }
+}
+
+/// An add-on's status as get_features says it.
+fn status(s: &Option<addon::State>) -> (String, Option<String>) {
+    match s {
+        None => ("absent".to_owned(), None),
+        Some(s) => (
+            s.status
+                .as_ref()
+                .map_or("UNKNOWN", |st| st.as_str())
+                .to_owned(),
+            s.version.clone(),
+        ),
+    }
+}
+
+fn on(s: &Option<addon::State>) -> bool {
+    s.as_ref().is_some_and(|s| {
+        !matches!(
+            s.status,
+            Some(aws_sdk_eks::types::AddonStatus::Deleting)
+                | Some(aws_sdk_eks::types::AddonStatus::DeleteFailed)
+        )
+    })
+}
+
+fn feature(f: Feature, enabled: bool, status: String, version: Option<String>) -> FeatureState {
+    FeatureState {
+        feature: f,
+        title: f.title().to_owned(),
+        purpose: f.purpose().to_owned(),
+        enabled,
+        status,
+        version,
+        details: Vec::new(),
+        depends_on: f.depends_on().iter().map(|d| (*d).to_owned()).collect(),
+        changeable: f.changeable(),
+    }
+}
+
+/// The inference operator's add-on: read here, changed by no command yet.
+const INFERENCE_ADDON: Addon = Addon {
+    name: "amazon-sagemaker-hyperpod-inference",
+    version: "v1.0.0-eksbuild.1",
+    purpose: "the HyperPod inference operator",
+};
+
+/// Every feature and shared component of the cluster at `at`, as they are now.
+pub(crate) async fn read(
+    aws: &Aws,
+    at: &Where,
+) -> Result<(Vec<FeatureState>, Vec<ComponentState>), ApiError> {
+    let training = training::TrainingOperator::new(aws, at).await?;
+    let mut features = vec![training.state().await?];
+
+    let inference = addon(aws, at, &INFERENCE_ADDON, Want::Absent)
+        .observe()
+        .await?;
+    let (st, version) = status(&inference);
+    features.push(feature(
+        Feature::InferenceOperator,
+        on(&inference),
+        st,
+        version,
+    ));
+
+    let described = aws
+        .sagemaker(&at.region)
+        .describe_cluster()
+        .cluster_name(&at.hyperpod)
+        .send()
+        .await
+        .upstream("sagemaker", "DescribeCluster")?;
+    let tiered = described.tiered_storage_config();
+    let tiered_on = tiered.and_then(|t| t.mode()) == Some(&ClusterConfigMode::Enable);
+    let mut t = feature(
+        Feature::TieredCheckpointing,
+        tiered_on,
+        tiered
+            .and_then(|t| t.mode())
+            .map_or("Disable", |m| m.as_str())
+            .to_owned(),
+        None,
+    );
+    if let Some(p) = tiered.and_then(|t| t.instance_memory_allocation_percentage()) {
+        t.details.push(format!("{p}% of instance memory"));
+    }
+    features.push(t);
+    let scaling = described.auto_scaling();
+    let mut a = feature(
+        Feature::Autoscaling,
+        scaling
+            .is_some_and(|s| s.mode() == &aws_sdk_sagemaker::types::ClusterAutoScalingMode::Enable),
+        scaling.map_or("Disable".to_owned(), |s| {
+            format!("{} ({})", s.mode().as_str(), s.status().as_str())
+        }),
+        None,
+    );
+    if let Some(kind) = scaling.and_then(|s| s.auto_scaler_type()) {
+        a.details.push(format!("autoscaler {}", kind.as_str()));
+    }
+    if let Some(why) = scaling.and_then(|s| s.failure_message()) {
+        a.details.push(why.to_owned());
+    }
+    if let Some(role) = described.cluster_role() {
+        a.details.push(format!("cluster role {role}"));
+    }
+    features.push(a);
+
+    let enabled: BTreeSet<Feature> = features
+        .iter()
+        .filter(|f| f.enabled)
+        .map(|f| f.feature)
+        .collect();
+    let mut components = Vec::new();
+    for (a, with_cluster) in ADDONS
+        .iter()
+        .map(|a| (a, true))
+        .chain(FEATURE_COMPONENTS.iter().map(|a| (a, false)))
+    {
+        let (status, version) = status(&addon(aws, at, a, Want::Absent).observe().await?);
+        components.push(ComponentState {
+            name: a.name.to_owned(),
+            status,
+            version,
+            needed_by: Feature::ALL
+                .into_iter()
+                .filter(|f| f.depends_on().contains(&a.name))
+                .collect(),
+            with_cluster,
+        });
+    }
+    // A feature whose shared add-on is missing is not whole: say which.
+    for f in &mut features {
+        if !enabled.contains(&f.feature) {
+            continue;
+        }
+        for d in &f.depends_on {
+            if components
+                .iter()
+                .any(|c| &c.name == d && c.status != "ACTIVE")
+            {
+                f.details.push(format!("needs {d}, which is not ACTIVE"));
+            }
+        }
+    }
+    Ok((features, components))
+}
+
+impl Handler<GetFeatures> for Service {
+    async fn handle(&self, _: &Actor, r: GetFeatures) -> Result<Features, ApiError> {
+        let at = crate::node::locate(&self.store, r.name.as_str()).await?;
+        let fetched_at = crate::clock::now();
+        let (features, components) = read(&self.aws, &at).await?;
+        Ok(Features {
+            name: at.eks,
+            features,
+            components,
+            fetched_at,
+        })
+    }
+}
+
+/// Removes what hypd made for the cluster's features once its EKS cluster is gone:
+/// their IAM roles (their add-ons and bindings went with the EKS cluster).
+pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<(), ApiError> {
+    crate::resources::converge(&training::role(aws, region, cluster, Want::Absent)).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&Addon]) -> Vec<&'static str> {
+        v.iter().map(|a| a.name).collect()
+    }
+
+    #[test]
+    fn shared_components_go_with_the_last_feature_and_never_with_the_cluster() {
+        use Feature::*;
+        // Turning the training operator on ensures what it needs.
+        let (ensure, remove) = components(&[TrainingOperator].into(), &[TrainingOperator], &[]);
+        assert_eq!(names(&ensure), ["cert-manager", "eks-pod-identity-agent"]);
+        assert!(remove.is_empty());
+        // Turning it off removes nothing: both came with the cluster.
+        let (_, remove) = components(&BTreeSet::new(), &[], &[TrainingOperator]);
+        assert!(remove.is_empty());
+        // The FSx driver only the inference operator needs goes with it…
+        let (_, remove) = components(&BTreeSet::new(), &[], &[InferenceOperator]);
+        assert_eq!(names(&remove), ["aws-fsx-csi-driver"]);
+        // …and cert-manager, which the training operator still uses, never does.
+        let (_, remove) = components(&[TrainingOperator].into(), &[], &[InferenceOperator]);
+        assert!(!names(&remove).contains(&"cert-manager"));
+    }
+}

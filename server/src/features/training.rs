@@ -1,0 +1,233 @@
+//! The HyperPod training operator: an IAM role trusted by EKS Pod Identity with AWS's
+//! managed policy for the operator, its binding to the operator's service account, and
+//! the add-on. On: made in that order (the controller must find its role when it
+//! starts), then waited for until the add-on is ACTIVE and the controller available.
+//! Off: the add-on first (so nothing runs as the role), then binding and role.
+
+use std::time::Duration;
+
+use app::api::ApiError;
+use app::api::features::{Feature, FeatureState};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+
+use crate::aws::Aws;
+use crate::cluster::dependencies::TRAINING_OPERATOR;
+use crate::cluster::identity::POD_IDENTITY_SERVICE;
+use crate::node::Where;
+use crate::operation::pipeline::Progress;
+use crate::resources::eks::addon::State as AddonState;
+use crate::resources::eks::pod_identity::PodIdentity;
+use crate::resources::iam::role::{Role, RoleSpec, Trust};
+use crate::resources::iam::role_name;
+use crate::resources::{Resource, Want, converge, is_planning, missing, plan};
+
+/// The operator's service account, which its pod identity names.
+pub const SERVICE_ACCOUNT: (&str, &str) =
+    ("aws-hyperpod", "hp-training-operator-controller-manager");
+/// The operator's controller Deployment.
+pub const CONTROLLER: (&str, &str) = (
+    "aws-hyperpod",
+    "hp-training-operator-hp-training-controller-manager",
+);
+pub const POLICY: &str = "arn:aws:iam::aws:policy/AmazonSageMakerHyperPodTrainingOperatorAccess";
+/// The role's `role_name` suffix; the names of roles already made depend on it.
+const ROLE_SUFFIX: &str = "training-op";
+
+const POLL: Duration = Duration::from_secs(15);
+
+fn spec() -> RoleSpec {
+    RoleSpec {
+        trust: Trust::Service(POD_IDENTITY_SERVICE.to_owned()),
+        managed: vec![POLICY.to_owned()],
+        inline: Default::default(),
+    }
+}
+
+/// The operator's role of cluster `cluster`.
+pub fn role(aws: &Aws, region: &str, cluster: &str, want: Want<RoleSpec>) -> Role {
+    Role {
+        iam: aws.iam(region),
+        cluster: cluster.to_owned(),
+        name: role_name(cluster, ROLE_SUFFIX),
+        want,
+    }
+}
+
+/// The operator's parts on one cluster.
+pub(crate) struct TrainingOperator<'a> {
+    aws: &'a Aws,
+    at: &'a Where,
+    /// The role's ARN, known from its name before it exists.
+    role_arn: String,
+}
+
+impl<'a> TrainingOperator<'a> {
+    pub(crate) async fn new(aws: &'a Aws, at: &'a Where) -> Result<Self, ApiError> {
+        let account = aws.identity().await?.account;
+        let role_arn = format!(
+            "arn:aws:iam::{account}:role/{}",
+            role_name(&at.eks, ROLE_SUFFIX)
+        );
+        Ok(TrainingOperator { aws, at, role_arn })
+    }
+
+    fn role(&self, on: bool) -> Role {
+        role(
+            self.aws,
+            &self.at.region,
+            &self.at.eks,
+            if on {
+                Want::Present(spec())
+            } else {
+                Want::Absent
+            },
+        )
+    }
+
+    fn binding(&self, on: bool) -> PodIdentity {
+        let (namespace, service_account) = SERVICE_ACCOUNT;
+        PodIdentity {
+            eks: self.aws.eks(&self.at.region),
+            cluster: self.at.eks.clone(),
+            namespace: namespace.to_owned(),
+            service_account: service_account.to_owned(),
+            want: if on {
+                Want::Present(self.role_arn.clone())
+            } else {
+                Want::Absent
+            },
+        }
+    }
+
+    fn addon(&self, on: bool) -> crate::resources::eks::addon::Addon {
+        super::addon(
+            self.aws,
+            self.at,
+            &TRAINING_OPERATOR,
+            if on {
+                Want::Present(TRAINING_OPERATOR.version.to_owned())
+            } else {
+                Want::Absent
+            },
+        )
+    }
+
+    /// Whether it already stands as `on` asks: nothing to change in any part (the same
+    /// diffs a run would make), and when on, the add-on ACTIVE.
+    pub async fn holds(&self, on: bool) -> Result<bool, ApiError> {
+        let addon = self.addon(on);
+        let found = addon.observe().await?;
+        if !addon.diff(&found)?.is_empty()
+            || (on && !found.as_ref().is_some_and(AddonState::active))
+        {
+            return Ok(false);
+        }
+        if !on && found.is_some() {
+            // Still there yet nothing to delete: EKS is deleting it, or hypd did not make it.
+            return Ok(false);
+        }
+        Ok(plan(&self.role(on)).await?.is_empty() && plan(&self.binding(on)).await?.is_empty())
+    }
+
+    /// Why turning it off cannot be done by hypd, if so: an add-on someone else
+    /// installed is theirs to remove.
+    pub async fn not_ours(&self) -> Result<Option<String>, ApiError> {
+        Ok(self
+            .addon(false)
+            .observe()
+            .await?
+            .filter(|s| !s.ours)
+            .map(|_| {
+                format!(
+                    "the {} add-on on {} was not installed by hypd; hypd removes only what it made",
+                    TRAINING_OPERATOR.name, self.at.eks
+                )
+            }))
+    }
+
+    /// One step towards `on`.
+    pub async fn step(&self, on: bool) -> Result<Progress, ApiError> {
+        if on {
+            let made = converge(&self.role(true)).await?;
+            made.arn
+                .ok_or_else(|| missing("the training operator's role"))?;
+            converge(&self.binding(true)).await?;
+            let state = converge(&self.addon(true))
+                .await?
+                .ok_or_else(|| missing("the training operator's add-on"))?;
+            state.check(TRAINING_OPERATOR.name)?;
+            if !state.active() {
+                return Ok(Progress::wait(
+                    POLL,
+                    format!("waiting for {}", state.describe(TRAINING_OPERATOR.name)),
+                ));
+            }
+            if is_planning() {
+                return Ok(Progress::Done);
+            }
+            return Ok(Progress::unless(POLL, self.controller_pending().await?));
+        }
+        let after = converge(&self.addon(false)).await?;
+        if after.is_some_and(|s| s.ours) {
+            return Ok(Progress::wait(
+                POLL,
+                format!("deleting the {} add-on", TRAINING_OPERATOR.name),
+            ));
+        }
+        converge(&self.binding(false)).await?;
+        converge(&self.role(false)).await?;
+        Ok(Progress::Done)
+    }
+
+    /// Why the controller is not available yet, if it is not.
+    async fn controller_pending(&self) -> Result<Option<String>, ApiError> {
+        let client =
+            crate::resources::kube::connect(self.aws, &self.at.region, &self.at.eks).await?;
+        let (namespace, name) = CONTROLLER;
+        let found =
+            crate::resources::kube::get(&Api::<Deployment>::namespaced(client, namespace), name)
+                .await?;
+        Ok(match found {
+            None => Some(format!(
+                "waiting for the controller Deployment {namespace}/{name}"
+            )),
+            Some(d) => {
+                let ready = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+                (ready < 1).then(|| {
+                    format!("waiting for the controller {namespace}/{name} to be available")
+                })
+            }
+        })
+    }
+
+    /// How it stands now, for get_features.
+    pub async fn state(&self) -> Result<FeatureState, ApiError> {
+        let addon = self.addon(false).observe().await?;
+        let (status, version) = super::status(&addon);
+        let mut f = super::feature(
+            Feature::TrainingOperator,
+            super::on(&addon),
+            status,
+            version,
+        );
+        if f.enabled {
+            let role = self.role(true).observe().await?;
+            f.details.push(match role.arn {
+                Some(arn) => format!("pod identity role {arn}"),
+                None => "no pod identity role: the controller cannot call AWS".to_owned(),
+            });
+            let bound = self.binding(true).observe().await?;
+            if bound.association_id.is_none() {
+                let (ns, sa) = SERVICE_ACCOUNT;
+                f.details
+                    .push(format!("service account {ns}/{sa} is not bound to a role"));
+            }
+            f.details.push(match self.controller_pending().await? {
+                None => "controller available".to_owned(),
+                Some(why) => why,
+            });
+        }
+        Ok(f)
+    }
+}

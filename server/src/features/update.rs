@@ -1,0 +1,190 @@
+//! `update_features`: the pre-flight reads each named feature as it is and drops those
+//! already as asked, so the operation stores (and runs) only real changes, and has no
+//! stage at all when there are none. Then: the shared add-ons the features turned on
+//! need, each feature's own parts, and last the shared add-ons nothing needs any more.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use app::api::ApiError;
+use app::api::features::{Feature, UpdateFeatures};
+use app::api::values::IdempotencyKey;
+use serde::{Deserialize, Serialize};
+
+use super::training::TrainingOperator;
+use super::{addon, components};
+use crate::node::{Where, locate};
+use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
+use crate::resources::{Want, converge, missing};
+
+stages! {
+    pub enum Stage {
+        Components = "components", "The shared add-ons the features turned on need, ACTIVE", true;
+        TrainingOperator = "training_operator", "Training operator: pod identity role, binding and add-on (ACTIVE, controller available), or all three removed", false;
+        Unneeded = "unneeded", "Shared add-ons no feature on needs any more removed (never those the cluster was made with)", false;
+    }
+}
+
+/// What the stages found, stored with the operation: nothing yet, each stage reads the
+/// world afresh. Field names are stored: never rename.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Outputs {}
+
+const POLL: Duration = Duration::from_secs(15);
+
+/// The features on now, as get_features reads them.
+async fn on_now(cx: &Context, at: &Where) -> Result<BTreeSet<Feature>, ApiError> {
+    let (features, _) = super::read(&cx.aws, at).await?;
+    Ok(features
+        .into_iter()
+        .filter(|f| f.enabled)
+        .map(|f| f.feature)
+        .collect())
+}
+
+impl Pipeline for UpdateFeatures {
+    type Stage = Stage;
+    type Outputs = Outputs;
+
+    fn target(&self) -> String {
+        crate::cluster::target(self.name.as_str())
+    }
+
+    fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.idempotency_key.as_ref()
+    }
+
+    fn plan(&self) -> Vec<Stage> {
+        let mut stages = Vec::new();
+        if !self.turning(true).is_empty() {
+            stages.push(Stage::Components);
+        }
+        if self.training_operator.is_some() {
+            stages.push(Stage::TrainingOperator);
+        }
+        if !self.turning(false).is_empty() {
+            stages.push(Stage::Unneeded);
+        }
+        stages
+    }
+
+    /// The cluster is active with a HyperPod cluster; every feature already as asked is
+    /// dropped from the request, and turning off one hypd did not install is refused.
+    async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
+        let at = locate(cx.store, self.name.as_str()).await?;
+        for (feature, on) in self.named() {
+            match feature {
+                Feature::TrainingOperator => {
+                    let t = TrainingOperator::new(cx.aws, &at).await?;
+                    if !on && let Some(why) = t.not_ours().await? {
+                        return Err(ApiError::field(feature.as_str(), why));
+                    }
+                    if t.holds(on).await? {
+                        self.drop(feature);
+                    }
+                }
+                Feature::InferenceOperator
+                | Feature::TieredCheckpointing
+                | Feature::Autoscaling => {
+                    return Err(ApiError::field(
+                        feature.as_str(),
+                        "update_features cannot change this feature yet",
+                    ));
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    async fn step(
+        &self,
+        cx: &Context,
+        stage: Stage,
+        _: &mut Outputs,
+    ) -> Result<Progress, ApiError> {
+        let at = locate(&cx.store, self.name.as_str()).await?;
+        match stage {
+            Stage::Components => {
+                let (ensure, _) = components(&BTreeSet::new(), &self.turning(true), &[]);
+                let mut pending = Vec::new();
+                for a in ensure {
+                    let r = addon(&cx.aws, &at, a, Want::Present(a.version.to_owned()));
+                    // One already there at the pinned version or newer is left as it is.
+                    let state = match crate::resources::Resource::observe(&r).await? {
+                        Some(s) if !s.version.as_deref().is_some_and(|v| older(v, a.version)) => s,
+                        _ => converge(&r).await?.ok_or_else(|| missing("an add-on"))?,
+                    };
+                    state.check(a.name)?;
+                    if !state.active() {
+                        pending.push(state.describe(a.name));
+                    }
+                }
+                Ok(Progress::unless_pending(POLL, &pending, |p| {
+                    format!("waiting for add-ons: {p}")
+                }))
+            }
+            Stage::TrainingOperator => {
+                let on = self
+                    .training_operator
+                    .ok_or_else(|| missing("the training operator's wanted state"))?;
+                TrainingOperator::new(&cx.aws, &at).await?.step(on).await
+            }
+            Stage::Unneeded => {
+                let on_after = on_now(cx, &at).await?;
+                let (_, remove) = components(&on_after, &[], &self.turning(false));
+                let mut deleting = Vec::new();
+                for a in remove {
+                    let after = converge(&addon(&cx.aws, &at, a, Want::Absent)).await?;
+                    if after.is_some_and(|s| s.ours) {
+                        deleting.push(a.name);
+                    }
+                }
+                Ok(Progress::unless_pending(POLL, &deleting, |d| {
+                    format!("deleting add-ons: {d}")
+                }))
+            }
+        }
+    }
+}
+
+/// `have` is an older add-on version than `pin` (`v1.17.2-eksbuild.1` < `v1.18.2-eksbuild.2`):
+/// compared number by number, the EKS build last.
+fn older(have: &str, pin: &str) -> bool {
+    let numbers = |v: &str| -> Vec<u64> {
+        v.trim_start_matches('v')
+            .split(['.', '-'])
+            .filter_map(|p| p.trim_start_matches("eksbuild").parse().ok())
+            .collect()
+    };
+    numbers(have) < numbers(pin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_addon_is_raised_to_the_pin_never_lowered() {
+        assert!(older("v1.17.2-eksbuild.1", "v1.18.2-eksbuild.2"));
+        assert!(older("v1.18.2-eksbuild.1", "v1.18.2-eksbuild.2"));
+        assert!(!older("v1.18.2-eksbuild.2", "v1.18.2-eksbuild.2"));
+        assert!(!older("v1.19.0-eksbuild.1", "v1.18.2-eksbuild.2"));
+        assert!(!older("v1.18.10-eksbuild.1", "v1.18.2-eksbuild.2"));
+    }
+
+    fn request(v: serde_json::Value) -> UpdateFeatures {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn only_what_changes_is_staged() {
+        use crate::operation::pipeline::Stage as _;
+        let names = |r: &UpdateFeatures| r.plan().iter().map(|s| s.name()).collect::<Vec<_>>();
+        let mut on = request(serde_json::json!({"name": "ml-1", "training_operator": true}));
+        assert_eq!(names(&on), ["components", "training_operator"]);
+        let off = request(serde_json::json!({"name": "ml-1", "training_operator": false}));
+        assert_eq!(names(&off), ["training_operator", "unneeded"]);
+        on.drop(Feature::TrainingOperator);
+        assert!(names(&on).is_empty());
+    }
+}

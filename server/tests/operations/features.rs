@@ -1,0 +1,249 @@
+//! Advanced features through REST against moto + the sim: the training operator turned
+//! on (only its own parts are touched: the shared add-ons it needs are already there),
+//! the same request again with nothing to do (no stage, no mutating call), turned off in
+//! two steps, after which AWS and Kubernetes hold exactly what they held before.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::FAST;
+use crate::common::{Hypd, World};
+use crate::create::{Counts, agents_mutating_calls, count, kube_client};
+
+pub const TRAINING_ADDON: &str = "amazon-sagemaker-hyperpod-training-operator";
+
+/// What AWS and Kubernetes hold for cluster `name`: hypd's objects by kind, and every
+/// Deployment and CRD in its Kubernetes.
+#[derive(Debug, PartialEq)]
+pub struct Inventory {
+    counts: Counts,
+    kubernetes: BTreeSet<String>,
+}
+
+pub fn inventory(world: &World, name: &str) -> Inventory {
+    let kubernetes = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = kube_client(world, name).await;
+        let lp = ListParams::default();
+        let deployments = Api::<Deployment>::all(client.clone())
+            .list(&lp)
+            .await
+            .unwrap();
+        let crds = Api::<CustomResourceDefinition>::all(client)
+            .list(&lp)
+            .await
+            .unwrap();
+        deployments
+            .items
+            .iter()
+            .map(|d| {
+                format!(
+                    "Deployment {}/{}",
+                    d.metadata.namespace.as_deref().unwrap_or_default(),
+                    d.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .chain(
+                crds.items
+                    .iter()
+                    .map(|c| format!("CRD {}", c.metadata.name.as_deref().unwrap_or_default())),
+            )
+            .collect()
+    });
+    Inventory {
+        counts: count(world, name),
+        kubernetes,
+    }
+}
+
+/// The feature `feature` as get_features reads it.
+pub fn feature(hypd: &Hypd, token: &str, name: &str, feature: &str) -> Value {
+    let (status, body) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/features"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    body["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["feature"] == feature)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {feature} in {body:#}"))
+}
+
+/// The training operator's parts in the world: add-on status, pod identity bindings of
+/// its service account.
+pub fn training_parts(world: &World, name: &str) -> (Option<String>, usize) {
+    let (status, addon) = world.sim.call(
+        Method::GET,
+        &format!("/clusters/{name}/addons/{TRAINING_ADDON}"),
+        None,
+    );
+    let addon = (status == 200).then(|| addon["addon"]["status"].as_str().unwrap().to_owned());
+    let (_, bound) = world.sim.call(
+        Method::GET,
+        &format!(
+            "/clusters/{name}/pod-identity-associations?namespace=aws-hyperpod&serviceAccount=hp-training-operator-controller-manager"
+        ),
+        None,
+    );
+    (addon, bound["associations"].as_array().map_or(0, Vec::len))
+}
+
+fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
+    hypd.call(
+        token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(body),
+    )
+}
+
+#[test]
+fn the_training_operator_is_turned_on_and_off_touching_only_its_own_parts() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let name = "feat";
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(crate::create::small(name)),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+
+    let off = feature(&hypd, &token, name, "training_operator");
+    assert_eq!(
+        (&off["enabled"], &off["status"], &off["changeable"]),
+        (&json!(false), &json!("absent"), &json!(true)),
+        "{off:#}"
+    );
+    let before = inventory(&world, name);
+
+    // Refused by field before anything is called.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, none) = update(&hypd, &token, name, json!({}));
+    assert_eq!(status, 422, "{none}");
+    assert_eq!(none["error"]["errors"][0]["field"], "training_operator");
+    let (status, unknown) = update(&hypd, &token, name, json!({"autoscaling": true}));
+    assert_eq!(status, 422, "{unknown}");
+    assert!(unknown.to_string().contains("autoscaling"), "{unknown}");
+
+    // The plan: the role, its binding and the add-on; cert-manager and the pod identity
+    // agent, which the cluster was made with, are not in it.
+    let (status, dry) = update(
+        &hypd,
+        &token,
+        name,
+        json!({"training_operator": true, "dry_run": true}),
+    );
+    assert_eq!(status, 200, "{dry}");
+    let kinds: Vec<(&str, &str)> = dry["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .map(|c| (c["kind"].as_str().unwrap(), c["action"].as_str().unwrap()))
+        .collect();
+    assert!(kinds.contains(&("iam:Role", "create")), "{dry:#}");
+    assert!(
+        kinds.contains(&("eks:PodIdentityAssociation", "create")),
+        "{dry:#}"
+    );
+    assert!(kinds.contains(&("eks:Addon", "create")), "{dry:#}");
+    assert_eq!(
+        kinds.iter().filter(|(k, _)| *k == "eks:Addon").count(),
+        1,
+        "only the operator's add-on: {dry:#}"
+    );
+    assert!(agents_mutating_calls(&world).is_empty());
+
+    // On: every mutating call is the training operator stage's own, none touches another
+    // add-on.
+    let (status, on) = update(&hypd, &token, name, json!({"training_operator": true}));
+    assert_eq!(status, 200, "{on}");
+    let op = hypd.finish(&token, on["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    // Exactly the operator's parts, each made once, all by its own stage.
+    let calls = agents_mutating_calls(&world);
+    let stage = format!(
+        "hypd.{}.training_operator",
+        on["operation_id"].as_str().unwrap()
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|(agent, _, _)| agent.as_deref() == Some(stage.as_str())),
+        "{calls:?}"
+    );
+    let made: Vec<&str> = calls.iter().map(|(_, _, o)| o.as_str()).collect();
+    assert_eq!(
+        made,
+        [
+            "CreateRole",
+            "AttachRolePolicy",
+            "CreatePodIdentityAssociation",
+            "CreateAddon"
+        ],
+        "{calls:?}"
+    );
+    assert_eq!(training_parts(&world, name), (Some("ACTIVE".to_owned()), 1));
+    let on = feature(&hypd, &token, name, "training_operator");
+    assert_eq!(on["enabled"], true, "{on:#}");
+    assert_eq!(on["status"], "ACTIVE", "{on:#}");
+    assert!(
+        on["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d == "controller available"),
+        "{on:#}"
+    );
+
+    // The same request again: nothing to do, no stage, no mutating call; the plan says so.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, dry) = update(
+        &hypd,
+        &token,
+        name,
+        json!({"training_operator": true, "dry_run": true}),
+    );
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry["plan"]["stages"], json!([]), "{dry:#}");
+    let (status, again) = update(&hypd, &token, name, json!({"training_operator": true}));
+    assert_eq!(status, 200, "{again}");
+    let op = hypd.finish(&token, again["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(op["stages"], json!([]), "{op:#}");
+    assert!(op.to_string().contains("nothing to do"), "{op:#}");
+    assert_eq!(agents_mutating_calls(&world), []);
+
+    // Off, in two steps: the first answers with the plan and changes nothing.
+    let (status, asked) = update(&hypd, &token, name, json!({"training_operator": false}));
+    assert_eq!(status, 200, "{asked}");
+    assert!(asked["confirmation"].is_string(), "{asked:#}");
+    assert_eq!(agents_mutating_calls(&world), []);
+    let (status, off) = hypd.confirmed(
+        &token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(json!({"training_operator": false})),
+    );
+    assert_eq!(status, 200, "{off}");
+    let op = hypd.finish(&token, off["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(training_parts(&world, name), (None, 0));
+    assert_eq!(inventory(&world, name), before);
+    let off = feature(&hypd, &token, name, "training_operator");
+    assert_eq!(off["enabled"], false, "{off:#}");
+}
