@@ -253,8 +253,9 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(nodes_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(features_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
-    # The training operator was on: its role went with the cluster's.
-    roles = [r["RoleName"] for r in aws("iam", sim).list_roles()["Roles"]]
+    # The training operator and tiered checkpointing were on: their roles went with the
+    # cluster's.
+    roles = [r["RoleName"] for r in aws("iam", hypd.env["AWS_ENDPOINT_URL"]).list_roles()["Roles"]]
     assert not [r for r in roles if r.startswith("hypd-mcp-gpu-")], roles
 
 
@@ -538,8 +539,8 @@ async def features_through_mcp(server, hypd, sim):
 
         on = {"name": name, "training_operator": True}
         dry = structured(await client.call_tool("update_features", {**on, "dry_run": True}))
-        kinds = sorted(c["kind"] for s in dry["plan"]["stages"] for c in s["changes"])
-        assert kinds == ["eks:Addon", "eks:PodIdentityAssociation", "iam:Role"], dry
+        kinds = {c["kind"] for s in dry["plan"]["stages"] for c in s["changes"]}
+        assert kinds == {"eks:Addon", "eks:PodIdentityAssociation", "iam:Role"}, dry
         waited = await finished(client, structured(await client.call_tool("update_features", on))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
         controller = json.loads(kubectl(sim, name, "-n", "aws-hyperpod", "get", "deployment",
@@ -555,8 +556,8 @@ async def features_through_mcp(server, hypd, sim):
         off = {"name": name, "training_operator": False}
         first = structured(await client.call_tool("update_features", off))
         assert "Nothing was done" in first["message"], first
-        deleted = sorted(c["kind"] for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete")
-        assert deleted == ["eks:Addon", "eks:PodIdentityAssociation", "iam:Role"], first["plan"]
+        deleted = {c["kind"] for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete"}
+        assert deleted == {"eks:Addon", "eks:PodIdentityAssociation", "iam:Role"}, first["plan"]
         confirmed = {**off, "confirmation": first["confirmation"]}
         waited = await finished(client, structured(await client.call_tool("update_features", confirmed))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
@@ -570,6 +571,19 @@ async def features_through_mcp(server, hypd, sim):
 
         waited = await finished(client, structured(await client.call_tool("update_features", on))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
+
+        # Tiered checkpointing beside it, with a rule broken first (the same field error).
+        low = await client.call_tool("update_features", {"name": name, "tiered_checkpointing": True, "tiered_memory_percent": 5})
+        assert low.is_error and low.structured_content["error"]["errors"][0]["field"] == "tiered_memory_percent", low
+        tiered = {"name": name, "tiered_checkpointing": True, "tiered_memory_percent": 50}
+        waited = await finished(client, structured(await client.call_tool("update_features", tiered))["operation_id"])
+        assert [s["name"] for s in waited["operation"]["stages"]] == ["tiered_checkpointing"], waited
+        assert waited["operation"]["state"] == "succeeded", waited
+        account = json.loads(kubectl(sim, name, "get", "serviceaccount", "hypd-tiered-checkpointing", "-o", "json"))
+        assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(f"role/hypd-{name}-tiered-ckpt"), account
+        now = {f["feature"]: f for f in structured(await client.call_tool("get_features", {"name": name}))["features"]}
+        assert now["tiered_checkpointing"]["enabled"] and now["training_operator"]["enabled"], now
+        assert "50% of instance memory" in now["tiered_checkpointing"]["details"], now["tiered_checkpointing"]
 
 
 async def delete_in_two_steps(server):

@@ -85,7 +85,10 @@ impl Feature {
 
     /// `update_features` can turn it on and off.
     pub fn changeable(self) -> bool {
-        matches!(self, Feature::TrainingOperator)
+        matches!(
+            self,
+            Feature::TrainingOperator | Feature::TieredCheckpointing
+        )
     }
 }
 
@@ -94,6 +97,9 @@ impl std::fmt::Display for Feature {
         f.write_str(self.as_str())
     }
 }
+
+/// The least share of instance memory tiered checkpointing runs with (AWS's setup guide).
+pub const MIN_TIERED_MEMORY_PERCENT: u8 = 20;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -159,7 +165,9 @@ impl Command for GetFeatures {
 }
 
 // One field per feature: true turns it on, false off, absent leaves it as it is. Turning
-// one off asks for a confirmation. Plain comments keep tools/list short.
+// one off asks for a confirmation. `tiered_memory_percent`: the share of each instance's
+// memory tiered checkpointing keeps checkpoints in (20-100; 20 when turned on without
+// it), only with `tiered_checkpointing: true`. Plain comments keep tools/list short.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateFeatures {
@@ -167,6 +175,10 @@ pub struct UpdateFeatures {
     pub name: ClusterName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub training_operator: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiered_checkpointing: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiered_memory_percent: Option<u8>,
     /// Re-sending a request with the same key returns the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
@@ -181,10 +193,13 @@ pub struct UpdateFeatures {
 impl UpdateFeatures {
     /// The features the request names, with what it wants of each.
     pub fn named(&self) -> Vec<(Feature, bool)> {
-        [(Feature::TrainingOperator, self.training_operator)]
-            .into_iter()
-            .filter_map(|(f, on)| on.map(|on| (f, on)))
-            .collect()
+        [
+            (Feature::TrainingOperator, self.training_operator),
+            (Feature::TieredCheckpointing, self.tiered_checkpointing),
+        ]
+        .into_iter()
+        .filter_map(|(f, on)| on.map(|on| (f, on)))
+        .collect()
     }
 
     /// The features the request turns on (`on`) or off.
@@ -200,8 +215,12 @@ impl UpdateFeatures {
     pub fn drop(&mut self, feature: Feature) {
         match feature {
             Feature::TrainingOperator => self.training_operator = None,
+            Feature::TieredCheckpointing => {
+                self.tiered_checkpointing = None;
+                self.tiered_memory_percent = None;
+            }
             // Not in the request type yet: nothing to drop.
-            Feature::InferenceOperator | Feature::TieredCheckpointing | Feature::Autoscaling => {}
+            Feature::InferenceOperator | Feature::Autoscaling => {}
         }
     }
 }
@@ -234,6 +253,22 @@ impl Command for UpdateFeatures {
                 "name at least one feature to change (true turns it on, false off)",
             ));
         }
+        if let Some(p) = self.tiered_memory_percent {
+            if self.tiered_checkpointing != Some(true) {
+                return Err(ApiError::field(
+                    "tiered_memory_percent",
+                    "is given only with tiered_checkpointing: true",
+                ));
+            }
+            if !(MIN_TIERED_MEMORY_PERCENT..=100).contains(&p) {
+                return Err(ApiError::field(
+                    "tiered_memory_percent",
+                    format!(
+                        "tiered checkpointing takes {MIN_TIERED_MEMORY_PERCENT} to 100 percent of each instance's memory (got {p})"
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -265,6 +300,24 @@ mod tests {
                 assert_eq!(errors[0].field, "training_operator")
             }
             other => panic!("{other:?}"),
+        }
+        for (bad, field) in [
+            (
+                serde_json::json!({"name": "ml-1", "tiered_checkpointing": true, "tiered_memory_percent": 10}),
+                "tiered_memory_percent",
+            ),
+            (
+                serde_json::json!({"name": "ml-1", "training_operator": true, "tiered_memory_percent": 40}),
+                "tiered_memory_percent",
+            ),
+        ] {
+            match serde_json::from_value::<UpdateFeatures>(bad.clone())
+                .unwrap()
+                .validate()
+            {
+                Err(ApiError::Validation { errors }) => assert_eq!(errors[0].field, field, "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
         }
         // A feature this hypd cannot change yet is refused by name, not ignored.
         let e = serde_json::from_value::<UpdateFeatures>(

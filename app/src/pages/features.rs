@@ -15,7 +15,8 @@ use super::loading;
 use crate::api::ApiError;
 use crate::api::call::call;
 use crate::api::features::{
-    ComponentState, Feature, FeatureState, Features, GetFeatures, UpdateFeatures,
+    ComponentState, Feature, FeatureState, Features, GetFeatures, MIN_TIERED_MEMORY_PERCENT,
+    UpdateFeatures,
 };
 use crate::api::values::EksClusterName;
 use crate::session::{ErrorPanel, IfRole};
@@ -36,11 +37,13 @@ pub fn FeaturesPanel(name: String) -> impl IntoView {
     // Made here, above the state it is drawn in, so what the user touched and the plan
     // they reviewed outlive a refresh.
     let touched = RwSignal::new(BTreeMap::<Feature, bool>::new());
+    // Tiered checkpointing's share of memory, as typed (empty: left as it is).
+    let percent = RwSignal::new(String::new());
     let step = Step::new();
     let shown = move || {
         Suspend::new(async move {
             match features.await {
-                Ok(f) => Either::Left(view! { <Shown f touched step/> }),
+                Ok(f) => Either::Left(view! { <Shown f touched percent step/> }),
                 Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
             }
         })
@@ -49,6 +52,16 @@ pub fn FeaturesPanel(name: String) -> impl IntoView {
         let mut input = json!({ "name": name.get_value() });
         for (f, on) in touched.get_untracked() {
             input[f.as_str()] = json!(on);
+        }
+        let typed = percent.get_untracked();
+        if touched.with_untracked(|t| t.get(&Feature::TieredCheckpointing) == Some(&true))
+            && !typed.trim().is_empty()
+        {
+            // Not a number is sent as typed: the request type names the rule.
+            input["tiered_memory_percent"] = typed
+                .trim()
+                .parse::<u64>()
+                .map_or_else(|_| json!(typed), |n| json!(n));
         }
         step.send::<UpdateFeatures>(input);
     };
@@ -86,11 +99,16 @@ pub fn FeaturesPanel(name: String) -> impl IntoView {
 }
 
 #[component]
-fn Shown(f: Features, touched: RwSignal<BTreeMap<Feature, bool>>, step: Step) -> impl IntoView {
+fn Shown(
+    f: Features,
+    touched: RwSignal<BTreeMap<Feature, bool>>,
+    percent: RwSignal<String>,
+    step: Step,
+) -> impl IntoView {
     let rows = f
         .features
         .into_iter()
-        .map(|s| view! { <FeatureRow s touched step/> })
+        .map(|s| view! { <FeatureRow s touched percent step/> })
         .collect_view();
     let components = f
         .components
@@ -114,6 +132,7 @@ fn Shown(f: Features, touched: RwSignal<BTreeMap<Feature, bool>>, step: Step) ->
 fn FeatureRow(
     s: FeatureState,
     touched: RwSignal<BTreeMap<Feature, bool>>,
+    percent: RwSignal<String>,
     step: Step,
 ) -> impl IntoView {
     let feature = s.feature;
@@ -144,8 +163,39 @@ fn FeatureRow(
         .into_iter()
         .map(|d| view! { <li>{d}</li> })
         .collect_view();
+    // A new share of memory is a change of a feature that stays on.
+    let share = move |ev| {
+        let typed = event_target_value(&ev);
+        let changed = !typed.trim().is_empty();
+        percent.set(typed);
+        touched.update(|t| {
+            if changed {
+                t.insert(feature, true);
+            } else if live {
+                t.remove(&feature);
+            }
+        });
+        step.reset();
+    };
+    let memory = (feature == Feature::TieredCheckpointing).then(|| {
+        view! {
+            <label class="memory-share" class:hidden=move || !checked()>
+                <span>"% of memory"</span>
+                <input
+                    type="number"
+                    min=MIN_TIERED_MEMORY_PERCENT
+                    max="100"
+                    class="tiered-percent"
+                    placeholder=if live { "as now" } else { "20" }
+                    prop:value=move || percent.get()
+                    on:input=share
+                />
+            </label>
+        }
+    });
     let control = if s.changeable {
         Either::Left(view! {
+            {memory}
             <label class="toggle">
                 <input type="checkbox" class="feature-toggle" aria-label=label prop:checked=checked on:change=toggle/>
                 <span>{move || if checked() { "On" } else { "Off" }}</span>

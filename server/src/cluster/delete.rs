@@ -135,7 +135,7 @@ impl Pipeline for DeleteCluster {
             Stage::Iam => {
                 let known = match &out.oidc_provider_arn {
                     Some(arn) => Some(arn.clone()),
-                    None => creation_output(cx, name, "/oidc_provider_arn").await?,
+                    None => super::creation_output(&cx.store, name, "/oidc_provider_arn").await?,
                 };
                 identity::teardown(&cx.aws, &region, name, known.as_deref()).await?;
                 crate::features::teardown(&cx.aws, &region, name).await?;
@@ -143,7 +143,9 @@ impl Pipeline for DeleteCluster {
             }
             Stage::Network => network::teardown(&cx.aws, &region, name).await,
             Stage::Bucket => {
-                if let Some(bucket) = creation_output(cx, name, "/hyperpod/s3_bucket").await? {
+                if let Some(bucket) =
+                    super::creation_output(&cx.store, name, "/hyperpod/s3_bucket").await?
+                {
                     out.keep(hyperpod::delete_bucket(&cx.aws, &region, name, &bucket).await?);
                 }
                 Ok(Progress::Done)
@@ -156,23 +158,4 @@ impl Pipeline for DeleteCluster {
             }
         }
     }
-}
-
-/// An output of the operation that created the cluster (a JSON pointer into its
-/// outputs, e.g. `/hyperpod/s3_bucket`), if hypd created it.
-async fn creation_output(
-    cx: &Context,
-    name: &str,
-    pointer: &str,
-) -> Result<Option<String>, ApiError> {
-    let ops = crate::operation::list(&cx.store, None, Some(&super::target(name))).await?;
-    Ok(ops
-        .into_iter()
-        .filter(|o| o.command == "create_cluster")
-        .find_map(|o| {
-            serde_json::Value::Object(o.outputs.into_iter().collect())
-                .pointer(pointer)
-                .and_then(|v| v.as_str())
-                .map(str::to_owned)
-        }))
 }

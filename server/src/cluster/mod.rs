@@ -342,6 +342,25 @@ impl Handler<DescribeCluster> for Service {
     }
 }
 
+/// An output of the operation that created the cluster (a JSON pointer into its
+/// outputs, e.g. `/hyperpod/s3_bucket`), if hypd created it.
+pub(crate) async fn creation_output(
+    store: &Store,
+    name: &str,
+    pointer: &str,
+) -> Result<Option<String>, ApiError> {
+    let ops = crate::operation::list(store, None, Some(&target(name))).await?;
+    Ok(ops
+        .into_iter()
+        .filter(|o| o.command == "create_cluster")
+        .find_map(|o| {
+            serde_json::Value::Object(o.outputs.into_iter().collect())
+                .pointer(pointer)
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //! shared add-ons lives in [`components`]: those the cluster was made with are never
 //! removed by a feature change, and one only features need goes with the last of them.
 
+pub mod tiered;
 pub mod training;
 pub mod update;
 
@@ -11,7 +12,6 @@ use std::collections::BTreeSet;
 
 use app::api::ApiError;
 use app::api::features::{ComponentState, Feature, FeatureState, Features, GetFeatures};
-use aws_sdk_sagemaker::types::ClusterConfigMode;
 
 use crate::auth::Actor;
 use crate::aws::{Aws, SdkResultExt};
@@ -117,6 +117,7 @@ const INFERENCE_ADDON: Addon = Addon {
 /// Every feature and shared component of the cluster at `at`, as they are now.
 pub(crate) async fn read(
     aws: &Aws,
+    store: &crate::store::Store,
     at: &Where,
 ) -> Result<(Vec<FeatureState>, Vec<ComponentState>), ApiError> {
     let training = training::TrainingOperator::new(aws, at).await?;
@@ -140,21 +141,7 @@ pub(crate) async fn read(
         .send()
         .await
         .upstream("sagemaker", "DescribeCluster")?;
-    let tiered = described.tiered_storage_config();
-    let tiered_on = tiered.and_then(|t| t.mode()) == Some(&ClusterConfigMode::Enable);
-    let mut t = feature(
-        Feature::TieredCheckpointing,
-        tiered_on,
-        tiered
-            .and_then(|t| t.mode())
-            .map_or("Disable", |m| m.as_str())
-            .to_owned(),
-        None,
-    );
-    if let Some(p) = tiered.and_then(|t| t.instance_memory_allocation_percentage()) {
-        t.details.push(format!("{p}% of instance memory"));
-    }
-    features.push(t);
+    features.push(tiered::Tiered::new(aws, at, store).await?.state().await?);
     let scaling = described.auto_scaling();
     let mut a = feature(
         Feature::Autoscaling,
@@ -220,7 +207,7 @@ impl Handler<GetFeatures> for Service {
     async fn handle(&self, _: &Actor, r: GetFeatures) -> Result<Features, ApiError> {
         let at = crate::node::locate(&self.store, r.name.as_str()).await?;
         let fetched_at = crate::clock::now();
-        let (features, components) = read(&self.aws, &at).await?;
+        let (features, components) = read(&self.aws, &self.store, &at).await?;
         Ok(Features {
             name: at.eks,
             features,
@@ -231,9 +218,11 @@ impl Handler<GetFeatures> for Service {
 }
 
 /// Removes what hypd made for the cluster's features once its EKS cluster is gone:
-/// their IAM roles (their add-ons and bindings went with the EKS cluster).
+/// their IAM roles (their add-ons, bindings and service accounts went with the EKS
+/// cluster, the tiered storage setting with the HyperPod cluster).
 pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<(), ApiError> {
     crate::resources::converge(&training::role(aws, region, cluster, Want::Absent)).await?;
+    crate::resources::converge(&tiered::role(aws, region, cluster, Want::Absent)).await?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use app::api::features::{Feature, UpdateFeatures};
 use app::api::values::IdempotencyKey;
 use serde::{Deserialize, Serialize};
 
+use super::tiered::Tiered;
 use super::training::TrainingOperator;
 use super::{addon, components};
 use crate::node::{Where, locate};
@@ -21,6 +22,7 @@ stages! {
     pub enum Stage {
         Components = "components", "The shared add-ons the features turned on need, ACTIVE", true;
         TrainingOperator = "training_operator", "Training operator: pod identity role, binding and add-on (ACTIVE, controller available), or all three removed", false;
+        TieredCheckpointing = "tiered_checkpointing", "Tiered checkpointing: OIDC role, service account and HyperPod's TieredStorageConfig (InService again), or all three removed", false;
         Unneeded = "unneeded", "Shared add-ons no feature on needs any more removed (never those the cluster was made with)", false;
     }
 }
@@ -34,7 +36,7 @@ const POLL: Duration = Duration::from_secs(15);
 
 /// The features on now, as get_features reads them.
 async fn on_now(cx: &Context, at: &Where) -> Result<BTreeSet<Feature>, ApiError> {
-    let (features, _) = super::read(&cx.aws, at).await?;
+    let (features, _) = super::read(&cx.aws, &cx.store, at).await?;
     Ok(features
         .into_iter()
         .filter(|f| f.enabled)
@@ -54,15 +56,21 @@ impl Pipeline for UpdateFeatures {
         self.idempotency_key.as_ref()
     }
 
+    /// A shared-add-on stage only where a feature changed needs one: `unneeded` when
+    /// one turned off needs an add-on the cluster was not made with (it may go).
     fn plan(&self) -> Vec<Stage> {
+        let none = BTreeSet::new();
         let mut stages = Vec::new();
-        if !self.turning(true).is_empty() {
+        if !components(&none, &self.turning(true), &[]).0.is_empty() {
             stages.push(Stage::Components);
         }
         if self.training_operator.is_some() {
             stages.push(Stage::TrainingOperator);
         }
-        if !self.turning(false).is_empty() {
+        if self.tiered_checkpointing.is_some() {
+            stages.push(Stage::TieredCheckpointing);
+        }
+        if !components(&none, &[], &self.turning(false)).1.is_empty() {
             stages.push(Stage::Unneeded);
         }
         stages
@@ -83,9 +91,13 @@ impl Pipeline for UpdateFeatures {
                         self.drop(feature);
                     }
                 }
-                Feature::InferenceOperator
-                | Feature::TieredCheckpointing
-                | Feature::Autoscaling => {
+                Feature::TieredCheckpointing => {
+                    let t = Tiered::new(cx.aws, &at, cx.store).await?;
+                    if t.holds(on, self.tiered_memory_percent).await? {
+                        self.drop(feature);
+                    }
+                }
+                Feature::InferenceOperator | Feature::Autoscaling => {
                     return Err(ApiError::field(
                         feature.as_str(),
                         "update_features cannot change this feature yet",
@@ -128,6 +140,15 @@ impl Pipeline for UpdateFeatures {
                     .training_operator
                     .ok_or_else(|| missing("the training operator's wanted state"))?;
                 TrainingOperator::new(&cx.aws, &at).await?.step(on).await
+            }
+            Stage::TieredCheckpointing => {
+                let on = self
+                    .tiered_checkpointing
+                    .ok_or_else(|| missing("tiered checkpointing's wanted state"))?;
+                Tiered::new(&cx.aws, &at, &cx.store)
+                    .await?
+                    .step(on, self.tiered_memory_percent)
+                    .await
             }
             Stage::Unneeded => {
                 let on_after = on_now(cx, &at).await?;
@@ -182,9 +203,17 @@ mod tests {
         let names = |r: &UpdateFeatures| r.plan().iter().map(|s| s.name()).collect::<Vec<_>>();
         let mut on = request(serde_json::json!({"name": "ml-1", "training_operator": true}));
         assert_eq!(names(&on), ["components", "training_operator"]);
+        // Turned off, it frees nothing the cluster was not made with.
         let off = request(serde_json::json!({"name": "ml-1", "training_operator": false}));
-        assert_eq!(names(&off), ["training_operator", "unneeded"]);
+        assert_eq!(names(&off), ["training_operator"]);
+        let tiered = request(serde_json::json!({"name": "ml-1", "tiered_checkpointing": true}));
+        assert_eq!(names(&tiered), ["tiered_checkpointing"]);
         on.drop(Feature::TrainingOperator);
         assert!(names(&on).is_empty());
+        let both = request(
+            serde_json::json!({"name": "ml-1", "training_operator": false,
+                                              "tiered_checkpointing": true}),
+        );
+        assert_eq!(names(&both), ["training_operator", "tiered_checkpointing"]);
     }
 }

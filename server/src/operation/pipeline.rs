@@ -391,7 +391,12 @@ mod tests {
         assert_eq!(of("update_cluster_software"), ["update", "rolled"]);
         assert_eq!(
             of("update_features"),
-            ["components", "training_operator", "unneeded"]
+            [
+                "components",
+                "training_operator",
+                "tiered_checkpointing",
+                "unneeded"
+            ]
         );
         assert_eq!(names.len(), 12, "a new pipeline: add its stored names here");
     }

@@ -1,12 +1,16 @@
 //! Advanced features through REST against moto + the sim: the training operator turned
 //! on (only its own parts are touched: the shared add-ons it needs are already there),
-//! the same request again with nothing to do (no stage, no mutating call), turned off in
-//! two steps, after which AWS and Kubernetes hold exactly what they held before.
+//! the same request again with nothing to do (no stage, no mutating call), tiered
+//! checkpointing turned on beside it without touching it (its OIDC identity chain checked
+//! link by link), its memory share changed, then both turned off in two steps, after
+//! which AWS and Kubernetes hold exactly what they held before.
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -25,11 +29,27 @@ pub struct Inventory {
     kubernetes: BTreeSet<String>,
 }
 
+fn named(kind: &str, m: &ObjectMeta) -> String {
+    format!(
+        "{kind} {}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
 pub fn inventory(world: &World, name: &str) -> Inventory {
     let kubernetes = tokio::runtime::Runtime::new().unwrap().block_on(async {
         let client = kube_client(world, name).await;
         let lp = ListParams::default();
         let deployments = Api::<Deployment>::all(client.clone())
+            .list(&lp)
+            .await
+            .unwrap();
+        let daemonsets = Api::<DaemonSet>::all(client.clone())
+            .list(&lp)
+            .await
+            .unwrap();
+        let accounts = Api::<ServiceAccount>::all(client.clone())
             .list(&lp)
             .await
             .unwrap();
@@ -40,18 +60,20 @@ pub fn inventory(world: &World, name: &str) -> Inventory {
         deployments
             .items
             .iter()
-            .map(|d| {
-                format!(
-                    "Deployment {}/{}",
-                    d.metadata.namespace.as_deref().unwrap_or_default(),
-                    d.metadata.name.as_deref().unwrap_or_default()
-                )
-            })
+            .map(|d| named("Deployment", &d.metadata))
             .chain(
-                crds.items
+                daemonsets
+                    .items
                     .iter()
-                    .map(|c| format!("CRD {}", c.metadata.name.as_deref().unwrap_or_default())),
+                    .map(|d| named("DaemonSet", &d.metadata)),
             )
+            .chain(
+                accounts
+                    .items
+                    .iter()
+                    .map(|a| named("ServiceAccount", &a.metadata)),
+            )
+            .chain(crds.items.iter().map(|c| named("CRD", &c.metadata)))
             .collect()
     });
     Inventory {
@@ -97,6 +119,37 @@ pub fn training_parts(world: &World, name: &str) -> (Option<String>, usize) {
     (addon, bound["associations"].as_array().map_or(0, Vec::len))
 }
 
+/// The mutating calls since the call log was last cleared, in order; each must have been
+/// made by stage `stage` of operation `op` (as its user agent says).
+fn calls_of(world: &World, op: &Value, stage: &str) -> Vec<String> {
+    let calls = agents_mutating_calls(world);
+    let agent = format!("hypd.{}.{stage}", op["operation_id"].as_str().unwrap());
+    assert!(
+        calls
+            .iter()
+            .all(|(a, _, _)| a.as_deref() == Some(agent.as_str())),
+        "{calls:?}"
+    );
+    calls.into_iter().map(|(_, _, o)| o).collect()
+}
+
+/// The trust policy of IAM role `role`, from moto.
+fn trust(world: &World, role: &str) -> Value {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let iam = aws_sdk_iam::Client::new(&world.moto_sdk().await);
+        let got = iam.get_role().role_name(role).send().await.unwrap();
+        let raw = got
+            .role()
+            .unwrap()
+            .assume_role_policy_document()
+            .unwrap()
+            .to_owned();
+        serde_json::from_str(&raw)
+            .or_else(|_| serde_json::from_str(&app::text::percent_decode(&raw)))
+            .unwrap()
+    })
+}
+
 fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
     hypd.call(
         token,
@@ -107,7 +160,7 @@ fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
 }
 
 #[test]
-fn the_training_operator_is_turned_on_and_off_touching_only_its_own_parts() {
+fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
     let world = World::start_checked(FAST);
     let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
     let token = hypd.admin_token();
@@ -175,27 +228,14 @@ fn the_training_operator_is_turned_on_and_off_touching_only_its_own_parts() {
     let op = hypd.finish(&token, on["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
     // Exactly the operator's parts, each made once, all by its own stage.
-    let calls = agents_mutating_calls(&world);
-    let stage = format!(
-        "hypd.{}.training_operator",
-        on["operation_id"].as_str().unwrap()
-    );
-    assert!(
-        calls
-            .iter()
-            .all(|(agent, _, _)| agent.as_deref() == Some(stage.as_str())),
-        "{calls:?}"
-    );
-    let made: Vec<&str> = calls.iter().map(|(_, _, o)| o.as_str()).collect();
     assert_eq!(
-        made,
+        calls_of(&world, &on, "training_operator"),
         [
             "CreateRole",
             "AttachRolePolicy",
             "CreatePodIdentityAssociation",
             "CreateAddon"
-        ],
-        "{calls:?}"
+        ]
     );
     assert_eq!(training_parts(&world, name), (Some("ACTIVE".to_owned()), 1));
     let on = feature(&hypd, &token, name, "training_operator");
@@ -228,22 +268,145 @@ fn the_training_operator_is_turned_on_and_off_touching_only_its_own_parts() {
     assert!(op.to_string().contains("nothing to do"), "{op:#}");
     assert_eq!(agents_mutating_calls(&world), []);
 
-    // Off, in two steps: the first answers with the plan and changes nothing.
-    let (status, asked) = update(&hypd, &token, name, json!({"training_operator": false}));
+    // Tiered checkpointing on, naming only it: its stage makes exactly its chain and the
+    // setting, and the training operator (on) is not touched.
+    let (status, tiered) = update(
+        &hypd,
+        &token,
+        name,
+        json!({"tiered_checkpointing": true, "tiered_memory_percent": 40}),
+    );
+    assert_eq!(status, 200, "{tiered}");
+    let op = hypd.finish(&token, tiered["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(
+        calls_of(&world, &tiered, "tiered_checkpointing"),
+        [
+            "CreateRole",
+            "PutRolePolicy",
+            "patch ServiceAccount",
+            "UpdateCluster"
+        ]
+    );
+    assert_eq!(training_parts(&world, name), (Some("ACTIVE".to_owned()), 1));
+    let described =
+        crate::create::sagemaker(&world, "DescribeCluster", json!({"ClusterName": name}));
+    assert_eq!(
+        described["TieredStorageConfig"],
+        json!({"Mode": "Enable", "InstanceMemoryAllocationPercentage": 40}),
+        "{described:#}"
+    );
+    // The role trusts exactly the one service account, through the cluster's provider.
+    let role = format!("hypd-{name}-tiered-ckpt");
+    let trusted = trust(&world, &role);
+    let statement = &trusted["Statement"][0];
+    assert_eq!(
+        statement["Action"], "sts:AssumeRoleWithWebIdentity",
+        "{trusted:#}"
+    );
+    assert!(
+        statement["Principal"]["Federated"]
+            .as_str()
+            .unwrap()
+            .contains(":oidc-provider/"),
+        "{trusted:#}"
+    );
+    let conditions = statement["Condition"]["StringEquals"].as_object().unwrap();
+    let sub = conditions
+        .iter()
+        .find(|(k, _)| k.ends_with(":sub"))
+        .unwrap()
+        .1;
+    let aud = conditions
+        .iter()
+        .find(|(k, _)| k.ends_with(":aud"))
+        .unwrap()
+        .1;
+    assert_eq!(
+        (sub, aud),
+        (
+            &json!("system:serviceaccount:default:hypd-tiered-checkpointing"),
+            &json!("sts.amazonaws.com")
+        )
+    );
+    let annotated = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = kube_client(&world, name).await;
+        Api::<ServiceAccount>::namespaced(client, "default")
+            .get("hypd-tiered-checkpointing")
+            .await
+            .unwrap()
+    });
+    assert_eq!(
+        annotated.metadata.annotations.unwrap()["eks.amazonaws.com/role-arn"],
+        format!("arn:aws:iam::123456789012:role/{role}")
+    );
+    let t = feature(&hypd, &token, name, "tiered_checkpointing");
+    assert_eq!(t["enabled"], true, "{t:#}");
+    assert!(
+        t["details"].to_string().contains("identity chain complete"),
+        "{t:#}"
+    );
+    assert!(
+        inventory(&world, name)
+            .kubernetes
+            .contains("DaemonSet kube-system/hyperpod-tiered-checkpointing"),
+        "HyperPod's memory daemon runs"
+    );
+
+    // A new share of memory is one UpdateCluster, nothing else.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, more) = update(
+        &hypd,
+        &token,
+        name,
+        json!({"tiered_checkpointing": true, "tiered_memory_percent": 60}),
+    );
+    assert_eq!(status, 200, "{more}");
+    let op = hypd.finish(&token, more["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(
+        calls_of(&world, &more, "tiered_checkpointing"),
+        ["UpdateCluster"]
+    );
+
+    // Both off, in two steps: the first answers with the plan and changes nothing; after
+    // the second, AWS and Kubernetes hold what they held before either was turned on.
+    let both_off = json!({"training_operator": false, "tiered_checkpointing": false});
+    let (status, asked) = update(&hypd, &token, name, both_off.clone());
     assert_eq!(status, 200, "{asked}");
     assert!(asked["confirmation"].is_string(), "{asked:#}");
-    assert_eq!(agents_mutating_calls(&world), []);
+    let deleted: BTreeSet<&str> = asked["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .filter(|c| c["action"] == "delete")
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        deleted,
+        BTreeSet::from([
+            "eks:Addon",
+            "eks:PodIdentityAssociation",
+            "iam:Role",
+            "k8s:v1/ServiceAccount"
+        ]),
+        "{asked:#}"
+    );
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
     let (status, off) = hypd.confirmed(
         &token,
         Method::POST,
         &format!("/api/v1/clusters/{name}/features"),
-        Some(json!({"training_operator": false})),
+        Some(both_off),
     );
     assert_eq!(status, 200, "{off}");
     let op = hypd.finish(&token, off["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
     assert_eq!(training_parts(&world, name), (None, 0));
     assert_eq!(inventory(&world, name), before);
-    let off = feature(&hypd, &token, name, "training_operator");
-    assert_eq!(off["enabled"], false, "{off:#}");
+    for f in ["training_operator", "tiered_checkpointing"] {
+        let off = feature(&hypd, &token, name, f);
+        assert_eq!(off["enabled"], false, "{off:#}");
+    }
 }

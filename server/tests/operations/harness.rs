@@ -324,25 +324,38 @@ pub const CASES: &[Case] = &[
         given: created,
         request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/features");
-            (Method::POST, path, json!({ "training_operator": true }))
+            let body = json!({ "training_operator": true, "tiered_checkpointing": true,
+                               "tiered_memory_percent": 30 });
+            (Method::POST, path, body)
         },
         check: |world, hypd, token, name| {
             assert_eq!(
                 crate::features::training_parts(world, name),
                 (Some("ACTIVE".to_owned()), 1)
             );
-            let f = crate::features::feature(hypd, token, name, "training_operator");
-            assert_eq!(f["enabled"], true, "{f:#}");
-            // The cluster's three roles and the operator's; the S3 driver's binding and
-            // the operator's.
+            for f in ["training_operator", "tiered_checkpointing"] {
+                let f = crate::features::feature(hypd, token, name, f);
+                assert_eq!(f["enabled"], true, "{f:#}");
+            }
+            let described =
+                crate::create::sagemaker(world, "DescribeCluster", json!({"ClusterName": name}));
+            assert_eq!(
+                described["TieredStorageConfig"]["InstanceMemoryAllocationPercentage"], 30,
+                "{described:#}"
+            );
+            // The cluster's three roles and the two features'; the S3 driver's binding
+            // and the operator's.
             let c = crate::create::count(world, name);
-            assert_eq!((c.roles, c.pod_identities), (4, 2), "{c:?}");
+            assert_eq!((c.roles, c.pod_identities), (5, 2), "{c:?}");
         },
         // The pre-flight reads the operator's add-on once to see whether it is on.
         calls: &[
             after_preflight("components", "eks", "DescribeAddon"),
             call("training_operator", "eks", "CreatePodIdentityAssociation"),
             call("training_operator", "eks", "CreateAddon"),
+            call("tiered_checkpointing", "iam", "PutRolePolicy"),
+            call("tiered_checkpointing", "kubernetes", "patch ServiceAccount"),
+            call("tiered_checkpointing", "sagemaker", "UpdateCluster"),
         ],
     },
 ];

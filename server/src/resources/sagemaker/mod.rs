@@ -7,5 +7,6 @@ pub mod capacity;
 pub mod cluster;
 pub mod nodes;
 pub mod software;
+pub mod tiered_storage;
 
 pub use aws_sdk_sagemaker::Client;
