@@ -26,29 +26,35 @@ use crate::time::short;
 pub fn FeaturesPanel(name: String) -> impl IntoView {
     let name = StoredValue::new(name);
     let reads = RwSignal::new(0u32);
+    // Asked from the browser once the page is up (an effect runs only there): the read
+    // takes a dozen AWS and Kubernetes calls, which the page's first answer should not
+    // wait for. Read 0 is the server's and the first hydration's: nothing asked yet.
     let features = Resource::new(
         move || reads.get(),
-        move |_| async move {
+        move |n| async move {
+            if n == 0 {
+                return None;
+            }
             let name =
-                EksClusterName::parse(&name.get_value()).map_err(|m| ApiError::field("name", m))?;
-            call(&GetFeatures { name }).await
+                EksClusterName::parse(&name.get_value()).map_err(|m| ApiError::field("name", m));
+            Some(match name {
+                Ok(name) => call(&GetFeatures { name }).await,
+                Err(e) => Err(e),
+            })
         },
     );
+    Effect::new(move || {
+        if reads.get_untracked() == 0 {
+            reads.set(1);
+        }
+    });
     // Made here, above the state it is drawn in, so what the user touched and the plan
     // they reviewed outlive a refresh.
     let touched = RwSignal::new(BTreeMap::<Feature, bool>::new());
     // Tiered checkpointing's share of memory, as typed (empty: left as it is).
     let percent = RwSignal::new(String::new());
     let step = Step::new();
-    let shown = move || {
-        Suspend::new(async move {
-            match features.await {
-                Ok(f) => Either::Left(view! { <Shown f touched percent step/> }),
-                Err(e) => Either::Right(view! { <ErrorPanel error=e/> }),
-            }
-        })
-    };
-    let apply = move |_| {
+    let apply = move |()| {
         let mut input = json!({ "name": name.get_value() });
         for (f, on) in touched.get_untracked() {
             input[f.as_str()] = json!(on);
@@ -65,37 +71,64 @@ pub fn FeaturesPanel(name: String) -> impl IntoView {
         }
         step.send::<UpdateFeatures>(input);
     };
-    let role = <UpdateFeatures as crate::api::Command>::SPEC.role;
+    let refresh = Callback::new(move |()| {
+        step.reset();
+        reads.update(|n| *n += 1);
+    });
+    let apply = Callback::new(apply);
+    let shown = move || {
+        Suspend::new(async move {
+            match features.await {
+                None => Either::Left(loading()),
+                Some(Ok(f)) => Either::Right(Either::Left(view! {
+                    <Shown f touched percent step/>
+                    <Actions touched step apply refresh/>
+                })),
+                Some(Err(e)) => Either::Right(Either::Right(view! {
+                    <ErrorPanel error=e/>
+                    <Actions touched step apply refresh/>
+                })),
+            }
+        })
+    };
     view! {
         <div class="panel features" aria-labelledby="features-title">
             <h2 id="features-title">"Advanced features"</h2>
             <Transition fallback=loading>{shown}</Transition>
-            {step.view()}
-            <div class="actions">
-                <IfRole role>
-                    <button
-                        type="button"
-                        class="primary apply-features"
-                        disabled=move || step.busy.get() || touched.with(BTreeMap::is_empty)
-                        on:click=apply
-                    >
-                        {move || if step.plan.with(Option::is_some) { "Apply" } else { "Review changes" }}
-                    </button>
-                </IfRole>
-                <button
-                    type="button"
-                    class="refresh-features"
-                    on:click=move |_| {
-                        step.reset();
-                        reads.update(|n| *n += 1);
-                    }
-                >
-                    "Refresh"
-                </button>
-            </div>
         </div>
     }
     .into_any()
+}
+
+/// The plan or error of the last try, "Review changes" / "Apply" (for those who may
+/// change features) and "Refresh". Drawn inside the loaded state, where the session's
+/// role is known.
+#[component]
+fn Actions(
+    touched: RwSignal<BTreeMap<Feature, bool>>,
+    step: Step,
+    apply: Callback<()>,
+    refresh: Callback<()>,
+) -> impl IntoView {
+    let role = <UpdateFeatures as crate::api::Command>::SPEC.role;
+    view! {
+        {step.view()}
+        <div class="actions">
+            <IfRole role>
+                <button
+                    type="button"
+                    class="primary apply-features"
+                    disabled=move || step.busy.get() || touched.with(BTreeMap::is_empty)
+                    on:click=move |_| apply.run(())
+                >
+                    {move || if step.plan.with(Option::is_some) { "Apply" } else { "Review changes" }}
+                </button>
+            </IfRole>
+            <button type="button" class="refresh-features" on:click=move |_| refresh.run(())>
+                "Refresh"
+            </button>
+        </div>
+    }
 }
 
 #[component]
@@ -119,7 +152,7 @@ fn Shown(
         <p class="muted">{format!("As AWS and Kubernetes have them (read {}).", short(&f.fetched_at))}</p>
         <ul class="feature-list">{rows}</ul>
         <h3>"Shared add-ons"</h3>
-        <table class="components">
+        <table class="table components">
             <thead>
                 <tr><th>"Add-on"</th><th>"Status"</th><th>"Needed by"</th><th>"Removed"</th></tr>
             </thead>

@@ -697,6 +697,47 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
     })
     .await;
 
+    // The inference operator's add-on brings AWS's CRDs and its controller under the
+    // name its IRSA service account has; deleting the add-on takes the CRDs away again.
+    const INFERENCE: &str = "amazon-sagemaker-hyperpod-inference";
+    const IEC: &str = "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com";
+    const JSM: &str = "jumpstartmodels.inference.sagemaker.aws.amazon.com";
+    eks.create_addon()
+        .cluster_name("ml-1")
+        .addon_name(INFERENCE)
+        .send()
+        .await
+        .unwrap();
+    let controllers: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "hyperpod-inference-system");
+    crate::support::wait_for("the inference operator's CRDs and controller", || async {
+        crds.get_opt(IEC).await.unwrap().is_some()
+            && crds.get_opt(JSM).await.unwrap().is_some()
+            && controllers
+                .get_opt("hyperpod-inference-controller-manager")
+                .await
+                .unwrap()
+                .is_some()
+    })
+    .await;
+    eks.delete_addon()
+        .cluster_name("ml-1")
+        .addon_name(INFERENCE)
+        .send()
+        .await
+        .unwrap();
+    crate::support::wait_for("the inference operator's CRDs gone with it", || async {
+        crds.get_opt(IEC).await.unwrap().is_none() && crds.get_opt(JSM).await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        crds.get_opt("hyperpodpytorchjobs.sagemaker.amazonaws.com")
+            .await
+            .unwrap()
+            .is_some(),
+        "another add-on's CRD stays"
+    );
+
     let gvk = GroupVersionKind::gvk("sagemaker.amazonaws.com", "v1", "HyperPodPyTorchJob");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "hyperpodpytorchjobs");
     let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);

@@ -1,6 +1,8 @@
 //! EKS add-ons' workloads: each ACTIVE add-on gets the Deployments and DaemonSets (and the
 //! namespace) it runs on a real cluster, labelled with the add-on so they go when it
-//! goes; the training operator also installs the HyperPodPyTorchJob CRD. Workloads are
+//! goes; the training operator also installs the HyperPodPyTorchJob CRD, the inference
+//! operator the InferenceEndpointConfig and JumpStartModel CRDs (AWS's own, from the
+//! operator's chart). Workloads are
 //! created once and then left to their own controllers, as EKS leaves them. HyperPod's
 //! own managed daemon (tiered checkpointing's memory manager) is installed the same way,
 //! from the HyperPod cluster's settings instead of an add-on.
@@ -17,6 +19,32 @@ use crate::world::World;
 pub const PYTORCHJOB_CRD: &str =
     include_str!("../../../crds/sagemaker.amazonaws.com_hyperpodpytorchjobs.yaml");
 pub const TRAINING_OPERATOR: &str = "amazon-sagemaker-hyperpod-training-operator";
+pub const INFERENCE_OPERATOR: &str = "amazon-sagemaker-hyperpod-inference";
+const INFERENCE_ENDPOINT_CONFIG_CRD: &str =
+    include_str!("../../../crds/inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml");
+const JUMPSTART_MODEL_CRD: &str =
+    include_str!("../../../crds/inference.sagemaker.aws.amazon.com_jumpstartmodels.yaml");
+
+/// The CRDs an EKS add-on installs, by name, with their YAML.
+fn addon_crds(addon: &str) -> &'static [(&'static str, &'static str)] {
+    match addon {
+        TRAINING_OPERATOR => &[(
+            "hyperpodpytorchjobs.sagemaker.amazonaws.com",
+            PYTORCHJOB_CRD,
+        )],
+        INFERENCE_OPERATOR => &[
+            (
+                "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com",
+                INFERENCE_ENDPOINT_CONFIG_CRD,
+            ),
+            (
+                "jumpstartmodels.inference.sagemaker.aws.amazon.com",
+                JUMPSTART_MODEL_CRD,
+            ),
+        ],
+        _ => &[],
+    }
+}
 
 /// The workloads an EKS add-on runs: namespace, kind, name, replicas (DaemonSets: 0).
 fn addon_workloads(addon: &str) -> &'static [(&'static str, &'static str, &'static str, u32)] {
@@ -54,10 +82,11 @@ fn addon_workloads(addon: &str) -> &'static [(&'static str, &'static str, &'stat
             "hp-training-operator-hp-training-controller-manager",
             1,
         )],
-        "amazon-sagemaker-hyperpod-inference" => &[(
+        // The name the add-on's execution role trusts (its IRSA service account's).
+        INFERENCE_OPERATOR => &[(
             "hyperpod-inference-system",
             "Deployment",
-            "hyperpod-inference-operator-controller-manager",
+            "hyperpod-inference-controller-manager",
             1,
         )],
         "amazon-sagemaker-hyperpod-taskgovernance" => {
@@ -111,10 +140,10 @@ pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
             }
             store.put(key, o);
         }
-        if addon == TRAINING_OPERATOR {
-            let key = Key::new(CRD_GR, "", "hyperpodpytorchjobs.sagemaker.amazonaws.com");
+        for (name, yaml) in addon_crds(addon) {
+            let key = Key::new(CRD_GR, "", name);
             if store.get(&key).is_none()
-                && let Ok(mut crd) = serde_yaml::from_str::<Value>(PYTORCHJOB_CRD)
+                && let Ok(mut crd) = serde_yaml::from_str::<Value>(yaml)
             {
                 crd["metadata"]["uid"] = json!(store.uid());
                 crd["metadata"]["creationTimestamp"] = json!(now);
