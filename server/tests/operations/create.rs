@@ -153,7 +153,15 @@ pub fn count(world: &World, name: &str) -> Counts {
             (endpoints.vpc_endpoints().len(), sgs.security_groups().len())
         };
         let iam = aws_sdk_iam::Client::new(&conf);
-        let roles = iam.list_roles().send().await.unwrap();
+        // Every page: the harness's clusters share one moto, past IAM's 100 a page.
+        let roles: Vec<aws_sdk_iam::types::Role> = iam
+            .list_roles()
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Result<_, _>>()
+            .await
+            .unwrap();
         let prefix = format!("hypd-{name}-");
         let oidc = iam.list_open_id_connect_providers().send().await.unwrap();
         let mut oidc_providers = 0;
@@ -193,7 +201,6 @@ pub fn count(world: &World, name: &str) -> Counts {
             s3_endpoints: endpoints,
             security_groups: sgs,
             roles: roles
-                .roles()
                 .iter()
                 .filter(|r| r.role_name().starts_with(&prefix))
                 .count(),
