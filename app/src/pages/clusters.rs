@@ -280,6 +280,13 @@ pub fn ClusterDetail() -> impl IntoView {
             call(&GetCluster { name }).await
         },
     );
+    // Read by the features panel's effect only, in the browser.
+    let usable = Signal::derive(move || {
+        cluster
+            .get()
+            .and_then(Result::ok)
+            .is_some_and(|c| matches!(c.status.as_str(), "active" | "imported"))
+    });
     let refreshed = RwSignal::new(0u32);
     let add_group = AddGroupForm::default();
     let nodes = NodesView::default();
@@ -379,7 +386,7 @@ pub fn ClusterDetail() -> impl IntoView {
                     }
                 })}
             </Transition>
-            {move || view! { <FeaturesPanel name=name()/> }}
+            {move || view! { <FeaturesPanel name=name() usable/> }}
             {move || view! { <DriftPanel name=name()/> }}
             <div class="panel">
                 <h2>"Operations on this cluster"</h2>

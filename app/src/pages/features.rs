@@ -23,7 +23,11 @@ use crate::session::{ErrorPanel, IfRole};
 use crate::time::short;
 
 #[component]
-pub fn FeaturesPanel(name: String) -> impl IntoView {
+pub fn FeaturesPanel(
+    name: String,
+    /// The cluster is active or imported: only then are there features to read.
+    usable: Signal<bool>,
+) -> impl IntoView {
     let name = StoredValue::new(name);
     let reads = RwSignal::new(0u32);
     // Asked from the browser once the page is up (an effect runs only there): the read
@@ -44,7 +48,7 @@ pub fn FeaturesPanel(name: String) -> impl IntoView {
         },
     );
     Effect::new(move || {
-        if reads.get_untracked() == 0 {
+        if usable.get() && reads.get_untracked() == 0 {
             reads.set(1);
         }
     });
@@ -79,7 +83,9 @@ pub fn FeaturesPanel(name: String) -> impl IntoView {
     let shown = move || {
         Suspend::new(async move {
             match features.await {
-                None => Either::Left(loading()),
+                None => Either::Left(view! {
+                    <p class="muted">"Read from AWS and Kubernetes once the cluster is active."</p>
+                }),
                 Some(Ok(f)) => Either::Right(Either::Left(view! {
                     <Shown f touched percent step/>
                     <Actions touched step apply refresh/>
@@ -152,12 +158,14 @@ fn Shown(
         <p class="muted">{format!("As AWS and Kubernetes have them (read {}).", short(&f.fetched_at))}</p>
         <ul class="feature-list">{rows}</ul>
         <h3>"Shared add-ons"</h3>
-        <table class="table components">
-            <thead>
-                <tr><th>"Add-on"</th><th>"Status"</th><th>"Needed by"</th><th>"Removed"</th></tr>
-            </thead>
-            <tbody>{components}</tbody>
-        </table>
+        <div class="table-wrap">
+            <table class="table components">
+                <thead>
+                    <tr><th>"Add-on"</th><th>"Status"</th><th>"Needed by"</th><th>"Removed"</th></tr>
+                </thead>
+                <tbody>{components}</tbody>
+            </table>
+        </div>
     }
 }
 
