@@ -20,6 +20,9 @@ use crate::node::Where;
 use crate::resources::Resource;
 use crate::resources::Want;
 use crate::resources::eks::addon::{self, Addon as AddonResource};
+use crate::resources::iam::role::{Role, RoleSpec};
+use crate::resources::iam::role_name;
+use crate::resources::sagemaker::tiered_storage;
 use crate::service::{Handler, Service};
 
 /// A shared add-on by name, with whether the cluster was made with it.
@@ -67,6 +70,35 @@ pub(crate) fn addon(aws: &Aws, at: &Where, a: &Addon, want: Want<String>) -> Add
         name: a.name.to_owned(),
         want,
     }
+}
+
+/// The suffixes (`role_name`) of the roles features make; teardown removes each. Names
+/// of roles already made depend on them.
+const ROLE_SUFFIXES: [&str; 2] = [training::ROLE_SUFFIX, tiered::ROLE_SUFFIX];
+
+/// A feature's IAM role on cluster `cluster`, by its suffix.
+pub(crate) fn role(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+    suffix: &str,
+    want: Want<RoleSpec>,
+) -> Role {
+    Role {
+        iam: aws.iam(region),
+        cluster: cluster.to_owned(),
+        name: role_name(cluster, suffix),
+        want,
+    }
+}
+
+/// That role's ARN, known from its name before it exists.
+pub(crate) async fn role_arn(aws: &Aws, cluster: &str, suffix: &str) -> Result<String, ApiError> {
+    let account = aws.identity().await?.account;
+    Ok(format!(
+        "arn:aws:iam::{account}:role/{}",
+        role_name(cluster, suffix)
+    ))
 }
 
 /// An add-on's status as get_features says it.
@@ -141,7 +173,13 @@ pub(crate) async fn read(
         .send()
         .await
         .upstream("sagemaker", "DescribeCluster")?;
-    features.push(tiered::Tiered::new(aws, at, store).await?.state().await?);
+    let setting = tiered_storage::Observed::from(&described);
+    features.push(
+        tiered::Tiered::new(aws, at, store)
+            .await?
+            .state(setting)
+            .await?,
+    );
     let scaling = described.auto_scaling();
     let mut a = feature(
         Feature::Autoscaling,
@@ -221,8 +259,9 @@ impl Handler<GetFeatures> for Service {
 /// their IAM roles (their add-ons, bindings and service accounts went with the EKS
 /// cluster, the tiered storage setting with the HyperPod cluster).
 pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<(), ApiError> {
-    crate::resources::converge(&training::role(aws, region, cluster, Want::Absent)).await?;
-    crate::resources::converge(&tiered::role(aws, region, cluster, Want::Absent)).await?;
+    for suffix in ROLE_SUFFIXES {
+        crate::resources::converge(&role(aws, region, cluster, suffix, Want::Absent)).await?;
+    }
     Ok(())
 }
 

@@ -20,7 +20,6 @@ use crate::node::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::iam::oidc_provider;
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
-use crate::resources::iam::role_name;
 use crate::resources::kube::object::Applied;
 use crate::resources::sagemaker::tiered_storage::{self, TieredStorage};
 use crate::resources::{Resource, Want, converge, missing, plan, tags};
@@ -28,7 +27,7 @@ use crate::resources::{Resource, Want, converge, missing, plan, tags};
 /// The service account training pods run as to reach their checkpoints in S3.
 pub const SERVICE_ACCOUNT: (&str, &str) = ("default", "hypd-tiered-checkpointing");
 /// The role's `role_name` suffix; the names of roles already made depend on it.
-const ROLE_SUFFIX: &str = "tiered-ckpt";
+pub(super) const ROLE_SUFFIX: &str = "tiered-ckpt";
 const POLICY_NAME: &str = "hypd-tiered-checkpointing";
 /// Where in the cluster's bucket checkpoints go.
 pub const PREFIX: &str = "checkpoints/";
@@ -60,16 +59,6 @@ pub fn policy(bucket: &str) -> Value {
             },
         ],
     })
-}
-
-/// The role of cluster `cluster`, whatever it trusts (for teardown).
-pub fn role(aws: &Aws, region: &str, cluster: &str, want: Want<RoleSpec>) -> Role {
-    Role {
-        iam: aws.iam(region),
-        cluster: cluster.to_owned(),
-        name: role_name(cluster, ROLE_SUFFIX),
-        want,
-    }
 }
 
 /// The chain and the setting on one cluster.
@@ -120,10 +109,7 @@ impl<'a> Tiered<'a> {
         Ok(Tiered {
             aws,
             at,
-            role_arn: format!(
-                "arn:aws:iam::{account}:role/{}",
-                role_name(&at.eks, ROLE_SUFFIX)
-            ),
+            role_arn: super::role_arn(aws, &at.eks, ROLE_SUFFIX).await?,
             spec,
         })
     }
@@ -139,7 +125,13 @@ impl<'a> Tiered<'a> {
         } else {
             Want::Absent
         };
-        Ok(role(self.aws, &self.at.region, &self.at.eks, want))
+        Ok(super::role(
+            self.aws,
+            &self.at.region,
+            &self.at.eks,
+            ROLE_SUFFIX,
+            want,
+        ))
     }
 
     async fn account(&self, on: bool) -> Result<Applied<ServiceAccount>, ApiError> {
@@ -169,29 +161,20 @@ impl<'a> Tiered<'a> {
         }
     }
 
-    /// The percentage to run with: the one asked, else the one it runs with, else the
-    /// least.
-    async fn percent(&self, asked: Option<u8>) -> Result<i32, ApiError> {
-        Ok(match asked {
-            Some(p) => i32::from(p),
-            None => self
-                .setting(None)
-                .observe()
-                .await?
-                .enabled
-                .unwrap_or(i32::from(MIN_TIERED_MEMORY_PERCENT)),
-        })
+    /// The percentage to run with: the one asked, else the one it runs with (`now`),
+    /// else the least.
+    fn percent(asked: Option<u8>, now: &tiered_storage::Observed) -> i32 {
+        asked
+            .map(i32::from)
+            .or(now.enabled)
+            .unwrap_or(i32::from(MIN_TIERED_MEMORY_PERCENT))
     }
 
     /// Whether it already stands as asked: the setting, the role and the account need
     /// no change (the same diffs a run makes).
     pub(crate) async fn holds(&self, on: bool, asked: Option<u8>) -> Result<bool, ApiError> {
-        let wanted = if on {
-            Some(self.percent(asked).await?)
-        } else {
-            None
-        };
-        let setting = self.setting(wanted).observe().await?;
+        let setting = self.setting(None).observe().await?;
+        let wanted = on.then(|| Self::percent(asked, &setting));
         Ok(setting.settled()
             && setting.enabled == wanted
             && plan(&self.role(on)?).await?.is_empty()
@@ -201,7 +184,7 @@ impl<'a> Tiered<'a> {
     /// One step towards `on` (with `asked` percent).
     pub(crate) async fn step(&self, on: bool, asked: Option<u8>) -> Result<Progress, ApiError> {
         if on {
-            let percent = self.percent(asked).await?;
+            let percent = Self::percent(asked, &self.setting(None).observe().await?);
             converge(&self.role(true)?)
                 .await?
                 .arn
@@ -235,9 +218,11 @@ impl<'a> Tiered<'a> {
         )
     }
 
-    /// How it stands now, for get_features.
-    pub(crate) async fn state(&self) -> Result<FeatureState, ApiError> {
-        let setting = self.setting(None).observe().await?;
+    /// How it stands now, for get_features, with the setting as DescribeCluster gave it.
+    pub(crate) async fn state(
+        &self,
+        setting: tiered_storage::Observed,
+    ) -> Result<FeatureState, ApiError> {
         let mut f = super::feature(
             Feature::TieredCheckpointing,
             setting.enabled.is_some(),

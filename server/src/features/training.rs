@@ -19,7 +19,6 @@ use crate::operation::pipeline::Progress;
 use crate::resources::eks::addon::State as AddonState;
 use crate::resources::eks::pod_identity::PodIdentity;
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
-use crate::resources::iam::role_name;
 use crate::resources::{Resource, Want, converge, is_planning, missing, plan};
 
 /// The operator's service account, which its pod identity names.
@@ -32,7 +31,7 @@ pub const CONTROLLER: (&str, &str) = (
 );
 pub const POLICY: &str = "arn:aws:iam::aws:policy/AmazonSageMakerHyperPodTrainingOperatorAccess";
 /// The role's `role_name` suffix; the names of roles already made depend on it.
-const ROLE_SUFFIX: &str = "training-op";
+pub(super) const ROLE_SUFFIX: &str = "training-op";
 
 const POLL: Duration = Duration::from_secs(15);
 
@@ -41,16 +40,6 @@ fn spec() -> RoleSpec {
         trust: Trust::Service(POD_IDENTITY_SERVICE.to_owned()),
         managed: vec![POLICY.to_owned()],
         inline: Default::default(),
-    }
-}
-
-/// The operator's role of cluster `cluster`.
-pub fn role(aws: &Aws, region: &str, cluster: &str, want: Want<RoleSpec>) -> Role {
-    Role {
-        iam: aws.iam(region),
-        cluster: cluster.to_owned(),
-        name: role_name(cluster, ROLE_SUFFIX),
-        want,
     }
 }
 
@@ -64,19 +53,16 @@ pub(crate) struct TrainingOperator<'a> {
 
 impl<'a> TrainingOperator<'a> {
     pub(crate) async fn new(aws: &'a Aws, at: &'a Where) -> Result<Self, ApiError> {
-        let account = aws.identity().await?.account;
-        let role_arn = format!(
-            "arn:aws:iam::{account}:role/{}",
-            role_name(&at.eks, ROLE_SUFFIX)
-        );
+        let role_arn = super::role_arn(aws, &at.eks, ROLE_SUFFIX).await?;
         Ok(TrainingOperator { aws, at, role_arn })
     }
 
     fn role(&self, on: bool) -> Role {
-        role(
+        super::role(
             self.aws,
             &self.at.region,
             &self.at.eks,
+            ROLE_SUFFIX,
             if on {
                 Want::Present(spec())
             } else {

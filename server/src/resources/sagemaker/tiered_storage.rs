@@ -6,6 +6,7 @@
 
 use app::api::ApiError;
 use app::api::plan::{Action, Change};
+use aws_sdk_sagemaker::operation::describe_cluster::DescribeClusterOutput;
 use aws_sdk_sagemaker::types::{ClusterConfigMode, ClusterStatus, ClusterTieredStorageConfig};
 use serde_json::json;
 
@@ -63,16 +64,24 @@ pub async fn observe(sagemaker: &Client, cluster: &str) -> Result<Observed, ApiE
         .send()
         .await
         .upstream("sagemaker", "DescribeCluster")?;
-    let t = d.tiered_storage_config();
-    Ok(Observed {
-        enabled: t
-            .filter(|t| t.mode() == Some(&ClusterConfigMode::Enable))
-            .map(|t| {
-                t.instance_memory_allocation_percentage()
-                    .unwrap_or_default()
-            }),
-        status: d.cluster_status,
-    })
+    Ok(Observed::from(&d))
+}
+
+impl From<&DescribeClusterOutput> for Observed {
+    /// The setting and status of a cluster DescribeCluster gave (a caller that reads
+    /// other fields of it too need not ask again).
+    fn from(d: &DescribeClusterOutput) -> Self {
+        let t = d.tiered_storage_config();
+        Observed {
+            enabled: t
+                .filter(|t| t.mode() == Some(&ClusterConfigMode::Enable))
+                .map(|t| {
+                    t.instance_memory_allocation_percentage()
+                        .unwrap_or_default()
+                }),
+            status: d.cluster_status.clone(),
+        }
+    }
 }
 
 impl Resource for TieredStorage {
