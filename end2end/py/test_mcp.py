@@ -585,6 +585,36 @@ async def features_through_mcp(server, hypd, sim):
         assert now["tiered_checkpointing"]["enabled"] and now["training_operator"]["enabled"], now
         assert "50% of instance memory" in now["tiered_checkpointing"]["details"], now["tiered_checkpointing"]
 
+        # Managed Karpenter: its scope said where it is offered; a group it cannot scale
+        # refused by field; on with the plan first; off in two steps.
+        assert "never other EC2 capacity" in tools["update_features"].description
+        nope = await client.call_tool("update_features", {"name": name, "autoscaling": True, "autoscaling_groups": ["nope"]})
+        assert nope.is_error and nope.structured_content["error"]["errors"][0]["field"] == "autoscaling_groups[0]", nope
+        scale = {"name": name, "autoscaling": True}
+        dry = structured(await client.call_tool("update_features", {**scale, "dry_run": True}))
+        kinds = {c["kind"] for s in dry["plan"]["stages"] for c in s["changes"]}
+        assert kinds == {"iam:Role", "sagemaker:Cluster", "k8s:karpenter.sh/v1/NodePool",
+                         "k8s:karpenter.sagemaker.amazonaws.com/v1/HyperpodNodeClass"}, dry
+        waited = await finished(client, structured(await client.call_tool("update_features", scale))["operation_id"])
+        assert [s["name"] for s in waited["operation"]["stages"]] == ["autoscaling"], waited
+        assert waited["operation"]["state"] == "succeeded", waited
+        node_class = json.loads(kubectl(sim, name, "get", "hyperpodnodeclass", "hypd", "-o", "json"))
+        assert node_class["spec"]["instanceGroups"] == ["gpu"], node_class
+        ready = {c["type"]: c["status"] for c in node_class["status"]["conditions"]}
+        assert ready["Ready"] == "True", node_class["status"]
+        pool = json.loads(kubectl(sim, name, "get", "nodepool", "hypd", "-o", "json"))
+        assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == "hypd", pool
+        first = structured(await client.call_tool("update_features", {"name": name, "autoscaling": False}))
+        deleted = {c["kind"] for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete"}
+        assert deleted == {"iam:Role", "k8s:karpenter.sh/v1/NodePool",
+                           "k8s:karpenter.sagemaker.amazonaws.com/v1/HyperpodNodeClass"}, first["plan"]
+        confirmed = {"name": name, "autoscaling": False, "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("update_features", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        assert "hypd" not in kubectl(sim, name, "get", "nodepools", "-o", "name")
+        now = {f["feature"]: f for f in structured(await client.call_tool("get_features", {"name": name}))["features"]}
+        assert not now["autoscaling"]["enabled"] and now["tiered_checkpointing"]["enabled"], now
+
 
 async def delete_in_two_steps(server):
     """delete_cluster as an agent does it: the plan first, then the confirmed call."""

@@ -266,20 +266,25 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.check-drift');
   await page.waitForSelector('.drift .drift-none');
 
-  // Advanced features: the training operator and tiered checkpointing (30% of memory)
-  // turned on after their plan (only the toggles touched are sent: the plan has the
-  // operator's add-on and no other), then both off after their plan and confirmation;
-  // the panel reads each state back from AWS.
+  // Advanced features: the training operator, tiered checkpointing (30% of memory) and
+  // autoscaling of the spot group turned on after their plan (only the toggles touched
+  // are sent: the plan has the operator's add-on and no other), then all three off after
+  // their plan and confirmation; the panel reads each state back from AWS.
   const training = '.feature[data-feature="training_operator"]';
   const tiered = '.feature[data-feature="tiered_checkpointing"]';
+  const scaling = '.feature[data-feature="autoscaling"]';
   await page.waitForSelector(`${training}[data-state="off"]`);
   await settled(page);
   assert.ok(await page.isDisabled('button.apply-features'), 'nothing touched, nothing to send');
   await page.check(`${training} .feature-toggle`);
   await page.check(`${tiered} .feature-toggle`);
   await page.fill(`${tiered} .tiered-percent`, '30');
+  assert.match(await page.textContent(scaling), /never other EC2 capacity/);
+  await page.check(`${scaling} .feature-toggle`);
+  await page.fill(`${scaling} .autoscaling-groups`, 'spot-1');
   await page.click('button.apply-features');
   await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="create"]');
+  await page.waitForSelector('.features .plan li[data-kind="k8s:karpenter.sh/v1/NodePool"][data-action="create"]');
   assert.equal(await page.locator('.features .plan li[data-kind="eks:Addon"]').count(), 1);
   assert.match(await page.textContent('.features .plan li[data-kind="sagemaker:Cluster"]'), /30% of instance memory/);
   assert.equal(await page.textContent('button.apply-features'), 'Apply');
@@ -291,12 +296,15 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await hydrated(page);
   await page.waitForSelector(`${training}[data-state="on"]`);
   await page.waitForSelector(`${tiered}[data-state="on"] .feature-details li:text("30% of instance memory")`);
+  await page.waitForSelector(`${scaling}[data-state="on"] .feature-details li:text("scales instance groups spot-1")`);
   await settled(page);
   await shot(page, 'features-on');
   await page.uncheck(`${training} .feature-toggle`);
   await page.uncheck(`${tiered} .feature-toggle`);
+  await page.uncheck(`${scaling} .feature-toggle`);
   await page.click('button.apply-features');
   await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="delete"]');
+  await page.waitForSelector('.features .plan li[data-kind="k8s:karpenter.sh/v1/NodePool"][data-action="delete"]');
   await page.waitForSelector('.features .plan li[data-kind="k8s:v1/ServiceAccount"][data-action="delete"]');
   await page.click('button.apply-features');
   await page.waitForURL(/\/operations\/[^/]+$/);
@@ -305,6 +313,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await hydrated(page);
   await page.waitForSelector(`${training}[data-state="off"]`);
   await page.waitForSelector(`${tiered}[data-state="off"]`);
+  await page.waitForSelector(`${scaling}[data-state="off"]`);
   await page.waitForSelector('.features tr[data-component="cert-manager"] td:text("ACTIVE")');
 
   // The groups change from the page, each plan first: the spot group scaled, a group

@@ -1,6 +1,7 @@
-//! A cluster's advanced features (the HyperPod training operator, and what the others
-//! stand at): `get_features` reads each from the world, `update_features` changes only
-//! the features its request names. That request has one optional field per feature and
+//! A cluster's advanced features (the HyperPod training operator, tiered checkpointing,
+//! managed Karpenter autoscaling, and what the inference operator stands at):
+//! `get_features` reads each from the world, `update_features` changes only the features
+//! its request names. That request has one optional field per feature and
 //! no whole-state shape, so a form that still holds a stale value of a feature the user
 //! did not touch cannot send it: what is absent is untouched, by type.
 
@@ -11,7 +12,7 @@ use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::ApiError;
 use super::operations::OperationRef;
 use super::plan::Gated;
-use super::values::{ClusterName, Confirmation, EksClusterName, IdempotencyKey};
+use super::values::{ClusterName, Confirmation, EksClusterName, IdempotencyKey, InstanceGroupName};
 
 /// A feature of a cluster, by its stored name.
 #[derive(
@@ -87,7 +88,7 @@ impl Feature {
     pub fn changeable(self) -> bool {
         matches!(
             self,
-            Feature::TrainingOperator | Feature::TieredCheckpointing
+            Feature::TrainingOperator | Feature::TieredCheckpointing | Feature::Autoscaling
         )
     }
 }
@@ -100,6 +101,8 @@ impl std::fmt::Display for Feature {
 
 /// The least share of instance memory tiered checkpointing runs with (AWS's setup guide).
 pub const MIN_TIERED_MEMORY_PERCENT: u8 = 20;
+/// The most instance groups one HyperpodNodeClass may name (AWS's autoscaling guide).
+pub const MAX_AUTOSCALED_GROUPS: usize = 10;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -167,7 +170,9 @@ impl Command for GetFeatures {
 // One field per feature: true turns it on, false off, absent leaves it as it is. Turning
 // one off asks for a confirmation. `tiered_memory_percent`: the share of each instance's
 // memory tiered checkpointing keeps checkpoints in (20-100; 20 when turned on without
-// it), only with `tiered_checkpointing: true`. Plain comments keep tools/list short.
+// it), only with `tiered_checkpointing: true`. `autoscaling_groups`: the instance groups
+// managed Karpenter may scale (at most 10; every group it supports when absent), only
+// with `autoscaling: true`. Plain comments keep tools/list short.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateFeatures {
@@ -179,6 +184,10 @@ pub struct UpdateFeatures {
     pub tiered_checkpointing: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiered_memory_percent: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling_groups: Option<Vec<InstanceGroupName>>,
     /// Re-sending a request with the same key returns the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
@@ -196,6 +205,7 @@ impl UpdateFeatures {
         [
             (Feature::TrainingOperator, self.training_operator),
             (Feature::TieredCheckpointing, self.tiered_checkpointing),
+            (Feature::Autoscaling, self.autoscaling),
         ]
         .into_iter()
         .filter_map(|(f, on)| on.map(|on| (f, on)))
@@ -219,8 +229,12 @@ impl UpdateFeatures {
                 self.tiered_checkpointing = None;
                 self.tiered_memory_percent = None;
             }
+            Feature::Autoscaling => {
+                self.autoscaling = None;
+                self.autoscaling_groups = None;
+            }
             // Not in the request type yet: nothing to drop.
-            Feature::InferenceOperator | Feature::Autoscaling => {}
+            Feature::InferenceOperator => {}
         }
     }
 }
@@ -230,7 +244,7 @@ impl Command for UpdateFeatures {
     const SPEC: CommandSpec = CommandSpec {
         name: "update_features",
         summary: "Turn a cluster's advanced features on or off",
-        description: "Changes only the features named (true on, false off); features already as asked are skipped, and if all are, the operation has no stages (nothing to do). Turning one on installs what it needs first; turning one off removes what only it needed, never a component another feature or the cluster uses. Returns an operation: follow it with wait_operation. Turning a feature off is two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; send the same arguments again with that `confirmation`. `dry_run: true` returns only the plan.",
+        description: "Changes only the features named (true on, false off); those already as asked are skipped (none left: no stages, nothing to do). Turning one on installs what it needs first (autoscaling scales only the HyperPod instance groups named, never other EC2 capacity); turning one off removes what only it needed, never a component another feature or the cluster uses. Returns an operation: follow it with wait_operation. Turning a feature off is two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; send the same arguments again with that `confirmation`. `dry_run: true` returns only the plan.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -267,6 +281,32 @@ impl Command for UpdateFeatures {
                         "tiered checkpointing takes {MIN_TIERED_MEMORY_PERCENT} to 100 percent of each instance's memory (got {p})"
                     ),
                 ));
+            }
+        }
+        if let Some(groups) = &self.autoscaling_groups {
+            let field = "autoscaling_groups";
+            if self.autoscaling != Some(true) {
+                return Err(ApiError::field(
+                    field,
+                    "is given only with autoscaling: true",
+                ));
+            }
+            if groups.is_empty() || groups.len() > MAX_AUTOSCALED_GROUPS {
+                return Err(ApiError::field(
+                    field,
+                    format!(
+                        "names 1 to {MAX_AUTOSCALED_GROUPS} instance groups (got {})",
+                        groups.len()
+                    ),
+                ));
+            }
+            for (i, g) in groups.iter().enumerate() {
+                if groups[..i].contains(g) {
+                    return Err(ApiError::field(
+                        format!("{field}[{i}]"),
+                        format!("names instance group {g} twice"),
+                    ));
+                }
             }
         }
         Ok(())
@@ -310,6 +350,18 @@ mod tests {
                 serde_json::json!({"name": "ml-1", "training_operator": true, "tiered_memory_percent": 40}),
                 "tiered_memory_percent",
             ),
+            (
+                serde_json::json!({"name": "ml-1", "autoscaling": false, "autoscaling_groups": ["a"]}),
+                "autoscaling_groups",
+            ),
+            (
+                serde_json::json!({"name": "ml-1", "autoscaling": true, "autoscaling_groups": []}),
+                "autoscaling_groups",
+            ),
+            (
+                serde_json::json!({"name": "ml-1", "autoscaling": true, "autoscaling_groups": ["a", "b", "a"]}),
+                "autoscaling_groups[2]",
+            ),
         ] {
             match serde_json::from_value::<UpdateFeatures>(bad.clone())
                 .unwrap()
@@ -321,9 +373,9 @@ mod tests {
         }
         // A feature this hypd cannot change yet is refused by name, not ignored.
         let e = serde_json::from_value::<UpdateFeatures>(
-            serde_json::json!({"name": "ml-1", "autoscaling": true}),
+            serde_json::json!({"name": "ml-1", "inference_operator": true}),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("autoscaling"), "{e}");
+        assert!(e.to_string().contains("inference_operator"), "{e}");
     }
 }

@@ -2,7 +2,9 @@
 //! (state, version, what it depends on), a toggle for those `update_features` can
 //! change, and the shared add-ons with the features that need them. The form remembers
 //! only the toggles the user touched and sends only those, so a feature nobody touched
-//! is never part of the request; the plan is shown before anything runs.
+//! is never part of the request; the plan is shown before anything runs. Tiered
+//! checkpointing's memory share and the groups autoscaling may scale are typed beside
+//! their toggles and sent only with them.
 
 use std::collections::BTreeMap;
 
@@ -57,6 +59,8 @@ pub fn FeaturesPanel(
     let touched = RwSignal::new(BTreeMap::<Feature, bool>::new());
     // Tiered checkpointing's share of memory, as typed (empty: left as it is).
     let percent = RwSignal::new(String::new());
+    // The groups autoscaling may scale, as typed (empty: every group it supports).
+    let groups = RwSignal::new(String::new());
     let step = Step::new();
     let apply = move |()| {
         let mut input = json!({ "name": name.get_value() });
@@ -73,6 +77,17 @@ pub fn FeaturesPanel(
                 .parse::<u64>()
                 .map_or_else(|_| json!(typed), |n| json!(n));
         }
+        let named: Vec<String> = groups
+            .get_untracked()
+            .split([',', ' '])
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if touched.with_untracked(|t| t.get(&Feature::Autoscaling) == Some(&true))
+            && !named.is_empty()
+        {
+            input["autoscaling_groups"] = json!(named);
+        }
         step.send::<UpdateFeatures>(input);
     };
     let refresh = Callback::new(move |()| {
@@ -87,7 +102,7 @@ pub fn FeaturesPanel(
                     <p class="muted">"Read from AWS and Kubernetes once the cluster is active."</p>
                 }),
                 Some(Ok(f)) => Either::Right(Either::Left(view! {
-                    <Shown f touched percent step/>
+                    <Shown f touched percent groups step/>
                     <Actions touched step apply refresh/>
                 })),
                 Some(Err(e)) => Either::Right(Either::Right(view! {
@@ -142,12 +157,13 @@ fn Shown(
     f: Features,
     touched: RwSignal<BTreeMap<Feature, bool>>,
     percent: RwSignal<String>,
+    groups: RwSignal<String>,
     step: Step,
 ) -> impl IntoView {
     let rows = f
         .features
         .into_iter()
-        .map(|s| view! { <FeatureRow s touched percent step/> })
+        .map(|s| view! { <FeatureRow s touched percent groups step/> })
         .collect_view();
     let components = f
         .components
@@ -174,6 +190,7 @@ fn FeatureRow(
     s: FeatureState,
     touched: RwSignal<BTreeMap<Feature, bool>>,
     percent: RwSignal<String>,
+    groups: RwSignal<String>,
     step: Step,
 ) -> impl IntoView {
     let feature = s.feature;
@@ -234,9 +251,28 @@ fn FeatureRow(
             </label>
         }
     });
+    // Only when turning it on: which groups managed Karpenter may scale.
+    let scaled = (feature == Feature::Autoscaling && !live).then(|| {
+        view! {
+            <label class="scaled-groups" class:hidden=move || !checked()>
+                <span>"Instance groups"</span>
+                <input
+                    type="text"
+                    class="autoscaling-groups"
+                    placeholder="all it can scale"
+                    prop:value=move || groups.get()
+                    on:input=move |ev| {
+                        groups.set(event_target_value(&ev));
+                        step.reset();
+                    }
+                />
+            </label>
+        }
+    });
     let control = if s.changeable {
         Either::Left(view! {
             {memory}
+            {scaled}
             <label class="toggle">
                 <input type="checkbox" class="feature-toggle" aria-label=label prop:checked=checked on:change=toggle/>
                 <span>{move || if checked() { "On" } else { "Off" }}</span>

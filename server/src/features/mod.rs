@@ -4,6 +4,7 @@
 //! shared add-ons lives in [`components`]: those the cluster was made with are never
 //! removed by a feature change, and one only features need goes with the last of them.
 
+pub mod autoscaling;
 pub mod tiered;
 pub mod training;
 pub mod update;
@@ -14,7 +15,7 @@ use app::api::ApiError;
 use app::api::features::{ComponentState, Feature, FeatureState, Features, GetFeatures};
 
 use crate::auth::Actor;
-use crate::aws::{Aws, SdkResultExt};
+use crate::aws::Aws;
 use crate::cluster::dependencies::{ADDONS, Addon, FEATURE_COMPONENTS};
 use crate::node::Where;
 use crate::resources::Resource;
@@ -74,7 +75,11 @@ pub(crate) fn addon(aws: &Aws, at: &Where, a: &Addon, want: Want<String>) -> Add
 
 /// The suffixes (`role_name`) of the roles features make; teardown removes each. Names
 /// of roles already made depend on them.
-const ROLE_SUFFIXES: [&str; 2] = [training::ROLE_SUFFIX, tiered::ROLE_SUFFIX];
+const ROLE_SUFFIXES: [&str; 3] = [
+    training::ROLE_SUFFIX,
+    tiered::ROLE_SUFFIX,
+    autoscaling::ROLE_SUFFIX,
+];
 
 /// A feature's IAM role on cluster `cluster`, by its suffix.
 pub(crate) fn role(
@@ -166,13 +171,8 @@ pub(crate) async fn read(
         version,
     ));
 
-    let described = aws
-        .sagemaker(&at.region)
-        .describe_cluster()
-        .cluster_name(&at.hyperpod)
-        .send()
-        .await
-        .upstream("sagemaker", "DescribeCluster")?;
+    let described =
+        crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod).await?;
     let setting = tiered_storage::Observed::from(&described);
     features.push(
         tiered::Tiered::new(aws, at, store)
@@ -180,26 +180,12 @@ pub(crate) async fn read(
             .state(setting)
             .await?,
     );
-    let scaling = described.auto_scaling();
-    let mut a = feature(
-        Feature::Autoscaling,
-        scaling
-            .is_some_and(|s| s.mode() == &aws_sdk_sagemaker::types::ClusterAutoScalingMode::Enable),
-        scaling.map_or("Disable".to_owned(), |s| {
-            format!("{} ({})", s.mode().as_str(), s.status().as_str())
-        }),
-        None,
+    features.push(
+        autoscaling::Autoscaling::described(aws, at, &described)
+            .await?
+            .state()
+            .await?,
     );
-    if let Some(kind) = scaling.and_then(|s| s.auto_scaler_type()) {
-        a.details.push(format!("autoscaler {}", kind.as_str()));
-    }
-    if let Some(why) = scaling.and_then(|s| s.failure_message()) {
-        a.details.push(why.to_owned());
-    }
-    if let Some(role) = described.cluster_role() {
-        a.details.push(format!("cluster role {role}"));
-    }
-    features.push(a);
 
     let enabled: BTreeSet<Feature> = features
         .iter()

@@ -11,6 +11,7 @@ use app::api::features::{Feature, UpdateFeatures};
 use app::api::values::IdempotencyKey;
 use serde::{Deserialize, Serialize};
 
+use super::autoscaling::Autoscaling;
 use super::tiered::Tiered;
 use super::training::TrainingOperator;
 use super::{addon, components};
@@ -23,6 +24,7 @@ stages! {
         Components = "components", "The shared add-ons the features turned on need, ACTIVE", true;
         TrainingOperator = "training_operator", "Training operator: pod identity role, binding and add-on (ACTIVE, controller available), or all three removed", false;
         TieredCheckpointing = "tiered_checkpointing", "Tiered checkpointing: OIDC role, service account and HyperPod's TieredStorageConfig (InService again), or all three removed", false;
+        Autoscaling = "autoscaling", "Managed Karpenter: cluster role, HyperPod's AutoScaling (InService), HyperpodNodeClass (Ready) and NodePool, or all four removed", false;
         Unneeded = "unneeded", "Shared add-ons no feature on needs any more removed (never those the cluster was made with)", false;
     }
 }
@@ -70,6 +72,9 @@ impl Pipeline for UpdateFeatures {
         if self.tiered_checkpointing.is_some() {
             stages.push(Stage::TieredCheckpointing);
         }
+        if self.autoscaling.is_some() {
+            stages.push(Stage::Autoscaling);
+        }
         if !components(&none, &[], &self.turning(false)).1.is_empty() {
             stages.push(Stage::Unneeded);
         }
@@ -78,6 +83,8 @@ impl Pipeline for UpdateFeatures {
 
     /// The cluster is active with a HyperPod cluster; every feature already as asked is
     /// dropped from the request, and turning off one hypd did not install is refused.
+    /// The groups autoscaling is turned on for are settled here and stored with the
+    /// request, so a resumed or retried run scales the ones the plan showed.
     async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
         let at = locate(cx.store, self.name.as_str()).await?;
         for (feature, on) in self.named() {
@@ -97,7 +104,17 @@ impl Pipeline for UpdateFeatures {
                         self.drop(feature);
                     }
                 }
-                Feature::InferenceOperator | Feature::Autoscaling => {
+                Feature::Autoscaling => {
+                    let a = Autoscaling::new(cx.aws, &at).await?;
+                    if on {
+                        self.autoscaling_groups =
+                            Some(a.groups(self.autoscaling_groups.as_deref())?);
+                    }
+                    if a.holds(on, self.autoscaling_groups.as_deref()).await? {
+                        self.drop(feature);
+                    }
+                }
+                Feature::InferenceOperator => {
                     return Err(ApiError::field(
                         feature.as_str(),
                         "update_features cannot change this feature yet",
@@ -148,6 +165,15 @@ impl Pipeline for UpdateFeatures {
                 Tiered::new(&cx.aws, &at, &cx.store)
                     .await?
                     .step(on, self.tiered_memory_percent)
+                    .await
+            }
+            Stage::Autoscaling => {
+                let on = self
+                    .autoscaling
+                    .ok_or_else(|| missing("autoscaling's wanted state"))?;
+                Autoscaling::new(&cx.aws, &at)
+                    .await?
+                    .step(on, self.autoscaling_groups.as_deref())
                     .await
             }
             Stage::Unneeded => {

@@ -395,6 +395,7 @@ mod tests {
                 "components",
                 "training_operator",
                 "tiered_checkpointing",
+                "autoscaling",
                 "unneeded"
             ]
         );

@@ -12,7 +12,6 @@ use app::api::values::IdempotencyKey;
 use aws_sdk_sagemaker::types::ClusterStatus;
 use serde::{Deserialize, Serialize};
 
-use crate::aws::SdkResultExt;
 use crate::node::{Where, kubernetes_behind, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::converge;
@@ -45,13 +44,8 @@ async fn groups(
     cx_aws: &crate::aws::Aws,
     at: &Where,
 ) -> Result<Vec<String>, ApiError> {
-    let described = cx_aws
-        .sagemaker(&at.region)
-        .describe_cluster()
-        .cluster_name(&at.hyperpod)
-        .send()
-        .await
-        .upstream("sagemaker", "DescribeCluster")?;
+    let described =
+        crate::resources::sagemaker::described(&cx_aws.sagemaker(&at.region), &at.hyperpod).await?;
     let all: Vec<String> = described
         .instance_groups()
         .iter()

@@ -188,9 +188,17 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
     let (status, none) = update(&hypd, &token, name, json!({}));
     assert_eq!(status, 422, "{none}");
     assert_eq!(none["error"]["errors"][0]["field"], "training_operator");
-    let (status, unknown) = update(&hypd, &token, name, json!({"autoscaling": true}));
+    let (status, unknown) = update(&hypd, &token, name, json!({"inference_operator": true}));
     assert_eq!(status, 422, "{unknown}");
-    assert!(unknown.to_string().contains("autoscaling"), "{unknown}");
+    assert!(
+        unknown.to_string().contains("inference_operator"),
+        "{unknown}"
+    );
+    // Autoscaling with no group it can scale (this cluster's one runs deep health checks).
+    let (status, none) = update(&hypd, &token, name, json!({"autoscaling": true}));
+    assert_eq!(status, 422, "{none}");
+    assert_eq!(none["error"]["errors"][0]["field"], "autoscaling", "{none}");
+    assert!(none.to_string().contains("deep health checks"), "{none}");
 
     // The plan: the role, its binding and the add-on; cert-manager and the pod identity
     // agent, which the cluster was made with, are not in it.
@@ -409,4 +417,217 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
         let off = feature(&hypd, &token, name, f);
         assert_eq!(off["enabled"], false, "{off:#}");
     }
+}
+
+/// The target count of instance group `group` of HyperPod cluster `name`.
+fn target(world: &World, name: &str, group: &str) -> Option<i64> {
+    let d = crate::create::sagemaker(world, "DescribeCluster", json!({"ClusterName": name}));
+    d["InstanceGroups"]
+        .as_array()?
+        .iter()
+        .find(|g| g["InstanceGroupName"] == group)
+        .and_then(|g| g["TargetCount"].as_i64())
+}
+
+/// The kinds the plan's changes name, with their actions.
+fn planned_changes(answer: &Value) -> BTreeSet<(String, String)> {
+    answer["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_owned(),
+                c["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Managed Karpenter: refused for groups it cannot scale; turned on with exactly its four
+/// parts; a group at 0 raised for a pending GPU pod, which runs, and back to 0 once the pod
+/// is gone; turned off in two steps, after which AWS and Kubernetes hold what they held
+/// before (HyperPod's own Karpenter CRDs aside, which stay as they do on AWS).
+#[test]
+fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let name = "scale";
+    let mut body = crate::create::small(name);
+    body["instance_groups"][0]["instance_count"] = json!(1);
+    body["instance_groups"].as_array_mut().unwrap().push(json!({
+        "name": "burst", "instance_type": "ml.g5.8xlarge", "instance_count": 0,
+    }));
+    let (status, started) = hypd.call(&token, Method::POST, "/api/v1/clusters", Some(body));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let before = inventory(&world, name);
+
+    // A group autoscaling cannot scale, or none there, is refused by its field.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    for (groups, field, says) in [
+        (
+            json!(["gpu"]),
+            "autoscaling_groups[0]",
+            "deep health checks",
+        ),
+        (
+            json!(["burst", "nope"]),
+            "autoscaling_groups[1]",
+            "no instance group nope",
+        ),
+    ] {
+        let (status, refused) = update(
+            &hypd,
+            &token,
+            name,
+            json!({"autoscaling": true, "autoscaling_groups": groups}),
+        );
+        assert_eq!(status, 422, "{refused}");
+        let error = &refused["error"]["errors"][0];
+        assert_eq!(error["field"], field, "{refused}");
+        assert!(
+            error["message"].as_str().unwrap().contains(says),
+            "{refused}"
+        );
+    }
+    assert_eq!(agents_mutating_calls(&world), []);
+
+    // The plan names the four parts; run, each is made once by the stage.
+    let (status, dry) = update(
+        &hypd,
+        &token,
+        name,
+        json!({"autoscaling": true, "dry_run": true}),
+    );
+    assert_eq!(status, 200, "{dry}");
+    // The role's inline policy is an update of the role it creates.
+    let expected: BTreeSet<(String, String)> = [
+        ("iam:Role", "create"),
+        ("iam:Role", "update"),
+        ("sagemaker:Cluster", "update"),
+        (
+            "k8s:karpenter.sagemaker.amazonaws.com/v1/HyperpodNodeClass",
+            "create",
+        ),
+        ("k8s:karpenter.sh/v1/NodePool", "create"),
+    ]
+    .map(|(k, a)| (k.to_owned(), a.to_owned()))
+    .into();
+    assert_eq!(planned_changes(&dry), expected, "{dry:#}");
+    let (status, on) = update(&hypd, &token, name, json!({"autoscaling": true}));
+    assert_eq!(status, 200, "{on}");
+    let op = hypd.finish(&token, on["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(
+        calls_of(&world, &on, "autoscaling"),
+        [
+            "CreateRole",
+            "PutRolePolicy",
+            "UpdateCluster",
+            "patch HyperpodNodeClass",
+            "patch NodePool"
+        ]
+    );
+    let trusted = trust(&world, &format!("hypd-{name}-autoscaling"));
+    assert_eq!(
+        trusted["Statement"][0]["Principal"]["Service"], "hyperpod.sagemaker.amazonaws.com",
+        "{trusted:#}"
+    );
+    let a = feature(&hypd, &token, name, "autoscaling");
+    assert_eq!(
+        (&a["enabled"], &a["status"]),
+        (&json!(true), &json!("Enable (InService)")),
+        "{a:#}"
+    );
+    for says in ["scales instance groups burst", "node class Ready"] {
+        assert!(a["details"].to_string().contains(says), "{says}: {a:#}");
+    }
+
+    // Asked again: nothing to do, no mutating call.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, again) = update(&hypd, &token, name, json!({"autoscaling": true}));
+    assert_eq!(status, 200, "{again}");
+    let op = hypd.finish(&token, again["operation_id"].as_str().unwrap());
+    assert_eq!(op["stages"], json!([]), "{op:#}");
+    assert_eq!(agents_mutating_calls(&world), []);
+
+    // A pending GPU pod for the burst group raises it from 0 and runs on the new node;
+    // deleted, the group goes back to 0 (the pool's consolidateAfter is seconds here).
+    assert_eq!(target(&world, name, "burst"), Some(0));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        rt.block_on(async { Api::namespaced(kube_client(&world, name).await, "default") });
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": "train"},
+        "spec": {
+            "nodeSelector": {"sagemaker.amazonaws.com/instance-group-name": "burst"},
+            "containers": [{"name": "main", "image": "pytorch/pytorch",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }))
+    .unwrap();
+    rt.block_on(pods.create(&Default::default(), &pod)).unwrap();
+    let limit = std::time::Duration::from_secs(60);
+    crate::wait_until("burst raised to 1", limit, || {
+        target(&world, name, "burst") == Some(1)
+    });
+    crate::wait_until("the pod running on the new node", limit, || {
+        rt.block_on(pods.get("train"))
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Running")
+    });
+    rt.block_on(pods.delete("train", &Default::default()))
+        .unwrap();
+    crate::wait_until("burst back to 0", limit, || {
+        target(&world, name, "burst") == Some(0)
+    });
+
+    // Off in two steps: the plan deletes the role, class and pool and disables the
+    // setting; after it, everything hypd made is gone.
+    let off = json!({"autoscaling": false});
+    let (status, asked) = update(&hypd, &token, name, off.clone());
+    assert_eq!(status, 200, "{asked}");
+    let expected: BTreeSet<(String, String)> = [
+        ("iam:Role", "update"),
+        ("iam:Role", "delete"),
+        ("sagemaker:Cluster", "update"),
+        (
+            "k8s:karpenter.sagemaker.amazonaws.com/v1/HyperpodNodeClass",
+            "delete",
+        ),
+        ("k8s:karpenter.sh/v1/NodePool", "delete"),
+    ]
+    .map(|(k, a)| (k.to_owned(), a.to_owned()))
+    .into();
+    assert_eq!(planned_changes(&asked), expected, "{asked:#}");
+    let (status, off) = hypd.confirmed(
+        &token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(off),
+    );
+    assert_eq!(status, 200, "{off}");
+    let op = hypd.finish(&token, off["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let mut after = inventory(&world, name);
+    for crd in [
+        "CRD /hyperpodnodeclasses.karpenter.sagemaker.amazonaws.com",
+        "CRD /nodepools.karpenter.sh",
+    ] {
+        assert!(after.kubernetes.remove(crd), "{crd}: {after:?}");
+    }
+    assert_eq!(after, before);
+    let a = feature(&hypd, &token, name, "autoscaling");
+    assert_eq!(
+        (&a["enabled"], &a["status"]),
+        (&json!(false), &json!("Disable")),
+        "{a:#}"
+    );
 }

@@ -321,11 +321,11 @@ pub const CASES: &[Case] = &[
     },
     Case {
         command: "update_features",
-        given: created,
+        given: created_with_burst,
         request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/features");
             let body = json!({ "training_operator": true, "tiered_checkpointing": true,
-                               "tiered_memory_percent": 30 });
+                               "tiered_memory_percent": 30, "autoscaling": true });
             (Method::POST, path, body)
         },
         check: |world, hypd, token, name| {
@@ -333,7 +333,7 @@ pub const CASES: &[Case] = &[
                 crate::features::training_parts(world, name),
                 (Some("ACTIVE".to_owned()), 1)
             );
-            for f in ["training_operator", "tiered_checkpointing"] {
+            for f in ["training_operator", "tiered_checkpointing", "autoscaling"] {
                 let f = crate::features::feature(hypd, token, name, f);
                 assert_eq!(f["enabled"], true, "{f:#}");
             }
@@ -343,18 +343,27 @@ pub const CASES: &[Case] = &[
                 described["TieredStorageConfig"]["InstanceMemoryAllocationPercentage"], 30,
                 "{described:#}"
             );
-            // The cluster's three roles and the two features'; the S3 driver's binding
+            assert_eq!(
+                described["AutoScaling"]["Status"], "InService",
+                "{described:#}"
+            );
+            // The cluster's three roles and the three features'; the S3 driver's binding
             // and the operator's.
             let c = crate::create::count(world, name);
-            assert_eq!((c.roles, c.pod_identities), (5, 2), "{c:?}");
+            assert_eq!((c.roles, c.pod_identities), (6, 2), "{c:?}");
         },
         // The pre-flight reads the operator's add-on once to see whether it is on. One
         // call a stage: the add-on, role and service account resources have their
         // faults in create_cluster's case; these are the calls only this pipeline makes.
+        // Autoscaling's UpdateCluster comes after tiered checkpointing's.
         calls: &[
             after_preflight("components", "eks", "DescribeAddon"),
             call("training_operator", "eks", "CreatePodIdentityAssociation"),
             call("tiered_checkpointing", "sagemaker", "UpdateCluster"),
+            Call {
+                after: 1,
+                ..call("autoscaling", "sagemaker", "UpdateCluster")
+            },
         ],
     },
 ];
@@ -443,12 +452,22 @@ fn undrifted(hypd: &Hypd, token: &str, name: &str) {
 
 /// Cluster `name`, created through REST and complete.
 fn created(world: &World, hypd: &Hypd, token: &str, name: &str) {
-    let (status, started) = hypd.call(
-        token,
-        Method::POST,
-        "/api/v1/clusters",
-        Some(crate::create::small(name)),
-    );
+    created_from(world, hypd, token, name, crate::create::small(name));
+}
+
+/// [`created`] with a second group, at 0 and without deep health checks: one managed
+/// Karpenter may scale.
+fn created_with_burst(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    let mut body = crate::create::small(name);
+    body["instance_groups"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "burst", "instance_type": "ml.g5.8xlarge", "instance_count": 0}));
+    created_from(world, hypd, token, name, body);
+}
+
+fn created_from(world: &World, hypd: &Hypd, token: &str, name: &str, body: Value) {
+    let (status, started) = hypd.call(token, Method::POST, "/api/v1/clusters", Some(body));
     assert_eq!(status, 200, "{started}");
     let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");

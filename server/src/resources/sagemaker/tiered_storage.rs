@@ -58,13 +58,7 @@ pub fn diff(want: &Want<i32>, o: &Observed) -> Vec<Op> {
 
 /// Reads the setting and the cluster's status.
 pub async fn observe(sagemaker: &Client, cluster: &str) -> Result<Observed, ApiError> {
-    let d = sagemaker
-        .describe_cluster()
-        .cluster_name(cluster)
-        .send()
-        .await
-        .upstream("sagemaker", "DescribeCluster")?;
-    Ok(Observed::from(&d))
+    Ok(Observed::from(&super::described(sagemaker, cluster).await?))
 }
 
 impl From<&DescribeClusterOutput> for Observed {
