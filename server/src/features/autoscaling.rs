@@ -61,6 +61,15 @@ struct Group {
     unsupported: Option<&'static str>,
 }
 
+/// The instance groups a node class names.
+fn class_groups(class: &HyperpodNodeClass) -> impl Iterator<Item = &str> {
+    class.spec["instanceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
 /// Autoscaling's parts on one cluster, from one DescribeCluster of it.
 pub(crate) struct Autoscaling<'a> {
     aws: &'a Aws,
@@ -111,12 +120,24 @@ impl<'a> Autoscaling<'a> {
     }
 
     /// The groups the node class names: those `asked` (each must exist and be one
-    /// autoscaling supports), else every group it supports.
-    pub(crate) fn groups(
+    /// autoscaling supports); else, when it is on already, those it scales now (a request
+    /// that does not name groups leaves them as they are); else every group it supports.
+    pub(crate) async fn groups(
         &self,
         asked: Option<&[InstanceGroupName]>,
     ) -> Result<Vec<InstanceGroupName>, ApiError> {
         let field = "autoscaling_groups";
+        if asked.is_none() && self.setting.enabled {
+            let client = self.client().await?;
+            if let Some(class) = Self::live_class(&client).await? {
+                let now: Vec<InstanceGroupName> = class_groups(&class)
+                    .filter_map(|g| InstanceGroupName::parse(g).ok())
+                    .collect();
+                if !now.is_empty() {
+                    return Ok(now);
+                }
+            }
+        }
         if let Some(asked) = asked {
             for (i, name) in asked.iter().enumerate() {
                 let at = format!("{field}[{i}]");
@@ -231,6 +252,11 @@ impl<'a> Autoscaling<'a> {
         }
     }
 
+    /// hypd's node class as it is now.
+    async fn live_class(client: &kube::Client) -> Result<Option<HyperpodNodeClass>, ApiError> {
+        Self::class(client, Some(&[])).observe().await
+    }
+
     /// The NodePool on hypd's node class: any pending pod its groups can take, their
     /// nodes removed once empty for [`CONSOLIDATE_AFTER`].
     fn pool(client: &kube::Client, on: bool) -> Applied<NodePool> {
@@ -342,8 +368,24 @@ impl<'a> Autoscaling<'a> {
     /// Done once HyperPod says the class is Ready; a group it refuses fails the stage
     /// (no wait makes it Ready).
     async fn class_ready(&self, client: &kube::Client) -> Result<Progress, ApiError> {
-        let class = Self::class(client, Some(&[])).observe().await?;
-        let status = class.map(|c| c.status).unwrap_or_default();
+        let class = Self::live_class(client).await?;
+        // A status written for an earlier spec says nothing about this one.
+        let current = class.as_ref().is_some_and(|c| {
+            let generation = c.metadata.generation;
+            c.status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|k| {
+                    k["observedGeneration"]
+                        .as_i64()
+                        .is_none_or(|g| Some(g) == generation)
+                })
+        });
+        let status = class
+            .filter(|_| current)
+            .map(|c| c.status)
+            .unwrap_or_default();
         if let Some(("False", why)) = condition(&status, "InstanceGroupReady") {
             return Err(failed_state(
                 "kubernetes",
@@ -386,17 +428,12 @@ impl<'a> Autoscaling<'a> {
             return Ok(f);
         }
         let client = self.client().await?;
-        match Self::class(&client, Some(&[])).observe().await? {
+        match Self::live_class(&client).await? {
             None => f.details.push(format!(
                 "no HyperpodNodeClass {NAME}: no instance group is scaled"
             )),
             Some(class) => {
-                let groups: Vec<&str> = class.spec["instanceGroups"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
+                let groups: Vec<&str> = class_groups(&class).collect();
                 f.details
                     .push(format!("scales instance groups {}", groups.join(", ")));
                 match condition(&class.status, "Ready") {

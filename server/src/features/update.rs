@@ -108,7 +108,7 @@ impl Pipeline for UpdateFeatures {
                     let a = Autoscaling::new(cx.aws, &at).await?;
                     if on {
                         self.autoscaling_groups =
-                            Some(a.groups(self.autoscaling_groups.as_deref())?);
+                            Some(a.groups(self.autoscaling_groups.as_deref()).await?);
                     }
                     if a.holds(on, self.autoscaling_groups.as_deref()).await? {
                         self.drop(feature);

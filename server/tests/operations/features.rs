@@ -445,8 +445,8 @@ fn planned_changes(answer: &Value) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// Managed Karpenter: refused for groups it cannot scale; turned on with exactly its four
-/// parts; a group at 0 raised for a pending GPU pod, which runs, and back to 0 once the pod
+/// Managed Karpenter: refused for groups it cannot scale; turned on for one group with
+/// exactly its four parts, and left on that group by a request that names none; a group at 0 raised for a pending GPU pod, which runs, and back to 0 once the pod
 /// is gone; turned off in two steps, after which AWS and Kubernetes hold what they held
 /// before (HyperPod's own Karpenter CRDs aside, which stay as they do on AWS).
 #[test]
@@ -457,9 +457,11 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
     let name = "scale";
     let mut body = crate::create::small(name);
     body["instance_groups"][0]["instance_count"] = json!(1);
-    body["instance_groups"].as_array_mut().unwrap().push(json!({
-        "name": "burst", "instance_type": "ml.g5.8xlarge", "instance_count": 0,
-    }));
+    for group in ["burst", "spare"] {
+        body["instance_groups"].as_array_mut().unwrap().push(json!({
+            "name": group, "instance_type": "ml.g5.8xlarge", "instance_count": 0,
+        }));
+    }
     let (status, started) = hypd.call(&token, Method::POST, "/api/v1/clusters", Some(body));
     assert_eq!(status, 200, "{started}");
     let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
@@ -497,12 +499,10 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
     assert_eq!(agents_mutating_calls(&world), []);
 
     // The plan names the four parts; run, each is made once by the stage.
-    let (status, dry) = update(
-        &hypd,
-        &token,
-        name,
-        json!({"autoscaling": true, "dry_run": true}),
-    );
+    let burst = json!({"autoscaling": true, "autoscaling_groups": ["burst"]});
+    let mut dry_run = burst.clone();
+    dry_run["dry_run"] = json!(true);
+    let (status, dry) = update(&hypd, &token, name, dry_run);
     assert_eq!(status, 200, "{dry}");
     // The role's inline policy is an update of the role it creates.
     let expected: BTreeSet<(String, String)> = [
@@ -518,7 +518,7 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
     .map(|(k, a)| (k.to_owned(), a.to_owned()))
     .into();
     assert_eq!(planned_changes(&dry), expected, "{dry:#}");
-    let (status, on) = update(&hypd, &token, name, json!({"autoscaling": true}));
+    let (status, on) = update(&hypd, &token, name, burst);
     assert_eq!(status, 200, "{on}");
     let op = hypd.finish(&token, on["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
@@ -547,7 +547,8 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
         assert!(a["details"].to_string().contains(says), "{says}: {a:#}");
     }
 
-    // Asked again: nothing to do, no mutating call.
+    // Asked again without groups: the ones it scales stay (not every group it could
+    // scale, which would add `spare`): nothing to do, no mutating call.
     world.sim.call(Method::DELETE, "/_sim/calls", None);
     let (status, again) = update(&hypd, &token, name, json!({"autoscaling": true}));
     assert_eq!(status, 200, "{again}");
@@ -583,6 +584,15 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
             .as_deref()
             == Some("Running")
     });
+    // Karpenter's count is not drift: a reconcile must not take the pod's node away.
+    let (status, drift) = hypd.call(
+        &token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/drift"),
+        None,
+    );
+    assert_eq!(status, 200, "{drift}");
+    assert_eq!(drift["drifted"], json!([]), "{drift:#}");
     rt.block_on(pods.delete("train", &Default::default()))
         .unwrap();
     crate::wait_until("burst back to 0", limit, || {

@@ -158,8 +158,10 @@ pub struct HyperPodSpec {
 /// Live groups a spec does not list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unlisted {
-    /// The spec is the cluster's every group: another one is a conflict (UpdateCluster
-    /// would have to name it).
+    /// The spec is the cluster's every group as stored (create, reconcile): another one
+    /// is a conflict (UpdateCluster would have to name it). While autoscaling is on, the
+    /// live target counts stand: resetting them would remove nodes Karpenter added for
+    /// pending pods.
     Refuse,
     /// The spec changes some groups: the others are sent to HyperPod as they are.
     Keep,
@@ -200,6 +202,9 @@ pub struct State {
     /// `Automatic` or `None`.
     pub node_recovery: Option<String>,
     pub groups: Vec<GroupState>,
+    /// HyperPod's managed Karpenter is on: it adds and removes nodes, so the groups'
+    /// target counts are its to change.
+    pub autoscaling: bool,
 }
 
 impl State {
@@ -398,6 +403,9 @@ pub async fn describe(
         ours,
         node_recovery: c.node_recovery().map(|n| n.as_str().to_owned()),
         groups: c.instance_groups().iter().map(group_state).collect(),
+        autoscaling: c
+            .auto_scaling()
+            .is_some_and(|a| a.mode() == &aws_sdk_sagemaker::types::ClusterAutoScalingMode::Enable),
     }))
 }
 
@@ -420,6 +428,7 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
         (Want::Absent, _) => return Ok(Vec::new()),
     };
     let mut changes = Vec::new();
+    let counts_kept = karpenter_counts(spec, Some(state));
     for name in &spec.delete {
         if let Some(live) = state.groups.iter().find(|l| &l.name == name) {
             changes.push(FieldChange {
@@ -466,7 +475,7 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
                 plan.unwrap_or_else(|| "without a training plan".into()),
             ));
         }
-        if live.target_count != g.instance_count {
+        if !counts_kept && live.target_count != g.instance_count {
             changes.push(FieldChange {
                 field: format!("instance_groups[{}].instance_count", g.name),
                 old: Some(json!(live.target_count)),
@@ -544,6 +553,12 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
     Ok(vec![Op::Update(changes)])
 }
 
+/// The live target counts stand over `spec`'s: it is the stored whole and managed
+/// Karpenter is on (see [`Unlisted::Refuse`]).
+fn karpenter_counts(spec: &HyperPodSpec, observed: Option<&State>) -> bool {
+    spec.unlisted == Unlisted::Refuse && observed.is_some_and(|s| s.autoscaling)
+}
+
 /// Every group UpdateCluster must list: the live ones (but those deleted), each as it is
 /// with what `spec` decides of it, then the new ones.
 fn update_groups(
@@ -551,11 +566,18 @@ fn update_groups(
     observed: Option<&State>,
 ) -> Result<Vec<ClusterInstanceGroupSpecification>, ApiError> {
     let live = observed.map_or(&[][..], |s| s.groups.as_slice());
+    let counts_kept = karpenter_counts(spec, observed);
     let mut groups = Vec::new();
     for l in live.iter().filter(|l| !spec.delete.contains(&l.name)) {
         let wanted = spec.groups.iter().find(|g| g.name == l.name);
         groups.push(match (&l.live, wanted) {
-            (Some(d), Some(g)) => merged(d, g),
+            (Some(d), Some(g)) => {
+                let mut m = merged(d, g);
+                if counts_kept {
+                    m.instance_count = d.target_count();
+                }
+                m
+            }
             (Some(d), None) => normalised(d),
             (None, Some(g)) => g.specification(),
             (None, None) => {
@@ -719,7 +741,9 @@ impl Resource for HyperPodCluster {
                     && !spec.groups.iter().any(|g| g.name == l.name)
             })
             .collect();
+        let autoscaling = observed.as_ref().is_some_and(|s| s.autoscaling);
         *observed = Some(State {
+            autoscaling,
             arn: arn.or_else(|| Some(KNOWN_AFTER_APPLY.to_owned())),
             status: Some(ClusterStatus::Inservice),
             failure_message: None,
@@ -797,6 +821,7 @@ mod tests {
             ours: true,
             node_recovery: Some("Automatic".into()),
             groups,
+            autoscaling: false,
         })
     }
 
@@ -821,6 +846,27 @@ mod tests {
                 .is_empty()
         );
         let ops = diff(&want, &state(vec![live("a", 2), live("b", 3)])).unwrap();
+        let [Op::Update(fields)] = ops.as_slice() else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(fields[0].field, "instance_groups[b].instance_count");
+    }
+
+    #[test]
+    fn while_karpenter_scales_the_stored_counts_do_not_reset_the_live_ones() {
+        let mut scaled = state(vec![live("a", 2), live("b", 3)]);
+        if let Some(s) = &mut scaled {
+            s.autoscaling = true;
+        }
+        // Reconcile (the stored whole) leaves Karpenter's counts alone…
+        let whole = spec(vec![group("a", 2), group("b", 1)]);
+        assert!(diff(&whole, &scaled).unwrap().is_empty());
+        // …a change of one group sets the count it names.
+        let Want::Present(mut one) = spec(vec![group("b", 1)]) else {
+            unreachable!()
+        };
+        one.unlisted = Unlisted::Keep;
+        let ops = diff(&Want::Present(one), &scaled).unwrap();
         let [Op::Update(fields)] = ops.as_slice() else {
             panic!("{ops:?}")
         };
