@@ -78,6 +78,9 @@ pub(crate) struct Autoscaling<'a> {
     cluster_arn: String,
     groups: Vec<Group>,
     setting: autoscaling::Observed,
+    /// Its EKS cluster's API, connected on first use (a connection is an EKS
+    /// DescribeCluster and a signed token).
+    client: tokio::sync::OnceCell<kube::Client>,
 }
 
 impl<'a> Autoscaling<'a> {
@@ -116,6 +119,7 @@ impl<'a> Autoscaling<'a> {
             cluster_arn: d.cluster_arn().unwrap_or_default().to_owned(),
             groups,
             setting: autoscaling::Observed::from(d),
+            client: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -129,7 +133,7 @@ impl<'a> Autoscaling<'a> {
         let field = "autoscaling_groups";
         if asked.is_none() && self.setting.enabled {
             let client = self.client().await?;
-            if let Some(class) = Self::live_class(&client).await? {
+            if let Some(class) = Self::live_class(client).await? {
                 let now: Vec<InstanceGroupName> = class_groups(&class)
                     .filter_map(|g| InstanceGroupName::parse(g).ok())
                     .collect();
@@ -283,8 +287,12 @@ impl<'a> Autoscaling<'a> {
         if on { applied } else { applied.absent() }
     }
 
-    async fn client(&self) -> Result<kube::Client, ApiError> {
-        crate::resources::kube::connect(self.aws, &self.at.region, &self.at.eks).await
+    async fn client(&self) -> Result<&kube::Client, ApiError> {
+        self.client
+            .get_or_try_init(|| {
+                crate::resources::kube::connect(self.aws, &self.at.region, &self.at.eks)
+            })
+            .await
     }
 
     /// Whether it already stands as asked: the setting settled that way and the role,
@@ -298,10 +306,10 @@ impl<'a> Autoscaling<'a> {
             return Ok(false);
         }
         let client = self.client().await?;
-        Ok(plan(&Self::class(&client, groups.filter(|_| on)))
+        Ok(plan(&Self::class(client, groups.filter(|_| on)))
             .await?
             .is_empty()
-            && plan(&Self::pool(&client, on)).await?.is_empty())
+            && plan(&Self::pool(client, on)).await?.is_empty())
     }
 
     /// One step towards `on` (scaling `groups`).
@@ -333,16 +341,16 @@ impl<'a> Autoscaling<'a> {
                 return Ok(self.wait(&now, "installing managed Karpenter"));
             }
             let client = self.client().await?;
-            converge(&Self::class(&client, Some(groups))).await?;
-            converge(&Self::pool(&client, true)).await?;
+            converge(&Self::class(client, Some(groups))).await?;
+            converge(&Self::pool(client, true)).await?;
             if is_planning() {
                 return Ok(Progress::Done);
             }
-            return self.class_ready(&client).await;
+            return self.class_ready(client).await;
         }
         let client = self.client().await?;
-        converge(&Self::pool(&client, false)).await?;
-        converge(&Self::class(&client, None)).await?;
+        converge(&Self::pool(client, false)).await?;
+        converge(&Self::class(client, None)).await?;
         let now = converge(&self.setting(false)).await?;
         if now.done() != Some(false) {
             return Ok(self.wait(&now, "removing managed Karpenter"));
@@ -369,22 +377,10 @@ impl<'a> Autoscaling<'a> {
     /// (no wait makes it Ready).
     async fn class_ready(&self, client: &kube::Client) -> Result<Progress, ApiError> {
         let class = Self::live_class(client).await?;
-        // A status written for an earlier spec says nothing about this one.
-        let current = class.as_ref().is_some_and(|c| {
-            let generation = c.metadata.generation;
-            c.status["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .all(|k| {
-                    k["observedGeneration"]
-                        .as_i64()
-                        .is_none_or(|g| Some(g) == generation)
-                })
-        });
         let status = class
-            .filter(|_| current)
-            .map(|c| c.status)
+            .as_ref()
+            .and_then(HyperpodNodeClass::current_status)
+            .cloned()
             .unwrap_or_default();
         if let Some(("False", why)) = condition(&status, "InstanceGroupReady") {
             return Err(failed_state(
@@ -428,7 +424,7 @@ impl<'a> Autoscaling<'a> {
             return Ok(f);
         }
         let client = self.client().await?;
-        match Self::live_class(&client).await? {
+        match Self::live_class(client).await? {
             None => f.details.push(format!(
                 "no HyperpodNodeClass {NAME}: no instance group is scaled"
             )),
@@ -443,7 +439,7 @@ impl<'a> Autoscaling<'a> {
                 }
             }
         }
-        if Self::pool(&client, true).observe().await?.is_none() {
+        if Self::pool(client, true).observe().await?.is_none() {
             f.details
                 .push(format!("no NodePool {NAME}: no pending pod adds nodes"));
         }

@@ -32,7 +32,23 @@ macro_rules! cluster_kind {
             pub const GROUP: &str = $group;
             pub const KIND: &str = $kind;
 
-            /// An object of this kind named `name`, with `metadata` and `spec`.
+            /// Its status, if written for its current spec (every condition observed
+            /// this generation); one written for an earlier spec says nothing of it.
+            pub fn current_status(&self) -> Option<&Value> {
+                let generation = self.metadata.generation;
+                self.status["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .all(|c| {
+                        c["observedGeneration"]
+                            .as_i64()
+                            .is_none_or(|g| Some(g) == generation)
+                    })
+                    .then_some(&self.status)
+            }
+
+            /// An object of this kind with `metadata` and `spec`.
             pub fn new(metadata: ObjectMeta, spec: Value) -> Self {
                 Self {
                     api_version: concat!($group, "/v1").to_owned(),

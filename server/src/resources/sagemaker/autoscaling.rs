@@ -83,12 +83,18 @@ pub fn diff(want: &Want<String>, o: &Observed) -> Vec<Op> {
     }
 }
 
+/// Managed Karpenter is on for the cluster DescribeCluster gave.
+pub fn enabled(d: &DescribeClusterOutput) -> bool {
+    d.auto_scaling()
+        .is_some_and(|a| a.mode() == &ClusterAutoScalingMode::Enable)
+}
+
 impl From<&DescribeClusterOutput> for Observed {
     fn from(d: &DescribeClusterOutput) -> Self {
         let a = d.auto_scaling();
         Observed {
             status: d.cluster_status.clone(),
-            enabled: a.is_some_and(|a| a.mode() == &ClusterAutoScalingMode::Enable),
+            enabled: enabled(d),
             scaling: a.map(|a| a.status().clone()),
             role: d.cluster_role().map(str::to_owned),
             failure: a.and_then(|a| a.failure_message()).map(str::to_owned),

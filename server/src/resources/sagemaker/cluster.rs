@@ -403,9 +403,7 @@ pub async fn describe(
         ours,
         node_recovery: c.node_recovery().map(|n| n.as_str().to_owned()),
         groups: c.instance_groups().iter().map(group_state).collect(),
-        autoscaling: c
-            .auto_scaling()
-            .is_some_and(|a| a.mode() == &aws_sdk_sagemaker::types::ClusterAutoScalingMode::Enable),
+        autoscaling: super::autoscaling::enabled(&c),
     }))
 }
 
