@@ -150,6 +150,16 @@ fn trust(world: &World, role: &str) -> Value {
     })
 }
 
+/// `update_features` with `body`, which must start an operation that succeeds: the
+/// answer and the finished operation.
+fn applied(hypd: &Hypd, token: &str, name: &str, body: Value) -> (Value, Value) {
+    let (status, started) = update(hypd, token, name, body);
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    (started, op)
+}
+
 fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
     hypd.call(
         token,
@@ -231,10 +241,7 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
 
     // On: every mutating call is the training operator stage's own, none touches another
     // add-on.
-    let (status, on) = update(&hypd, &token, name, json!({"training_operator": true}));
-    assert_eq!(status, 200, "{on}");
-    let op = hypd.finish(&token, on["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (on, _) = applied(&hypd, &token, name, json!({"training_operator": true}));
     // Exactly the operator's parts, each made once, all by its own stage.
     assert_eq!(
         calls_of(&world, &on, "training_operator"),
@@ -268,25 +275,19 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
     );
     assert_eq!(status, 200, "{dry}");
     assert_eq!(dry["plan"]["stages"], json!([]), "{dry:#}");
-    let (status, again) = update(&hypd, &token, name, json!({"training_operator": true}));
-    assert_eq!(status, 200, "{again}");
-    let op = hypd.finish(&token, again["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (_, op) = applied(&hypd, &token, name, json!({"training_operator": true}));
     assert_eq!(op["stages"], json!([]), "{op:#}");
     assert!(op.to_string().contains("nothing to do"), "{op:#}");
     assert_eq!(agents_mutating_calls(&world), []);
 
     // Tiered checkpointing on, naming only it: its stage makes exactly its chain and the
     // setting, and the training operator (on) is not touched.
-    let (status, tiered) = update(
+    let (tiered, _) = applied(
         &hypd,
         &token,
         name,
         json!({"tiered_checkpointing": true, "tiered_memory_percent": 40}),
     );
-    assert_eq!(status, 200, "{tiered}");
-    let op = hypd.finish(&token, tiered["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
     assert_eq!(
         calls_of(&world, &tiered, "tiered_checkpointing"),
         [
@@ -363,15 +364,12 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
 
     // A new share of memory is one UpdateCluster, nothing else.
     world.sim.call(Method::DELETE, "/_sim/calls", None);
-    let (status, more) = update(
+    let (more, _) = applied(
         &hypd,
         &token,
         name,
         json!({"tiered_checkpointing": true, "tiered_memory_percent": 60}),
     );
-    assert_eq!(status, 200, "{more}");
-    let op = hypd.finish(&token, more["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
     assert_eq!(
         calls_of(&world, &more, "tiered_checkpointing"),
         ["UpdateCluster"]
@@ -518,10 +516,7 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
     .map(|(k, a)| (k.to_owned(), a.to_owned()))
     .into();
     assert_eq!(planned_changes(&dry), expected, "{dry:#}");
-    let (status, on) = update(&hypd, &token, name, burst);
-    assert_eq!(status, 200, "{on}");
-    let op = hypd.finish(&token, on["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (on, _) = applied(&hypd, &token, name, burst);
     assert_eq!(
         calls_of(&world, &on, "autoscaling"),
         [
@@ -550,9 +545,7 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
     // Asked again without groups: the ones it scales stay (not every group it could
     // scale, which would add `spare`): nothing to do, no mutating call.
     world.sim.call(Method::DELETE, "/_sim/calls", None);
-    let (status, again) = update(&hypd, &token, name, json!({"autoscaling": true}));
-    assert_eq!(status, 200, "{again}");
-    let op = hypd.finish(&token, again["operation_id"].as_str().unwrap());
+    let (_, op) = applied(&hypd, &token, name, json!({"autoscaling": true}));
     assert_eq!(op["stages"], json!([]), "{op:#}");
     assert_eq!(agents_mutating_calls(&world), []);
 
