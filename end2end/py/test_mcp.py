@@ -253,10 +253,12 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(nodes_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(features_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
-    # The training operator and tiered checkpointing were on: their roles went with the
-    # cluster's.
+    # The training and inference operators and tiered checkpointing were on: their roles
+    # and the inference operator's TLS bucket went with the cluster's.
     roles = [r["RoleName"] for r in aws("iam", hypd.env["AWS_ENDPOINT_URL"]).list_roles()["Roles"]]
     assert not [r for r in roles if r.startswith("hypd-mcp-gpu-")], roles
+    buckets = [b["Name"] for b in aws("s3", hypd.env["AWS_ENDPOINT_URL"]).list_buckets()["Buckets"]]
+    assert "hypd-mcp-gpu-123456789012-tls" not in buckets, buckets
 
 
 def aws(service, endpoint):
@@ -614,6 +616,36 @@ async def features_through_mcp(server, hypd, sim):
         assert "hypd" not in kubectl(sim, name, "get", "nodepools", "-o", "name")
         now = {f["feature"]: f for f in structured(await client.call_tool("get_features", {"name": name}))["features"]}
         assert not now["autoscaling"]["enabled"] and now["tiered_checkpointing"]["enabled"], now
+
+        # The inference operator: the FSx driver it needs and its own parts in the plan;
+        # its controller and CRDs in Kubernetes; off in two steps, the FSx driver with it.
+        serve = {"name": name, "inference_operator": True}
+        dry = structured(await client.call_tool("update_features", {**serve, "dry_run": True}))
+        assert [s["stage"] for s in dry["plan"]["stages"]] == ["components", "inference_operator"], dry
+        made = {c["kind"] for s in dry["plan"]["stages"] for c in s["changes"] if c["action"] == "create"}
+        assert made == {"s3:Bucket", "iam:Role", "eks:Addon", "eks:PodIdentityAssociation"}, dry
+        waited = await finished(client, structured(await client.call_tool("update_features", serve))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        controller = json.loads(kubectl(sim, name, "-n", "hyperpod-inference-system", "get", "deployment",
+                                        "hyperpod-inference-controller-manager", "-o", "json"))
+        assert controller["status"]["availableReplicas"] >= 1, controller["status"]
+        assert "jumpstartmodels" in kubectl(sim, name, "get", "crd", "-o", "name")
+        now = {f["feature"]: f for f in structured(await client.call_tool("get_features", {"name": name}))["features"]}
+        assert now["inference_operator"]["enabled"] and now["training_operator"]["enabled"], now
+        assert f"TLS certificates in bucket hypd-{name}-123456789012-tls" in now["inference_operator"]["details"], now
+        first = structured(await client.call_tool("update_features", {"name": name, "inference_operator": False}))
+        deleted = {c["kind"] for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete"}
+        assert deleted == {"s3:Bucket", "iam:Role", "eks:Addon", "eks:PodIdentityAssociation"}, first["plan"]
+        confirmed = {"name": name, "inference_operator": False, "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("update_features", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        after = structured(await client.call_tool("get_features", {"name": name}))
+        fsx = next(c for c in after["components"] if c["name"] == "aws-fsx-csi-driver")
+        assert fsx["status"] == "absent", fsx
+        assert "jumpstartmodels" not in kubectl(sim, name, "get", "crd", "-o", "name")
+        # On again: the cluster's deletion removes its bucket and roles with the rest.
+        waited = await finished(client, structured(await client.call_tool("update_features", serve))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
 
 
 async def delete_in_two_steps(server):

@@ -266,17 +266,20 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.check-drift');
   await page.waitForSelector('.drift .drift-none');
 
-  // Advanced features: the training operator, tiered checkpointing (30% of memory) and
-  // autoscaling of the spot group turned on after their plan (only the toggles touched
-  // are sent: the plan has the operator's add-on and no other), then all three off after
-  // their plan and confirmation; the panel reads each state back from AWS.
+  // Advanced features: the training and inference operators, tiered checkpointing (30%
+  // of memory) and autoscaling of the spot group turned on after their plan (only the
+  // toggles touched are sent: the plan has the operators' add-ons and the FSx driver the
+  // inference operator needs, no other), then all four off after their plan and
+  // confirmation; the panel reads each state back from AWS.
   const training = '.feature[data-feature="training_operator"]';
+  const inference = '.feature[data-feature="inference_operator"]';
   const tiered = '.feature[data-feature="tiered_checkpointing"]';
   const scaling = '.feature[data-feature="autoscaling"]';
   await page.waitForSelector(`${training}[data-state="off"]`);
   await settled(page);
   assert.ok(await page.isDisabled('button.apply-features'), 'nothing touched, nothing to send');
   await page.check(`${training} .feature-toggle`);
+  await page.check(`${inference} .feature-toggle`);
   await page.check(`${tiered} .feature-toggle`);
   await page.fill(`${tiered} .tiered-percent`, '30');
   assert.match(await page.textContent(scaling), /never other EC2 capacity/);
@@ -285,7 +288,8 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.apply-features');
   await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="create"]');
   await page.waitForSelector('.features .plan li[data-kind="k8s:karpenter.sh/v1/NodePool"][data-action="create"]');
-  assert.equal(await page.locator('.features .plan li[data-kind="eks:Addon"]').count(), 1);
+  await page.waitForSelector('.features .plan li[data-kind="s3:Bucket"][data-action="create"]');
+  assert.equal(await page.locator('.features .plan li[data-kind="eks:Addon"]').count(), 3);
   assert.match(await page.textContent('.features .plan li[data-kind="sagemaker:Cluster"]'), /30% of instance memory/);
   assert.equal(await page.textContent('button.apply-features'), 'Apply');
   await shot(page, 'features-plan');
@@ -295,26 +299,31 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.goto(new URL('/clusters/e2e-ml', server.url).href);
   await hydrated(page);
   await page.waitForSelector(`${training}[data-state="on"]`);
+  await page.waitForSelector(`${inference}[data-state="on"] .feature-details li:text("controller available")`);
   await page.waitForSelector(`${tiered}[data-state="on"] .feature-details li:text("30% of instance memory")`);
   await page.waitForSelector(`${scaling}[data-state="on"] .feature-details li:text("scales instance groups spot-1")`);
   await settled(page);
   await shot(page, 'features-on');
   await page.uncheck(`${training} .feature-toggle`);
+  await page.uncheck(`${inference} .feature-toggle`);
   await page.uncheck(`${tiered} .feature-toggle`);
   await page.uncheck(`${scaling} .feature-toggle`);
   await page.click('button.apply-features');
   await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="delete"]');
   await page.waitForSelector('.features .plan li[data-kind="k8s:karpenter.sh/v1/NodePool"][data-action="delete"]');
   await page.waitForSelector('.features .plan li[data-kind="k8s:v1/ServiceAccount"][data-action="delete"]');
+  await page.waitForSelector('.features .plan li[data-kind="s3:Bucket"][data-action="delete"]');
   await page.click('button.apply-features');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
   await page.goto(new URL('/clusters/e2e-ml', server.url).href);
   await hydrated(page);
   await page.waitForSelector(`${training}[data-state="off"]`);
+  await page.waitForSelector(`${inference}[data-state="off"]`);
   await page.waitForSelector(`${tiered}[data-state="off"]`);
   await page.waitForSelector(`${scaling}[data-state="off"]`);
   await page.waitForSelector('.features tr[data-component="cert-manager"] td:text("ACTIVE")');
+  await page.waitForSelector('.features tr[data-component="aws-fsx-csi-driver"] td:text("absent")');
 
   // The groups change from the page, each plan first: the spot group scaled, a group
   // added, then deleted (its plan comes with the confirmation).

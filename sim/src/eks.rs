@@ -805,6 +805,58 @@ async fn disassociate_access_policy(
     })
 }
 
+/// The top-level keys of the inference operator add-on's configuration schema, and those
+/// it requires (AWS's Helm-to-add-on migration script sets exactly these).
+const INFERENCE_CONFIGURATION: &[&str] = &[
+    "executionRoleArn",
+    "tlsCertificateS3Bucket",
+    "hyperpodClusterArn",
+    "jumpstartGatedModelDownloadRoleArn",
+    "alb",
+    "keda",
+];
+const INFERENCE_REQUIRED: &[&str] = &[
+    "executionRoleArn",
+    "tlsCertificateS3Bucket",
+    "hyperpodClusterArn",
+];
+
+/// `configurationValues` checked as EKS checks them against the add-on's JSON schema:
+/// a JSON object, and for the inference operator (whose schema the sim knows) only its
+/// keys, with the required ones present. Other add-ons' schemas are not modelled.
+fn check_configuration(addon: &str, values: Option<&str>) -> Result<(), AwsError> {
+    let Some(values) = values else {
+        return Ok(());
+    };
+    let refuse = |why: String| {
+        AwsError::invalid_parameter(format!(
+            "ConfigurationValue provided in request is not supported: Json schema validation failed with error: [{why}]"
+        ))
+    };
+    let parsed: Value =
+        serde_json::from_str(values).map_err(|e| refuse(format!("$: is not valid JSON ({e})")))?;
+    let Some(object) = parsed.as_object() else {
+        return Err(refuse("$: object expected".to_owned()));
+    };
+    if addon == "amazon-sagemaker-hyperpod-inference" {
+        if let Some(k) = object
+            .keys()
+            .find(|k| !INFERENCE_CONFIGURATION.contains(&k.as_str()))
+        {
+            return Err(refuse(format!(
+                "$.{k}: is not defined in the schema and the schema does not allow additional properties"
+            )));
+        }
+        if let Some(k) = INFERENCE_REQUIRED
+            .iter()
+            .find(|k| !object.contains_key(**k))
+        {
+            return Err(refuse(format!("$.{k}: is missing but it is required")));
+        }
+    }
+    Ok(())
+}
+
 fn addon_versions(name: &str) -> Option<&'static [&'static str]> {
     ADDONS.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
 }
@@ -841,6 +893,7 @@ async fn create_addon(
                 versions.join(", ")
             )));
         }
+        check_configuration(&body.addon_name, body.configuration_values.as_deref())?;
         if c.addons.contains_key(&body.addon_name) {
             return Err(AwsError::in_use(format!(
                 "Addon already exists: {}",
@@ -931,6 +984,7 @@ async fn update_addon(
         if body.service_account_role_arn.is_some() {
             a.service_account_role_arn = body.service_account_role_arn;
         }
+        check_configuration(&addon_name, body.configuration_values.as_deref())?;
         if body.configuration_values.is_some() {
             a.configuration_values = body.configuration_values;
         }

@@ -1,5 +1,5 @@
-//! A cluster's advanced features (the HyperPod training operator, tiered checkpointing,
-//! managed Karpenter autoscaling, and what the inference operator stands at):
+//! A cluster's advanced features (the HyperPod training and inference operators, tiered
+//! checkpointing, managed Karpenter autoscaling):
 //! `get_features` reads each from the world, `update_features` changes only the features
 //! its request names. That request has one optional field per feature and
 //! no whole-state shape, so a form that still holds a stale value of a feature the user
@@ -83,14 +83,6 @@ impl Feature {
             Feature::TieredCheckpointing | Feature::Autoscaling => &[],
         }
     }
-
-    /// `update_features` can turn it on and off.
-    pub fn changeable(self) -> bool {
-        matches!(
-            self,
-            Feature::TrainingOperator | Feature::TieredCheckpointing | Feature::Autoscaling
-        )
-    }
 }
 
 impl std::fmt::Display for Feature {
@@ -135,7 +127,8 @@ pub struct FeatureState {
     pub details: Vec<String>,
     /// The shared components it needs.
     pub depends_on: Vec<String>,
-    /// `update_features` can change it in this hypd.
+    /// `update_features` can change it in this hypd (every feature here can; the field
+    /// stays for clients of hypds where one could not).
     pub changeable: bool,
 }
 
@@ -181,6 +174,8 @@ pub struct UpdateFeatures {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub training_operator: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_operator: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiered_checkpointing: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiered_memory_percent: Option<u8>,
@@ -204,6 +199,7 @@ impl UpdateFeatures {
     pub fn named(&self) -> Vec<(Feature, bool)> {
         [
             (Feature::TrainingOperator, self.training_operator),
+            (Feature::InferenceOperator, self.inference_operator),
             (Feature::TieredCheckpointing, self.tiered_checkpointing),
             (Feature::Autoscaling, self.autoscaling),
         ]
@@ -233,8 +229,7 @@ impl UpdateFeatures {
                 self.autoscaling = None;
                 self.autoscaling_groups = None;
             }
-            // Not in the request type yet: nothing to drop.
-            Feature::InferenceOperator => {}
+            Feature::InferenceOperator => self.inference_operator = None,
         }
     }
 }
@@ -371,11 +366,11 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
-        // A feature this hypd cannot change yet is refused by name, not ignored.
+        // A field no feature has is refused by name, not ignored.
         let e = serde_json::from_value::<UpdateFeatures>(
-            serde_json::json!({"name": "ml-1", "inference_operator": true}),
+            serde_json::json!({"name": "ml-1", "cert_manager": false}),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("inference_operator"), "{e}");
+        assert!(e.to_string().contains("cert_manager"), "{e}");
     }
 }

@@ -269,17 +269,13 @@ fn FeatureRow(
             </label>
         }
     });
-    let control = if s.changeable {
-        Either::Left(view! {
-            {memory}
-            {scaled}
-            <label class="toggle">
-                <input type="checkbox" class="feature-toggle" aria-label=label prop:checked=checked on:change=toggle/>
-                <span>{move || if checked() { "On" } else { "Off" }}</span>
-            </label>
-        })
-    } else {
-        Either::Right(view! { <span class="muted">"Not yet changeable from hypd"</span> })
+    let control = view! {
+        {memory}
+        {scaled}
+        <label class="toggle">
+            <input type="checkbox" class="feature-toggle" aria-label=label prop:checked=checked on:change=toggle/>
+            <span>{move || if checked() { "On" } else { "Off" }}</span>
+        </label>
     };
     view! {
         <li class="feature" data-feature=feature.as_str() data-state=state>

@@ -26,6 +26,7 @@ fn addon(aws: &Aws, region: &str, cluster: &str, name: &str, want: Want<String>)
         cluster: cluster.to_owned(),
         name: name.to_owned(),
         want,
+        configuration: None,
     }
 }
 

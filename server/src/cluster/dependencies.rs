@@ -13,6 +13,19 @@ pub struct Addon {
     pub version: &'static str,
     /// Why the cluster needs it.
     pub purpose: &'static str,
+    /// The role its pods run as, if hypd makes one for it.
+    pub role: Option<AddonRole>,
+}
+
+/// A role an add-on's pods run as: trusted by EKS Pod Identity, with one AWS managed
+/// policy, bound to the add-on's service account before the add-on is created (its
+/// controller must find the role when it starts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddonRole {
+    pub service_account: (&'static str, &'static str),
+    pub policy: &'static str,
+    /// The role's `role_name` suffix; the names of roles already made depend on it.
+    pub suffix: &'static str,
 }
 
 pub const ADDONS: &[Addon] = &[
@@ -20,21 +33,25 @@ pub const ADDONS: &[Addon] = &[
         name: "eks-pod-identity-agent",
         version: "v1.3.8-eksbuild.2",
         purpose: "IAM roles for pods (the Mountpoint driver and the HyperPod operators use it)",
+        role: None,
     },
     Addon {
         name: "aws-mountpoint-s3-csi-driver",
         version: "v2.1.0-eksbuild.1",
         purpose: "mounts the shared S3 bucket as a PersistentVolume",
+        role: None,
     },
     Addon {
         name: "cert-manager",
         version: "v1.18.2-eksbuild.2",
         purpose: "certificates for the HyperPod training and inference operators' webhooks",
+        role: None,
     },
     Addon {
         name: "metrics-server",
         version: "v0.8.0-eksbuild.2",
         purpose: "resource metrics for autoscaling and kubectl top",
+        role: None,
     },
 ];
 
@@ -44,6 +61,16 @@ pub const TRAINING_OPERATOR: Addon = Addon {
     name: "amazon-sagemaker-hyperpod-training-operator",
     version: "v1.1.0-eksbuild.1",
     purpose: "runs HyperPodPyTorchJob training jobs",
+    role: None,
+};
+
+/// The HyperPod inference operator's add-on: the one version AWS's migration script and
+/// the sim name (see ../shared/reference/breadth-facts.md §5).
+pub const INFERENCE_OPERATOR: Addon = Addon {
+    name: "amazon-sagemaker-hyperpod-inference",
+    version: "v1.0.0-eksbuild.1",
+    purpose: "deploys models as endpoints (InferenceEndpointConfig, JumpStartModel)",
+    role: None,
 };
 
 /// Add-ons only features need (not made with the cluster): installed when a feature that
@@ -52,6 +79,11 @@ pub const FEATURE_COMPONENTS: &[Addon] = &[Addon {
     name: "aws-fsx-csi-driver",
     version: "v1.6.0-eksbuild.1",
     purpose: "mounts FSx for Lustre file systems the inference operator serves models from",
+    role: Some(AddonRole {
+        service_account: ("kube-system", "fsx-csi-controller-sa"),
+        policy: "arn:aws:iam::aws:policy/AmazonFSxFullAccess",
+        suffix: "fsx-csi",
+    }),
 }];
 
 /// A HyperPod node component: a DaemonSet on every HyperPod node, applied by hypd with

@@ -284,6 +284,9 @@ pub async fn ensure(aws: &Aws, cx: &Context<'_>, made: &mut Made) -> Result<Prog
         cluster: cx.cluster.to_owned(),
         want: Want::Present(()),
         hypd_prefix: LIFECYCLE_PREFIX.to_owned(),
+        field: "storage.s3_bucket",
+        // The user may name a bucket of theirs: never take one without hypd's tags.
+        adopt: false,
     })
     .await?;
     made.bucket_created |= bucket.created;
@@ -418,6 +421,9 @@ pub async fn delete_bucket(
         cluster: cluster.to_owned(),
         want: Want::Absent,
         hypd_prefix: LIFECYCLE_PREFIX.to_owned(),
+        field: "storage.s3_bucket",
+        // The user may name a bucket of theirs: never take one without hypd's tags.
+        adopt: false,
     };
     let after = converge(&b).await?;
     Ok(b.kept(&after))

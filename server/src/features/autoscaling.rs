@@ -10,7 +10,6 @@
 //! to clear it) and its CRDs, which are HyperPod's, not hypd's.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use app::api::ApiError;
 use app::api::features::{Feature, FeatureState, MAX_AUTOSCALED_GROUPS};
@@ -40,7 +39,7 @@ pub const NAME: &str = "hypd";
 /// long enough that a job's next step reuses a GPU node instead of waiting for a new one.
 pub const CONSOLIDATE_AFTER: &str = "10m";
 
-const POLL: Duration = Duration::from_secs(15);
+use super::POLL;
 
 /// What HyperPod may do as the cluster role: add and delete nodes of this cluster only
 /// (AWS's guide allows every cluster; one is all hypd's role needs).

@@ -5,11 +5,13 @@
 //! removed by a feature change, and one only features need goes with the last of them.
 
 pub mod autoscaling;
+pub mod inference;
 pub mod tiered;
 pub mod training;
 pub mod update;
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use app::api::ApiError;
 use app::api::features::{ComponentState, Feature, FeatureState, Features, GetFeatures};
@@ -70,16 +72,127 @@ pub(crate) fn addon(aws: &Aws, at: &Where, a: &Addon, want: Want<String>) -> Add
         cluster: at.eks.clone(),
         name: a.name.to_owned(),
         want,
+        configuration: None,
     }
 }
 
-/// The suffixes (`role_name`) of the roles features make; teardown removes each. Names
-/// of roles already made depend on them.
+const POLL: Duration = Duration::from_secs(15);
+
+/// The suffixes (`role_name`) of the roles features make, besides those of the shared
+/// add-ons (`AddonRole`); teardown removes each. Names of roles already made depend on
+/// them.
 const ROLE_SUFFIXES: [&str; 3] = [
     training::ROLE_SUFFIX,
     tiered::ROLE_SUFFIX,
     autoscaling::ROLE_SUFFIX,
 ];
+
+/// The cluster's IAM OIDC provider, which roles for service accounts trust.
+#[derive(Clone, Debug)]
+pub(crate) struct Oidc {
+    pub provider_arn: String,
+    /// Without its scheme, as IAM's condition keys name it.
+    pub issuer: String,
+}
+
+/// The OIDC provider of the cluster at `at`, or why it has none (then roles trusted
+/// through it can be read, not made).
+pub(crate) async fn oidc(aws: &Aws, at: &Where) -> Result<Result<Oidc, String>, ApiError> {
+    let issuer = crate::resources::eks::cluster::describe(&aws.eks(&at.region), &at.eks)
+        .await?
+        .and_then(|c| c.oidc_issuer);
+    let Some(issuer) = issuer else {
+        return Ok(Err(format!("EKS cluster {} has no OIDC issuer", at.eks)));
+    };
+    let account = aws.identity().await?.account;
+    Ok(Ok(Oidc {
+        provider_arn: crate::resources::iam::oidc_provider::arn(&account, &issuer),
+        issuer: issuer.trim_start_matches("https://").to_owned(),
+    }))
+}
+
+/// Why an operator's controller Deployment is not available yet, if it is not.
+pub(crate) async fn controller_pending(
+    aws: &Aws,
+    at: &Where,
+    (namespace, name): (&str, &str),
+) -> Result<Option<String>, ApiError> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let client = crate::resources::kube::connect(aws, &at.region, &at.eks).await?;
+    let found = crate::resources::kube::get(
+        &kube::Api::<Deployment>::namespaced(client, namespace),
+        name,
+    )
+    .await?;
+    Ok(match found {
+        None => Some(format!(
+            "waiting for the controller Deployment {namespace}/{name}"
+        )),
+        Some(d) => {
+            let ready = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+            (ready < 1)
+                .then(|| format!("waiting for the controller {namespace}/{name} to be available"))
+        }
+    })
+}
+
+/// Why turning off the feature of add-on `a` cannot be done by hypd, if so: an add-on
+/// someone else installed is theirs to remove.
+pub(crate) async fn not_ours(aws: &Aws, at: &Where, a: &Addon) -> Result<Option<String>, ApiError> {
+    Ok(addon(aws, at, a, Want::Absent)
+        .observe()
+        .await?
+        .filter(|s| !s.ours)
+        .map(|_| {
+            format!(
+                "the {} add-on on {} was not installed by hypd; hypd removes only what it made",
+                a.name, at.eks
+            )
+        }))
+}
+
+/// The pod identity role of shared add-on `a` and its binding, wanted `on`; none if
+/// hypd makes no role for it.
+pub(crate) async fn component_identity(
+    aws: &Aws,
+    at: &Where,
+    a: &Addon,
+    on: bool,
+) -> Result<Option<(Role, crate::resources::eks::pod_identity::PodIdentity)>, ApiError> {
+    let Some(r) = a.role else {
+        return Ok(None);
+    };
+    let role = role(
+        aws,
+        &at.region,
+        &at.eks,
+        r.suffix,
+        if on {
+            Want::Present(RoleSpec {
+                trust: crate::resources::iam::role::Trust::Service(
+                    crate::cluster::identity::POD_IDENTITY_SERVICE.to_owned(),
+                ),
+                managed: vec![r.policy.to_owned()],
+                inline: Default::default(),
+            })
+        } else {
+            Want::Absent
+        },
+    );
+    let (namespace, service_account) = r.service_account;
+    let binding = crate::resources::eks::pod_identity::PodIdentity {
+        eks: aws.eks(&at.region),
+        cluster: at.eks.clone(),
+        namespace: namespace.to_owned(),
+        service_account: service_account.to_owned(),
+        want: if on {
+            Want::Present(role_arn(aws, &at.eks, r.suffix).await?)
+        } else {
+            Want::Absent
+        },
+    };
+    Ok(Some((role, binding)))
+}
 
 /// A feature's IAM role on cluster `cluster`, by its suffix.
 pub(crate) fn role(
@@ -140,16 +253,9 @@ fn feature(f: Feature, enabled: bool, status: String, version: Option<String>) -
         version,
         details: Vec::new(),
         depends_on: f.depends_on().iter().map(|d| (*d).to_owned()).collect(),
-        changeable: f.changeable(),
+        changeable: true,
     }
 }
-
-/// The inference operator's add-on: read here, changed by no command yet.
-const INFERENCE_ADDON: Addon = Addon {
-    name: "amazon-sagemaker-hyperpod-inference",
-    version: "v1.0.0-eksbuild.1",
-    purpose: "the HyperPod inference operator",
-};
 
 /// Every feature and shared component of the cluster at `at`, as they are now.
 pub(crate) async fn read(
@@ -160,19 +266,14 @@ pub(crate) async fn read(
     let training = training::TrainingOperator::new(aws, at).await?;
     let mut features = vec![training.state().await?];
 
-    let inference = addon(aws, at, &INFERENCE_ADDON, Want::Absent)
-        .observe()
-        .await?;
-    let (st, version) = status(&inference);
-    features.push(feature(
-        Feature::InferenceOperator,
-        on(&inference),
-        st,
-        version,
-    ));
-
     let described =
         crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod).await?;
+    features.push(
+        inference::Inference::described(aws, at, &described)
+            .await?
+            .state()
+            .await?,
+    );
     let setting = tiered_storage::Observed::from(&described);
     features.push(
         tiered::Tiered::new(aws, at, store)
@@ -242,13 +343,18 @@ impl Handler<GetFeatures> for Service {
 }
 
 /// Removes what hypd made for the cluster's features once its EKS cluster is gone:
-/// their IAM roles (their add-ons, bindings and service accounts went with the EKS
-/// cluster, the tiered storage setting with the HyperPod cluster).
+/// their IAM roles and the inference operator's TLS bucket (their add-ons, bindings and
+/// service accounts went with the EKS cluster, the tiered storage setting with the
+/// HyperPod cluster).
 pub async fn teardown(aws: &Aws, region: &str, cluster: &str) -> Result<(), ApiError> {
-    for suffix in ROLE_SUFFIXES {
+    let components = FEATURE_COMPONENTS
+        .iter()
+        .filter_map(|a| a.role.map(|r| r.suffix));
+    let suffixes = ROLE_SUFFIXES.into_iter().chain(inference::ROLE_SUFFIXES);
+    for suffix in suffixes.chain(components) {
         crate::resources::converge(&role(aws, region, cluster, suffix, Want::Absent)).await?;
     }
-    Ok(())
+    inference::teardown(aws, region, cluster).await
 }
 
 #[cfg(test)]

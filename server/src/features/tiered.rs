@@ -8,7 +8,6 @@
 //! account and the role, and nothing else.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use app::api::ApiError;
 use app::api::features::{Feature, FeatureState, MIN_TIERED_MEMORY_PERCENT};
@@ -18,7 +17,6 @@ use serde_json::{Value, json};
 use crate::aws::Aws;
 use crate::node::Where;
 use crate::operation::pipeline::Progress;
-use crate::resources::iam::oidc_provider;
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
 use crate::resources::kube::object::Applied;
 use crate::resources::sagemaker::tiered_storage::{self, TieredStorage};
@@ -33,7 +31,7 @@ const POLICY_NAME: &str = "hypd-tiered-checkpointing";
 pub const PREFIX: &str = "checkpoints/";
 const ROLE_ARN_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 
-const POLL: Duration = Duration::from_secs(15);
+use super::POLL;
 
 /// What the checkpointing pods may do: read and write the bucket's checkpoint prefix and
 /// write their logs.
@@ -87,18 +85,14 @@ impl<'a> Tiered<'a> {
                     at.eks
                 )
             });
-        let issuer = crate::resources::eks::cluster::describe(&aws.eks(&at.region), &at.eks)
-            .await?
-            .and_then(|c| c.oidc_issuer)
-            .ok_or_else(|| format!("EKS cluster {} has no OIDC issuer", at.eks));
-        let account = aws.identity().await?.account;
+        let oidc = super::oidc(aws, at).await?;
         let (namespace, name) = SERVICE_ACCOUNT;
         let spec = bucket.and_then(|bucket| {
-            let issuer = issuer?;
+            let oidc = oidc?;
             Ok(RoleSpec {
                 trust: Trust::ServiceAccount {
-                    provider_arn: oidc_provider::arn(&account, &issuer),
-                    issuer: issuer.trim_start_matches("https://").to_owned(),
+                    provider_arn: oidc.provider_arn,
+                    issuer: oidc.issuer,
                     namespace: namespace.to_owned(),
                     name: name.to_owned(),
                 },

@@ -4,12 +4,8 @@
 //! starts), then waited for until the add-on is ACTIVE and the controller available.
 //! Off: the add-on first (so nothing runs as the role), then binding and role.
 
-use std::time::Duration;
-
 use app::api::ApiError;
 use app::api::features::{Feature, FeatureState};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
 
 use crate::aws::Aws;
 use crate::cluster::dependencies::TRAINING_OPERATOR;
@@ -33,7 +29,7 @@ pub const POLICY: &str = "arn:aws:iam::aws:policy/AmazonSageMakerHyperPodTrainin
 /// The role's `role_name` suffix; the names of roles already made depend on it.
 pub(super) const ROLE_SUFFIX: &str = "training-op";
 
-const POLL: Duration = Duration::from_secs(15);
+use super::POLL;
 
 fn spec() -> RoleSpec {
     RoleSpec {
@@ -116,20 +112,9 @@ impl<'a> TrainingOperator<'a> {
         Ok(plan(&self.role(on)).await?.is_empty() && plan(&self.binding(on)).await?.is_empty())
     }
 
-    /// Why turning it off cannot be done by hypd, if so: an add-on someone else
-    /// installed is theirs to remove.
+    /// Why turning it off cannot be done by hypd, if so.
     pub async fn not_ours(&self) -> Result<Option<String>, ApiError> {
-        Ok(self
-            .addon(false)
-            .observe()
-            .await?
-            .filter(|s| !s.ours)
-            .map(|_| {
-                format!(
-                    "the {} add-on on {} was not installed by hypd; hypd removes only what it made",
-                    TRAINING_OPERATOR.name, self.at.eks
-                )
-            }))
+        super::not_ours(self.aws, self.at, &TRAINING_OPERATOR).await
     }
 
     /// One step towards `on`.
@@ -166,25 +151,8 @@ impl<'a> TrainingOperator<'a> {
         Ok(Progress::Done)
     }
 
-    /// Why the controller is not available yet, if it is not.
     async fn controller_pending(&self) -> Result<Option<String>, ApiError> {
-        let client =
-            crate::resources::kube::connect(self.aws, &self.at.region, &self.at.eks).await?;
-        let (namespace, name) = CONTROLLER;
-        let found =
-            crate::resources::kube::get(&Api::<Deployment>::namespaced(client, namespace), name)
-                .await?;
-        Ok(match found {
-            None => Some(format!(
-                "waiting for the controller Deployment {namespace}/{name}"
-            )),
-            Some(d) => {
-                let ready = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
-                (ready < 1).then(|| {
-                    format!("waiting for the controller {namespace}/{name} to be available")
-                })
-            }
-        })
+        super::controller_pending(self.aws, self.at, CONTROLLER).await
     }
 
     /// How it stands now, for get_features.

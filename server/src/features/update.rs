@@ -4,7 +4,6 @@
 //! need, each feature's own parts, and last the shared add-ons nothing needs any more.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use app::api::ApiError;
 use app::api::features::{Feature, UpdateFeatures};
@@ -12,9 +11,11 @@ use app::api::values::IdempotencyKey;
 use serde::{Deserialize, Serialize};
 
 use super::autoscaling::Autoscaling;
+use super::inference::Inference;
 use super::tiered::Tiered;
 use super::training::TrainingOperator;
-use super::{addon, components};
+use super::{POLL, addon, component_identity, components};
+use crate::cluster::dependencies::INFERENCE_OPERATOR;
 use crate::node::{Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::{Want, converge, missing};
@@ -23,6 +24,7 @@ stages! {
     pub enum Stage {
         Components = "components", "The shared add-ons the features turned on need, ACTIVE", true;
         TrainingOperator = "training_operator", "Training operator: pod identity role, binding and add-on (ACTIVE, controller available), or all three removed", false;
+        InferenceOperator = "inference_operator", "Inference operator: TLS bucket, its four OIDC roles and the configured add-on (ACTIVE, controller available), or all removed", false;
         TieredCheckpointing = "tiered_checkpointing", "Tiered checkpointing: OIDC role, service account and HyperPod's TieredStorageConfig (InService again), or all three removed", false;
         Autoscaling = "autoscaling", "Managed Karpenter: cluster role, HyperPod's AutoScaling (InService), HyperpodNodeClass (Ready) and NodePool, or all four removed", false;
         Unneeded = "unneeded", "Shared add-ons no feature on needs any more removed (never those the cluster was made with)", false;
@@ -33,8 +35,6 @@ stages! {
 /// world afresh. Field names are stored: never rename.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Outputs {}
-
-const POLL: Duration = Duration::from_secs(15);
 
 /// The features on now, as get_features reads them.
 async fn on_now(cx: &Context, at: &Where) -> Result<BTreeSet<Feature>, ApiError> {
@@ -68,6 +68,9 @@ impl Pipeline for UpdateFeatures {
         }
         if self.training_operator.is_some() {
             stages.push(Stage::TrainingOperator);
+        }
+        if self.inference_operator.is_some() {
+            stages.push(Stage::InferenceOperator);
         }
         if self.tiered_checkpointing.is_some() {
             stages.push(Stage::TieredCheckpointing);
@@ -115,10 +118,14 @@ impl Pipeline for UpdateFeatures {
                     }
                 }
                 Feature::InferenceOperator => {
-                    return Err(ApiError::field(
-                        feature.as_str(),
-                        "update_features cannot change this feature yet",
-                    ));
+                    if !on
+                        && let Some(why) = super::not_ours(cx.aws, &at, &INFERENCE_OPERATOR).await?
+                    {
+                        return Err(ApiError::field(feature.as_str(), why));
+                    }
+                    if Inference::new(cx.aws, &at).await?.holds(on).await? {
+                        self.drop(feature);
+                    }
                 }
             }
         }
@@ -138,8 +145,18 @@ impl Pipeline for UpdateFeatures {
                 let mut pending = Vec::new();
                 for a in ensure {
                     let r = addon(&cx.aws, &at, a, Want::Present(a.version.to_owned()));
+                    let found = crate::resources::Resource::observe(&r).await?;
+                    // Its role is bound first (the driver must find it when it starts);
+                    // one someone else installed keeps the identity they gave it.
+                    if found.as_ref().is_none_or(|s| s.ours)
+                        && let Some((role, binding)) =
+                            component_identity(&cx.aws, &at, a, true).await?
+                    {
+                        converge(&role).await?;
+                        converge(&binding).await?;
+                    }
                     // One already there at the pinned version or newer is left as it is.
-                    let state = match crate::resources::Resource::observe(&r).await? {
+                    let state = match found {
                         Some(s) if !s.version.as_deref().is_some_and(|v| older(v, a.version)) => s,
                         _ => converge(&r).await?.ok_or_else(|| missing("an add-on"))?,
                     };
@@ -157,6 +174,12 @@ impl Pipeline for UpdateFeatures {
                     .training_operator
                     .ok_or_else(|| missing("the training operator's wanted state"))?;
                 TrainingOperator::new(&cx.aws, &at).await?.step(on).await
+            }
+            Stage::InferenceOperator => {
+                let on = self
+                    .inference_operator
+                    .ok_or_else(|| missing("the inference operator's wanted state"))?;
+                Inference::new(&cx.aws, &at).await?.step(on).await
             }
             Stage::TieredCheckpointing => {
                 let on = self
@@ -177,13 +200,26 @@ impl Pipeline for UpdateFeatures {
                     .await
             }
             Stage::Unneeded => {
-                let on_after = on_now(cx, &at).await?;
+                // What this request leaves on: read, then the request's own changes laid
+                // over it, so a plan (run before anything is turned off) frees what the
+                // run will.
+                let mut on_after = on_now(cx, &at).await?;
+                on_after.extend(self.turning(true));
+                for f in self.turning(false) {
+                    on_after.remove(&f);
+                }
                 let (_, remove) = components(&on_after, &[], &self.turning(false));
                 let mut deleting = Vec::new();
                 for a in remove {
                     let after = converge(&addon(&cx.aws, &at, a, Want::Absent)).await?;
-                    if after.is_some_and(|s| s.ours) {
+                    if after.as_ref().is_some_and(|s| s.ours) {
                         deleting.push(a.name);
+                    } else if after.is_none()
+                        && let Some((role, binding)) =
+                            component_identity(&cx.aws, &at, a, false).await?
+                    {
+                        converge(&binding).await?;
+                        converge(&role).await?;
                     }
                 }
                 Ok(Progress::unless_pending(POLL, &deleting, |d| {

@@ -394,6 +394,7 @@ mod tests {
             [
                 "components",
                 "training_operator",
+                "inference_operator",
                 "tiered_checkpointing",
                 "autoscaling",
                 "unneeded"

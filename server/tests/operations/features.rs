@@ -3,7 +3,8 @@
 //! the same request again with nothing to do (no stage, no mutating call), tiered
 //! checkpointing turned on beside it without touching it (its OIDC identity chain checked
 //! link by link), its memory share changed, then both turned off in two steps, after
-//! which AWS and Kubernetes hold exactly what they held before.
+//! which AWS and Kubernetes hold exactly what they held before. The inference operator
+//! and the stale-field replay, and managed Karpenter, each on a cluster of their own.
 
 use std::collections::BTreeSet;
 
@@ -198,12 +199,9 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
     let (status, none) = update(&hypd, &token, name, json!({}));
     assert_eq!(status, 422, "{none}");
     assert_eq!(none["error"]["errors"][0]["field"], "training_operator");
-    let (status, unknown) = update(&hypd, &token, name, json!({"inference_operator": true}));
+    let (status, unknown) = update(&hypd, &token, name, json!({"cert_manager": false}));
     assert_eq!(status, 422, "{unknown}");
-    assert!(
-        unknown.to_string().contains("inference_operator"),
-        "{unknown}"
-    );
+    assert!(unknown.to_string().contains("cert_manager"), "{unknown}");
     // Autoscaling with no group it can scale (this cluster's one runs deep health checks).
     let (status, none) = update(&hypd, &token, name, json!({"autoscaling": true}));
     assert_eq!(status, 422, "{none}");
@@ -633,4 +631,300 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
         (&json!(false), &json!("Disable")),
         "{a:#}"
     );
+}
+
+pub const INFERENCE_ADDON: &str = "amazon-sagemaker-hyperpod-inference";
+
+/// Add-on `addon` of cluster `name` as the sim describes it, if there is one.
+fn addon(world: &World, name: &str, addon: &str) -> Option<Value> {
+    let (status, body) = world.sim.call(
+        Method::GET,
+        &format!("/clusters/{name}/addons/{addon}"),
+        None,
+    );
+    (status == 200).then(|| body["addon"].clone())
+}
+
+/// Whether S3 bucket `bucket` exists in moto; `put` writes one object into it first.
+fn bucket_exists(world: &World, bucket: &str, put: Option<&str>) -> bool {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let conf = world.moto_sdk().await;
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&conf)
+                .force_path_style(true)
+                .build(),
+        );
+        if let Some(key) = put {
+            s3.put_object()
+                .bucket(bucket)
+                .key(key)
+                .body(b"certificate".to_vec().into())
+                .send()
+                .await
+                .unwrap();
+        }
+        s3.head_bucket().bucket(bucket).send().await.is_ok()
+    })
+}
+
+/// The mutating calls since the log was cleared, by the stage (of the user agent) that
+/// made each.
+fn calls_by_stage(world: &World) -> Vec<(String, String)> {
+    agents_mutating_calls(world)
+        .into_iter()
+        .map(|(agent, _, op)| {
+            let agent = agent.unwrap_or_default();
+            (agent.rsplit('.').next().unwrap_or_default().to_owned(), op)
+        })
+        .collect()
+}
+
+/// The inference operator: on, it makes its TLS bucket, its four roles (each trusted by
+/// its own service accounts) and the add-on configured with them, after the FSx CSI
+/// driver (with its role) it needs. Then the stale-field replay the issue names: a
+/// request that names only the training operator touches nothing of the inference
+/// operator or cert-manager. Both on again is nothing to do; both off in two steps
+/// leaves AWS and Kubernetes as they were, bucket included.
+#[test]
+fn inference_operator_on_then_a_training_only_request_leaves_it_untouched() {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let name = "infer";
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        "/api/v1/clusters",
+        Some(crate::create::small(name)),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let before = inventory(&world, name);
+    let bucket = format!("hypd-{name}-123456789012-tls");
+
+    // The plan: the FSx driver with its role and binding, then the operator's parts.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (status, dry) = update(
+        &hypd,
+        &token,
+        name,
+        json!({"inference_operator": true, "dry_run": true}),
+    );
+    assert_eq!(status, 200, "{dry}");
+    let stages: Vec<&str> = dry["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["components", "inference_operator"], "{dry:#}");
+    let created = |stage: usize, kind: &str| {
+        dry["plan"]["stages"][stage]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["kind"] == kind && c["action"] == "create")
+            .count()
+    };
+    assert_eq!(
+        (
+            created(0, "iam:Role"),
+            created(0, "eks:PodIdentityAssociation"),
+            created(0, "eks:Addon")
+        ),
+        (1, 1, 1),
+        "{dry:#}"
+    );
+    assert_eq!(
+        (
+            created(1, "s3:Bucket"),
+            created(1, "iam:Role"),
+            created(1, "eks:Addon")
+        ),
+        (1, 4, 1),
+        "{dry:#}"
+    );
+    assert!(agents_mutating_calls(&world).is_empty());
+
+    let (on, _) = applied(&hypd, &token, name, json!({"inference_operator": true}));
+    let id = on["operation_id"].as_str().unwrap();
+    let calls = agents_mutating_calls(&world);
+    assert!(
+        calls.iter().all(|(a, _, _)| a
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with(&format!("hypd.{id}."))),
+        "{calls:?}"
+    );
+    let ops = |stage: &str| -> Vec<String> {
+        calls_by_stage(&world)
+            .into_iter()
+            .filter(|(s, _)| s == stage)
+            .map(|(_, o)| o)
+            .collect()
+    };
+    assert_eq!(
+        ops("components"),
+        [
+            "CreateRole",
+            "AttachRolePolicy",
+            "CreatePodIdentityAssociation",
+            "CreateAddon"
+        ]
+    );
+    let made = ops("inference_operator");
+    let n = |op: &str| made.iter().filter(|o| *o == op).count();
+    assert_eq!(
+        (
+            n("CreateBucket"),
+            n("CreateRole"),
+            n("AttachRolePolicy"),
+            n("PutRolePolicy"),
+            n("CreateAddon")
+        ),
+        (1, 4, 3, 3, 1),
+        "{made:?}"
+    );
+    assert!(bucket_exists(&world, &bucket, None));
+    assert_eq!(
+        addon(&world, name, "aws-fsx-csi-driver").unwrap()["status"],
+        "ACTIVE"
+    );
+
+    // The add-on carries the configuration that names what hypd made.
+    let inference = addon(&world, name, INFERENCE_ADDON).unwrap();
+    assert_eq!(inference["status"], "ACTIVE", "{inference:#}");
+    let config: Value =
+        serde_json::from_str(inference["configurationValues"].as_str().unwrap()).unwrap();
+    let role = |suffix: &str| format!("arn:aws:iam::123456789012:role/hypd-{name}-{suffix}");
+    assert_eq!(
+        config["executionRoleArn"],
+        role("inference-exec"),
+        "{config:#}"
+    );
+    assert_eq!(config["tlsCertificateS3Bucket"], bucket.as_str());
+    assert_eq!(
+        config["jumpstartGatedModelDownloadRoleArn"],
+        role("inference-gated")
+    );
+    assert_eq!(
+        config["alb"]["serviceAccount"]["roleArn"],
+        role("inference-alb")
+    );
+    assert_eq!(
+        config["keda"]["auth"]["aws"]["irsa"]["roleArn"],
+        role("inference-keda")
+    );
+    assert!(
+        config["hyperpodClusterArn"]
+            .as_str()
+            .unwrap()
+            .contains(":cluster/"),
+        "{config:#}"
+    );
+    // The gated-model role trusts SageMaker and the operator's per-model accounts only.
+    let gated = trust(&world, &format!("hypd-{name}-inference-gated"));
+    assert_eq!(
+        gated["Statement"][0]["Principal"]["Service"],
+        "sagemaker.amazonaws.com"
+    );
+    let like = gated["Statement"][1]["Condition"]["StringLike"]
+        .as_object()
+        .unwrap();
+    assert_eq!(
+        like.values().next().unwrap(),
+        "system:serviceaccount:*:hyperpod-inference-service-account*",
+        "{gated:#}"
+    );
+    let f = feature(&hypd, &token, name, "inference_operator");
+    assert_eq!(
+        (&f["enabled"], &f["status"]),
+        (&json!(true), &json!("ACTIVE")),
+        "{f:#}"
+    );
+    let details = f["details"].to_string();
+    assert!(details.contains("controller available"), "{f:#}");
+    assert!(
+        details.contains(&format!("TLS certificates in bucket {bucket}")),
+        "{f:#}"
+    );
+    assert!(!details.contains("missing or changed"), "{f:#}");
+    let crds = inventory(&world, name).kubernetes;
+    assert!(
+        crds.contains("CRD /inferenceendpointconfigs.inference.sagemaker.aws.amazon.com"),
+        "{crds:?}"
+    );
+
+    // The stale-field replay: a request naming only the training operator makes the
+    // training operator's calls and nothing else; the inference add-on and cert-manager
+    // are as they were.
+    let cert_manager = addon(&world, name, "cert-manager").unwrap();
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (training, _) = applied(&hypd, &token, name, json!({"training_operator": true}));
+    assert_eq!(
+        calls_of(&world, &training, "training_operator"),
+        [
+            "CreateRole",
+            "AttachRolePolicy",
+            "CreatePodIdentityAssociation",
+            "CreateAddon"
+        ]
+    );
+    assert_eq!(addon(&world, name, INFERENCE_ADDON).unwrap(), inference);
+    assert_eq!(addon(&world, name, "cert-manager").unwrap(), cert_manager);
+
+    // Both already on: nothing to do.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (_, op) = applied(
+        &hypd,
+        &token,
+        name,
+        json!({"inference_operator": true, "training_operator": true}),
+    );
+    assert_eq!(op["stages"], json!([]), "{op:#}");
+    assert_eq!(agents_mutating_calls(&world), []);
+
+    // Both off, confirmed; the certificates the operator wrote go with its bucket, and
+    // the FSx driver only it needed goes with it (after the add-on, its binding and role).
+    assert!(bucket_exists(
+        &world,
+        &bucket,
+        Some("certificates/endpoint-1.pem")
+    ));
+    let both_off = json!({"inference_operator": false, "training_operator": false});
+    let (status, asked) = update(&hypd, &token, name, both_off.clone());
+    assert_eq!(status, 200, "{asked}");
+    let freed: Vec<(&str, &str)> = asked["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["stage"] == "unneeded")
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .map(|c| (c["kind"].as_str().unwrap(), c["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        freed,
+        [
+            ("eks:Addon", "delete"),
+            ("eks:PodIdentityAssociation", "delete"),
+            ("iam:Role", "update"),
+            ("iam:Role", "delete")
+        ],
+        "the FSx driver, its binding and its role (its policy detached first): {asked:#}"
+    );
+    let (status, off) = hypd.confirmed(
+        &token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(both_off),
+    );
+    assert_eq!(status, 200, "{off}");
+    let op = hypd.finish(&token, off["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert!(!bucket_exists(&world, &bucket, None));
+    assert!(addon(&world, name, "aws-fsx-csi-driver").is_none());
+    assert_eq!(inventory(&world, name), before);
+    let f = feature(&hypd, &token, name, "inference_operator");
+    assert_eq!(f["enabled"], false, "{f:#}");
 }

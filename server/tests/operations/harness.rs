@@ -324,8 +324,9 @@ pub const CASES: &[Case] = &[
         given: created_with_burst,
         request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/features");
-            let body = json!({ "training_operator": true, "tiered_checkpointing": true,
-                               "tiered_memory_percent": 30, "autoscaling": true });
+            let body = json!({ "training_operator": true, "inference_operator": true,
+                               "tiered_checkpointing": true, "tiered_memory_percent": 30,
+                               "autoscaling": true });
             (Method::POST, path, body)
         },
         check: |world, hypd, token, name| {
@@ -333,7 +334,12 @@ pub const CASES: &[Case] = &[
                 crate::features::training_parts(world, name),
                 (Some("ACTIVE".to_owned()), 1)
             );
-            for f in ["training_operator", "tiered_checkpointing", "autoscaling"] {
+            for f in [
+                "training_operator",
+                "inference_operator",
+                "tiered_checkpointing",
+                "autoscaling",
+            ] {
                 let f = crate::features::feature(hypd, token, name, f);
                 assert_eq!(f["enabled"], true, "{f:#}");
             }
@@ -347,18 +353,26 @@ pub const CASES: &[Case] = &[
                 described["AutoScaling"]["Status"], "InService",
                 "{described:#}"
             );
-            // The cluster's three roles and the three features'; the S3 driver's binding
-            // and the operator's.
+            // The cluster's three roles, the features' seven and the FSx driver's; the S3
+            // and FSx drivers' bindings and the training operator's.
             let c = crate::create::count(world, name);
-            assert_eq!((c.roles, c.pod_identities), (6, 2), "{c:?}");
+            assert_eq!((c.roles, c.pod_identities), (11, 3), "{c:?}");
         },
-        // The pre-flight reads the operator's add-on once to see whether it is on. One
+        // The pre-flight reads each operator's add-on once to see whether it is on. One
         // call a stage: the add-on, role and service account resources have their
         // faults in create_cluster's case; these are the calls only this pipeline makes.
-        // Autoscaling's UpdateCluster comes after tiered checkpointing's.
+        // The FSx driver's binding (components) comes before the training operator's,
+        // autoscaling's UpdateCluster after tiered checkpointing's.
         calls: &[
-            after_preflight("components", "eks", "DescribeAddon"),
-            call("training_operator", "eks", "CreatePodIdentityAssociation"),
+            Call {
+                after: 2,
+                ..call("components", "eks", "DescribeAddon")
+            },
+            Call {
+                after: 1,
+                ..call("training_operator", "eks", "CreatePodIdentityAssociation")
+            },
+            call("inference_operator", "s3", "CreateBucket"),
             call("tiered_checkpointing", "sagemaker", "UpdateCluster"),
             Call {
                 after: 1,

@@ -198,6 +198,57 @@ async fn cluster_access_and_addon_lifecycles() {
     })
     .await;
 
+    // The inference operator's configuration is checked against its schema, as EKS does:
+    // an unknown key and a missing required one are refused, nothing is created.
+    let inference = |config: serde_json::Value| {
+        eks.create_addon()
+            .cluster_name("ml-1")
+            .addon_name("amazon-sagemaker-hyperpod-inference")
+            .configuration_values(config.to_string())
+            .send()
+    };
+    let whole = json!({
+        "executionRoleArn": "arn:aws:iam::123456789012:role/x",
+        "tlsCertificateS3Bucket": "b",
+        "hyperpodClusterArn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/abc",
+    });
+    let mut unknown = whole.clone();
+    unknown["certManager"] = json!({"enabled": false});
+    for (bad, says) in [
+        (unknown, "$.certManager: is not defined in the schema"),
+        (
+            json!({"executionRoleArn": "arn:aws:iam::123456789012:role/x"}),
+            "$.tlsCertificateS3Bucket: is missing",
+        ),
+    ] {
+        let err = inference(bad).await.unwrap_err();
+        assert_eq!(err.code(), Some("InvalidParameterException"));
+        assert!(err.message().unwrap().contains(says), "{:?}", err.message());
+    }
+    assert!(
+        eks.list_addons()
+            .cluster_name("ml-1")
+            .send()
+            .await
+            .unwrap()
+            .addons()
+            .is_empty()
+    );
+    inference(whole).await.unwrap();
+    wait_for("inference add-on ACTIVE", || async {
+        eks.describe_addon()
+            .cluster_name("ml-1")
+            .addon_name("amazon-sagemaker-hyperpod-inference")
+            .send()
+            .await
+            .unwrap()
+            .addon
+            .unwrap()
+            .status
+            == Some(AddonStatus::Active)
+    })
+    .await;
+
     eks.delete_cluster().name("ml-1").send().await.unwrap();
     let c = eks_cluster(&eks, "ml-1").await;
     assert_eq!(c.status, Some(ClusterStatus::Deleting));

@@ -1,5 +1,5 @@
-//! An EKS add-on at a pinned version. Present: created, or moved to the pinned version
-//! once it is ACTIVE; a CREATE_FAILED or DEGRADED add-on is a failure with EKS's health
+//! An EKS add-on at a pinned version, with hypd's configuration values if it has any.
+//! Present: created, or moved to the pinned version (and configuration) once it is ACTIVE; a CREATE_FAILED or DEGRADED add-on is a failure with EKS's health
 //! issues, not something to wait out. Absent: deleted if hypd's tags are on it.
 
 use app::api::ApiError;
@@ -19,6 +19,9 @@ pub struct Addon {
     pub name: String,
     /// Present: the pinned version.
     pub want: Want<String>,
+    /// Present: the add-on's `configurationValues`, when hypd sets them (none: EKS's
+    /// defaults, and whatever someone else set is left as it is).
+    pub configuration: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +30,8 @@ pub struct State {
     pub version: Option<String>,
     pub ours: bool,
     pub issues: Vec<String>,
+    /// Its `configurationValues`, parsed (none when unset or not JSON).
+    pub configuration: Option<serde_json::Value>,
 }
 
 impl State {
@@ -69,12 +74,19 @@ pub enum Op {
     Delete,
 }
 
-/// The changes for `want` given what was found. Pure.
-pub fn diff(want: &Want<String>, observed: &Option<State>) -> Vec<Op> {
+/// The changes for `want` (and `configuration`, if hypd sets one) given what was found.
+/// Pure.
+pub fn diff(
+    want: &Want<String>,
+    configuration: Option<&serde_json::Value>,
+    observed: &Option<State>,
+) -> Vec<Op> {
     match (want, observed) {
         (Want::Present(_), None) => vec![Op::Create],
         (Want::Present(version), Some(s))
-            if s.active() && s.version.as_deref() != Some(version.as_str()) =>
+            if s.active()
+                && (s.version.as_deref() != Some(version.as_str())
+                    || configuration.is_some_and(|c| s.configuration.as_ref() != Some(c))) =>
         {
             vec![Op::Update]
         }
@@ -110,17 +122,22 @@ impl Resource for Addon {
                     )
                 })
                 .unwrap_or_default(),
+            configuration: a
+                .configuration_values
+                .as_deref()
+                .and_then(|c| serde_json::from_str(c).ok()),
             status: a.status,
             version: a.addon_version,
         }))
     }
 
     fn diff(&self, observed: &Option<State>) -> Result<Vec<Op>, ApiError> {
-        Ok(diff(&self.want, observed))
+        Ok(diff(&self.want, self.configuration.as_ref(), observed))
     }
 
     async fn apply(&self, op: &Op, observed: &mut Option<State>) -> Result<(), ApiError> {
         let version = self.want.present().cloned();
+        let configuration = self.configuration.as_ref().map(|c| c.to_string());
         match op {
             Op::Create => {
                 self.eks
@@ -128,6 +145,7 @@ impl Resource for Addon {
                     .cluster_name(&self.cluster)
                     .addon_name(&self.name)
                     .set_addon_version(version.clone())
+                    .set_configuration_values(configuration)
                     .set_tags(Some(cluster_tags(&self.cluster)))
                     .client_request_token(format!("hypd-{}-{}", self.cluster, self.name))
                     .send()
@@ -138,6 +156,7 @@ impl Resource for Addon {
                     version,
                     ours: true,
                     issues: Vec::new(),
+                    configuration: self.configuration.clone(),
                 });
             }
             Op::Update => {
@@ -146,12 +165,16 @@ impl Resource for Addon {
                     .cluster_name(&self.cluster)
                     .addon_name(&self.name)
                     .set_addon_version(version.clone())
+                    .set_configuration_values(configuration)
                     .send()
                     .await
                     .upstream("eks", "UpdateAddon")?;
                 if let Some(s) = observed {
                     s.status = Some(AddonStatus::Updating);
                     s.version = version;
+                    if self.configuration.is_some() {
+                        s.configuration = self.configuration.clone();
+                    }
                 }
             }
             Op::Delete => {
@@ -173,16 +196,24 @@ impl Resource for Addon {
     fn describe(&self, op: &Op, observed: &Option<State>) -> Change {
         let change = |action| Change::new(action, KIND, &self.name);
         let wanted = self.want.present().map(|v| json!(v));
+        let configured = |c: Change, was: Option<serde_json::Value>| match &self.configuration {
+            Some(want) if was.as_ref() != Some(want) => {
+                c.field("configuration_values", was, Some(want.clone()))
+            }
+            _ => c,
+        };
         match op {
-            Op::Create => change(Action::Create).field("version", None, wanted),
-            Op::Update => change(Action::Update).field(
-                "version",
-                observed
-                    .as_ref()
-                    .and_then(|s| s.version.clone())
-                    .map(|v| json!(v)),
-                wanted,
-            ),
+            Op::Create => configured(change(Action::Create).field("version", None, wanted), None),
+            Op::Update => {
+                let was = observed.as_ref();
+                let version = was.and_then(|s| s.version.clone()).map(|v| json!(v));
+                let c = if version != wanted {
+                    change(Action::Update).field("version", version, wanted)
+                } else {
+                    change(Action::Update)
+                };
+                configured(c, was.and_then(|s| s.configuration.clone()))
+            }
             Op::Delete => change(Action::Delete),
         }
     }
@@ -194,6 +225,7 @@ impl Resource for Addon {
                 version: self.want.present().cloned(),
                 ours: true,
                 issues: Vec::new(),
+                configuration: self.configuration.clone(),
             }),
             Op::Delete => None,
         }
@@ -210,20 +242,34 @@ mod tests {
             version: Some(version.into()),
             ours: true,
             issues: vec![],
+            configuration: None,
         })
     }
 
     #[test]
     fn an_active_addon_at_another_version_is_moved_to_the_pin() {
         let want = Want::Present("v2".to_owned());
-        assert_eq!(diff(&want, &None), [Op::Create]);
-        assert_eq!(diff(&want, &state(AddonStatus::Active, "v1")), [Op::Update]);
-        assert!(diff(&want, &state(AddonStatus::Creating, "v1")).is_empty());
-        assert!(diff(&want, &state(AddonStatus::Active, "v2")).is_empty());
+        assert_eq!(diff(&want, None, &None), [Op::Create]);
         assert_eq!(
-            diff(&Want::Absent, &state(AddonStatus::Active, "v2")),
+            diff(&want, None, &state(AddonStatus::Active, "v1")),
+            [Op::Update]
+        );
+        assert!(diff(&want, None, &state(AddonStatus::Creating, "v1")).is_empty());
+        assert!(diff(&want, None, &state(AddonStatus::Active, "v2")).is_empty());
+        assert_eq!(
+            diff(&Want::Absent, None, &state(AddonStatus::Active, "v2")),
             [Op::Delete]
         );
+        // hypd's configuration is put back when it differs; none set leaves any alone.
+        let config = json!({"executionRoleArn": "arn:r"});
+        assert_eq!(
+            diff(&want, Some(&config), &state(AddonStatus::Active, "v2")),
+            [Op::Update]
+        );
+        let mut configured = state(AddonStatus::Active, "v2");
+        configured.as_mut().unwrap().configuration = Some(config.clone());
+        assert!(diff(&want, Some(&config), &configured).is_empty());
+        assert!(diff(&want, None, &configured).is_empty());
         let failed = state(AddonStatus::CreateFailed, "v2").unwrap();
         assert!(failed.check("x").is_err());
     }

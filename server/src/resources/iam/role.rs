@@ -33,6 +33,16 @@ pub enum Trust {
         namespace: String,
         name: String,
     },
+    /// Service accounts whose subject matches `subject` (IAM's `StringLike`: `*` stands
+    /// for any run, so one role can serve accounts made per model), audience STS; and an
+    /// AWS service besides, if named (a role SageMaker also assumes for the workload).
+    Workloads {
+        provider_arn: String,
+        issuer: String,
+        /// `system:serviceaccount:<namespace>:<name>`, possibly with `*`.
+        subject: String,
+        service: Option<String>,
+    },
 }
 
 impl Trust {
@@ -66,6 +76,34 @@ impl Trust {
                     }],
                 })
             }
+            Trust::Workloads {
+                provider_arn,
+                issuer,
+                subject,
+                service,
+            } => {
+                let issuer = issuer.trim_start_matches("https://");
+                let mut statements: Vec<Value> = service
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "Effect": "Allow",
+                            "Principal": { "Service": s },
+                            "Action": "sts:AssumeRole",
+                        })
+                    })
+                    .collect();
+                statements.push(json!({
+                    "Effect": "Allow",
+                    "Principal": { "Federated": provider_arn },
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": { format!("{issuer}:aud"): "sts.amazonaws.com" },
+                        "StringLike": { format!("{issuer}:sub"): subject },
+                    },
+                }));
+                json!({ "Version": "2012-10-17", "Statement": statements })
+            }
         }
     }
 
@@ -75,6 +113,12 @@ impl Trust {
             Trust::ServiceAccount {
                 namespace, name, ..
             } => format!("service account {namespace}/{name} (OIDC)"),
+            Trust::Workloads {
+                subject, service, ..
+            } => match service {
+                Some(s) => format!("{subject} (OIDC) and {s}"),
+                None => format!("{subject} (OIDC)"),
+            },
         }
     }
 }
@@ -415,6 +459,39 @@ mod tests {
                 "oidc.eks.us-east-1.amazonaws.com/id/AB:aud": "sts.amazonaws.com",
             })
         );
+    }
+
+    #[test]
+    fn a_workloads_role_matches_its_subject_pattern_and_names_its_service() {
+        let trust = Trust::Workloads {
+            provider_arn: "arn:aws:iam::1:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/AB"
+                .into(),
+            issuer: "oidc.eks.us-east-1.amazonaws.com/id/AB".into(),
+            subject: "system:serviceaccount:*:model-*".into(),
+            service: Some("sagemaker.amazonaws.com".into()),
+        };
+        let doc = trust.document();
+        assert_eq!(
+            doc["Statement"][0],
+            json!({"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
+                   "Action": "sts:AssumeRole"})
+        );
+        let federated = &doc["Statement"][1];
+        assert_eq!(
+            federated["Condition"],
+            json!({
+                "StringEquals": {"oidc.eks.us-east-1.amazonaws.com/id/AB:aud": "sts.amazonaws.com"},
+                "StringLike": {"oidc.eks.us-east-1.amazonaws.com/id/AB:sub": "system:serviceaccount:*:model-*"},
+            })
+        );
+        // Without a service, the web identity statement is the only one.
+        let alone = Trust::Workloads {
+            provider_arn: "arn:aws:iam::1:oidc-provider/x".into(),
+            issuer: "x".into(),
+            subject: "system:serviceaccount:a:b".into(),
+            service: None,
+        };
+        assert_eq!(alone.document()["Statement"].as_array().unwrap().len(), 1);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A cluster's shared bucket. Present: created (with hypd's tags) when it does not exist;
 //! a bucket the user named and that exists is used as it is, and one that belongs to
-//! another account is a field error. Absent: deleted only if hypd's tags are on it and it
+//! another account is a field error; a bucket whose name only hypd makes (`adopt`) and
+//! that has no tags is one whose creation's answer was lost or whose tagging a crash cut
+//! off, and is tagged now. Absent: deleted only if hypd's tags are on it and it
 //! holds nothing but `keep_prefix` (hypd's own files): data outlives clusters.
 
 use app::api::ApiError;
@@ -22,6 +24,11 @@ pub struct Bucket {
     /// Absent: the key prefix of hypd's own objects, which may be deleted with it.
     pub want: Want<()>,
     pub hypd_prefix: String,
+    /// The request field a name taken by another account is blamed on.
+    pub field: &'static str,
+    /// Only hypd makes a bucket of this name: found untagged in this account, it is
+    /// hypd's own, cut off between CreateBucket and PutBucketTagging.
+    pub adopt: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -48,15 +55,17 @@ impl Observed {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     Create,
+    Tag,
     DeleteObject(String),
     Delete,
 }
 
 /// The changes for `want` given what was found. Pure.
-pub fn diff(want: &Want<()>, o: &Observed, hypd_prefix: &str) -> Vec<Op> {
+pub fn diff(want: &Want<()>, o: &Observed, hypd_prefix: &str, adopt: bool) -> Vec<Op> {
     match want {
         Want::Present(()) if !o.exists => vec![Op::Create],
-        Want::Absent if o.exists && o.ours && o.data(hypd_prefix) == 0 => {
+        Want::Present(()) if !o.ours && adopt => vec![Op::Tag],
+        Want::Absent if o.exists && (o.ours || adopt) && o.data(hypd_prefix) == 0 => {
             let mut ops: Vec<Op> = o.keys.iter().cloned().map(Op::DeleteObject).collect();
             ops.push(Op::Delete);
             ops
@@ -66,6 +75,26 @@ pub fn diff(want: &Want<()>, o: &Observed, hypd_prefix: &str) -> Vec<Op> {
 }
 
 impl Bucket {
+    async fn tag(&self) -> Result<(), ApiError> {
+        let tag_set = tags::of_cluster(&self.cluster)
+            .iter()
+            .map(|(k, v)| Tag::builder().key(*k).value(v).build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ApiError::internal)?;
+        let tagging = Tagging::builder()
+            .set_tag_set(Some(tag_set))
+            .build()
+            .map_err(ApiError::internal)?;
+        self.s3
+            .put_bucket_tagging()
+            .bucket(&self.name)
+            .tagging(tagging)
+            .send()
+            .await
+            .upstream("s3", "PutBucketTagging")?;
+        Ok(())
+    }
+
     /// Why a bucket that teardown leaves in place stays, if it does.
     pub fn kept(&self, o: &Observed) -> Option<String> {
         let data = o.data(&self.hypd_prefix);
@@ -108,7 +137,7 @@ impl Resource for Bucket {
                 )
             });
         let mut keys = Vec::new();
-        if self.want == Want::Absent && ours {
+        if self.want == Want::Absent && (ours || self.adopt) {
             let mut pages = self
                 .s3
                 .list_objects_v2()
@@ -133,7 +162,7 @@ impl Resource for Bucket {
     }
 
     fn diff(&self, observed: &Observed) -> Result<Vec<Op>, ApiError> {
-        Ok(diff(&self.want, observed, &self.hypd_prefix))
+        Ok(diff(&self.want, observed, &self.hypd_prefix, self.adopt))
     }
 
     async fn apply(&self, op: &Op, o: &mut Observed) -> Result<(), ApiError> {
@@ -158,7 +187,7 @@ impl Resource for Bucket {
                     Ok(_) => {}
                     Err(ApiError::Upstream { code: Some(c), .. }) if c == "BucketAlreadyExists" => {
                         return Err(ApiError::field(
-                            "storage.s3_bucket",
+                            self.field,
                             format!(
                                 "bucket {} belongs to another account; choose another name",
                                 self.name
@@ -167,28 +196,17 @@ impl Resource for Bucket {
                     }
                     Err(e) => return Err(e),
                 }
-                let tag_set = tags::of_cluster(&self.cluster)
-                    .iter()
-                    .map(|(k, v)| Tag::builder().key(*k).value(v).build())
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(ApiError::internal)?;
-                let tagging = Tagging::builder()
-                    .set_tag_set(Some(tag_set))
-                    .build()
-                    .map_err(ApiError::internal)?;
-                self.s3
-                    .put_bucket_tagging()
-                    .bucket(&self.name)
-                    .tagging(tagging)
-                    .send()
-                    .await
-                    .upstream("s3", "PutBucketTagging")?;
+                self.tag().await?;
                 *o = Observed {
                     exists: true,
                     ours: true,
                     keys: Vec::new(),
                     created: true,
                 };
+            }
+            Op::Tag => {
+                self.tag().await?;
+                o.ours = true;
             }
             Op::DeleteObject(key) => {
                 self.s3
@@ -220,6 +238,11 @@ impl Resource for Bucket {
                 None,
                 Some(json!(self.region)),
             ),
+            Op::Tag => Change::new(Action::Update, KIND, &self.name).field(
+                "tags",
+                None,
+                Some(json!(tags::of_cluster(&self.cluster))),
+            ),
             Op::DeleteObject(key) => {
                 Change::new(Action::Delete, "s3:Object", format!("{}/{key}", self.name))
             }
@@ -236,6 +259,7 @@ impl Resource for Bucket {
                     created: true,
                 }
             }
+            Op::Tag => o.ours = true,
             Op::DeleteObject(key) => o.keys.retain(|k| k != key),
             Op::Delete => *o = Observed::default(),
         }
@@ -255,7 +279,7 @@ mod tests {
             created: false,
         };
         assert_eq!(
-            diff(&Want::Absent, &o, "hypd/lifecycle"),
+            diff(&Want::Absent, &o, "hypd/lifecycle", false),
             [
                 Op::DeleteObject("hypd/lifecycle/on_create.sh".into()),
                 Op::Delete
@@ -265,12 +289,15 @@ mod tests {
             keys: vec!["hypd/lifecycle/on_create.sh".into(), "data/x".into()],
             ..o.clone()
         };
-        assert!(diff(&Want::Absent, &with_data, "hypd/lifecycle").is_empty());
+        assert!(diff(&Want::Absent, &with_data, "hypd/lifecycle", false).is_empty());
         let theirs = Observed { ours: false, ..o };
-        assert!(diff(&Want::Absent, &theirs, "hypd/lifecycle").is_empty());
+        assert!(diff(&Want::Absent, &theirs, "hypd/lifecycle", false).is_empty());
         assert_eq!(
-            diff(&Want::Present(()), &Observed::default(), ""),
+            diff(&Want::Present(()), &Observed::default(), "", false),
             [Op::Create]
         );
+        // Untagged: the user's, unless only hypd makes a bucket of that name.
+        assert!(diff(&Want::Present(()), &theirs, "", false).is_empty());
+        assert_eq!(diff(&Want::Present(()), &theirs, "", true), [Op::Tag]);
     }
 }
