@@ -161,6 +161,18 @@ fn applied(hypd: &Hypd, token: &str, name: &str, body: Value) -> (Value, Value) 
     (started, op)
 }
 
+/// A world of its own with cluster `body` created in it: the world, hypd, an admin token.
+fn with_cluster(body: Value) -> (World, Hypd, String) {
+    let world = World::start_checked(FAST);
+    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
+    let token = hypd.admin_token();
+    let (status, started) = hypd.call(&token, Method::POST, "/api/v1/clusters", Some(body));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    (world, hypd, token)
+}
+
 fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
     hypd.call(
         token,
@@ -172,19 +184,8 @@ fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
 
 #[test]
 fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
     let name = "feat";
-    let (status, started) = hypd.call(
-        &token,
-        Method::POST,
-        "/api/v1/clusters",
-        Some(crate::create::small(name)),
-    );
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (world, hypd, token) = with_cluster(crate::create::small(name));
 
     let off = feature(&hypd, &token, name, "training_operator");
     assert_eq!(
@@ -447,9 +448,6 @@ fn planned_changes(answer: &Value) -> BTreeSet<(String, String)> {
 /// before (HyperPod's own Karpenter CRDs aside, which stay as they do on AWS).
 #[test]
 fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
     let name = "scale";
     let mut body = crate::create::small(name);
     body["instance_groups"][0]["instance_count"] = json!(1);
@@ -458,10 +456,7 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
             "name": group, "instance_type": "ml.g5.8xlarge", "instance_count": 0,
         }));
     }
-    let (status, started) = hypd.call(&token, Method::POST, "/api/v1/clusters", Some(body));
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (world, hypd, token) = with_cluster(body);
     let before = inventory(&world, name);
 
     // A group autoscaling cannot scale, or none there, is refused by its field.
@@ -687,19 +682,8 @@ fn calls_by_stage(world: &World) -> Vec<(String, String)> {
 /// leaves AWS and Kubernetes as they were, bucket included.
 #[test]
 fn inference_operator_on_then_a_training_only_request_leaves_it_untouched() {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
     let name = "infer";
-    let (status, started) = hypd.call(
-        &token,
-        Method::POST,
-        "/api/v1/clusters",
-        Some(crate::create::small(name)),
-    );
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (world, hypd, token) = with_cluster(crate::create::small(name));
     let before = inventory(&world, name);
     let bucket = format!("hypd-{name}-123456789012-tls");
 
