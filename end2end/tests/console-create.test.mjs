@@ -304,6 +304,13 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector(`${scaling}[data-state="on"] .feature-details li:text("scales instance groups spot-1")`);
   await settled(page);
   await shot(page, 'features-on');
+  // The groups of autoscaling already on can be changed from the panel: the group it
+  // scales already is nothing to do; cleared, the field is no change at all.
+  await page.fill(`${scaling} .autoscaling-groups`, 'spot-1');
+  await page.click('button.apply-features');
+  await page.waitForSelector('.features .plan p:text("Nothing to do")');
+  await page.fill(`${scaling} .autoscaling-groups`, '');
+  assert.ok(await page.isDisabled('button.apply-features'), 'nothing touched again');
   await page.uncheck(`${training} .feature-toggle`);
   await page.uncheck(`${inference} .feature-toggle`);
   await page.uncheck(`${tiered} .feature-toggle`);

@@ -59,7 +59,8 @@ pub fn FeaturesPanel(
     let touched = RwSignal::new(BTreeMap::<Feature, bool>::new());
     // Tiered checkpointing's share of memory, as typed (empty: left as it is).
     let percent = RwSignal::new(String::new());
-    // The groups autoscaling may scale, as typed (empty: every group it supports).
+    // The groups autoscaling may scale, as typed (empty: those it scales now, or on
+    // first use every group it supports).
     let groups = RwSignal::new(String::new());
     let step = Step::new();
     let apply = move |()| {
@@ -221,19 +222,22 @@ fn FeatureRow(
         .into_iter()
         .map(|d| view! { <li>{d}</li> })
         .collect_view();
-    // A new share of memory is a change of a feature that stays on.
-    let share = move |ev| {
-        let typed = event_target_value(&ev);
-        let changed = !typed.trim().is_empty();
-        percent.set(typed);
-        touched.update(|t| {
-            if changed {
-                t.insert(feature, true);
-            } else if live {
-                t.remove(&feature);
-            }
-        });
-        step.reset();
+    // A value typed for a feature that stays on (a new share of memory, other groups to
+    // scale) is a change of it; cleared again, it is none.
+    let typed_into = move |value: RwSignal<String>| {
+        move |ev| {
+            let typed = event_target_value(&ev);
+            let changed = !typed.trim().is_empty();
+            value.set(typed);
+            touched.update(|t| {
+                if changed {
+                    t.insert(feature, true);
+                } else if live {
+                    t.remove(&feature);
+                }
+            });
+            step.reset();
+        }
     };
     let memory = (feature == Feature::TieredCheckpointing).then(|| {
         view! {
@@ -246,25 +250,22 @@ fn FeatureRow(
                     class="tiered-percent"
                     placeholder=if live { "as now" } else { "20" }
                     prop:value=move || percent.get()
-                    on:input=share
+                    on:input=typed_into(percent)
                 />
             </label>
         }
     });
-    // Only when turning it on: which groups managed Karpenter may scale.
-    let scaled = (feature == Feature::Autoscaling && !live).then(|| {
+    // Which groups managed Karpenter may scale: when turning it on, or to change them.
+    let scaled = (feature == Feature::Autoscaling).then(|| {
         view! {
             <label class="scaled-groups" class:hidden=move || !checked()>
                 <span>"Instance groups"</span>
                 <input
                     type="text"
                     class="autoscaling-groups"
-                    placeholder="all it can scale"
+                    placeholder=if live { "as now" } else { "all it can scale" }
                     prop:value=move || groups.get()
-                    on:input=move |ev| {
-                        groups.set(event_target_value(&ev));
-                        step.reset();
-                    }
+                    on:input=typed_into(groups)
                 />
             </label>
         }
