@@ -272,6 +272,13 @@ impl World {
             .unwrap_or_default()
     }
 
+    /// The configuration (`configurationValues`, parsed) of add-on `addon`, if it has one.
+    pub fn eks_addon_configuration(&mut self, name: &str, addon: &str) -> Option<Value> {
+        let c = self.cluster(name).ok()?;
+        let values = c.addons.get(addon)?.configuration_values.as_deref()?;
+        serde_json::from_str(values).ok()
+    }
+
     /// For other services (HyperPod) that need an ACTIVE EKS cluster.
     pub fn eks_cluster_active(&mut self, name: &str) -> bool {
         self.cluster(name).is_ok_and(|c| c.active())

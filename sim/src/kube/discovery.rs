@@ -170,6 +170,36 @@ const BUILTIN: &[Builtin] = &[
         &[],
         false,
     ),
+    // Kept, not acted on: the sim calls no webhook and serves no aggregated API (an
+    // APIService's backing Service is never asked), as on a cluster whose webhook
+    // services are down and whose failure policies say Ignore.
+    (
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        "APIService",
+        false,
+        &[],
+        true,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        false,
+        &[],
+        false,
+    ),
     (
         "storage.k8s.io",
         "v1",

@@ -2,7 +2,8 @@
 //! namespace) it runs on a real cluster, labelled with the add-on so they go when it
 //! goes; the training operator also installs the HyperPodPyTorchJob CRD, the inference
 //! operator the InferenceEndpointConfig and JumpStartModel CRDs (AWS's own, from the
-//! operator's chart). Workloads are
+//! operator's chart), and with `keda.enabled` in its configuration KEDA's workloads and
+//! CRDs (its chart depends on KEDA's). Workloads are
 //! created once and then left to their own controllers, as EKS leaves them. HyperPod's
 //! own managed daemon (tiered checkpointing's memory manager) is installed the same way,
 //! from the HyperPod cluster's settings instead of an add-on.
@@ -44,6 +45,49 @@ fn addon_crds(addon: &str) -> &'static [(&'static str, &'static str)] {
         ],
         _ => &[],
     }
+}
+
+/// What the inference operator's chart adds with `keda.enabled`: the KEDA chart it
+/// depends on (2.17.1), under that chart's names, in the add-on's namespace (a Helm
+/// subchart installs into its parent's release namespace), with KEDA's CRDs.
+const KEDA_WORKLOADS: &[(&str, &str, &str, u32)] = &[
+    (
+        "hyperpod-inference-system",
+        "Deployment",
+        "keda-operator",
+        1,
+    ),
+    (
+        "hyperpod-inference-system",
+        "Deployment",
+        "keda-operator-metrics-apiserver",
+        1,
+    ),
+    (
+        "hyperpod-inference-system",
+        "Deployment",
+        "keda-admission-webhooks",
+        1,
+    ),
+];
+const KEDA_CRDS: &[(&str, &str)] = &[
+    (
+        "scaledobjects.keda.sh",
+        include_str!("../../../crds/keda.sh_scaledobjects.yaml"),
+    ),
+    (
+        "triggerauthentications.keda.sh",
+        include_str!("../../../crds/keda.sh_triggerauthentications.yaml"),
+    ),
+    (
+        "clustertriggerauthentications.keda.sh",
+        include_str!("../../../crds/keda.sh_clustertriggerauthentications.yaml"),
+    ),
+];
+
+/// Whether add-on `addon` with `config` brings KEDA.
+fn with_keda(addon: &str, config: Option<&Value>) -> bool {
+    addon == INFERENCE_OPERATOR && config.is_some_and(|c| c["keda"]["enabled"] == true)
 }
 
 /// The workloads an EKS add-on runs: namespace, kind, name, replicas (DaemonSets: 0).
@@ -101,13 +145,21 @@ const ADDON_LABEL: &str = "eks.amazonaws.com/addon";
 pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
     tiered_checkpointing(w, cluster, now);
     let active = w.eks_active_addons(cluster);
+    let keda: BTreeSet<String> = active
+        .iter()
+        .filter(|a| with_keda(a, w.eks_addon_configuration(cluster, a).as_ref()))
+        .cloned()
+        .collect();
     let Some(c) = w.kube_cluster(cluster) else {
         return;
     };
     let store = &mut c.store;
     let mut wanted = BTreeSet::new();
     for addon in &active {
-        for (ns, kind, name, replicas) in addon_workloads(addon) {
+        let brings_keda = keda.contains(addon);
+        let extra_workloads = if brings_keda { KEDA_WORKLOADS } else { &[] };
+        let extra_crds = if brings_keda { KEDA_CRDS } else { &[] };
+        for (ns, kind, name, replicas) in addon_workloads(addon).iter().chain(extra_workloads) {
             let (gr, api) = if *kind == "Deployment" {
                 ("apps/deployments", "apps/v1")
             } else {
@@ -140,7 +192,7 @@ pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
             }
             store.put(key, o);
         }
-        for (name, yaml) in addon_crds(addon) {
+        for (name, yaml) in addon_crds(addon).iter().chain(extra_crds) {
             let key = Key::new(CRD_GR, "", name);
             if store.get(&key).is_none()
                 && let Ok(mut crd) = serde_yaml::from_str::<Value>(yaml)
@@ -167,7 +219,10 @@ pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
             };
             match k.gr.as_str() {
                 "apps/deployments" | "apps/daemonsets" => !wanted.contains(k),
-                gr if gr == CRD_GR => !active.contains(&addon),
+                gr if gr == CRD_GR => {
+                    !active.contains(&addon)
+                        || (KEDA_CRDS.iter().any(|(n, _)| *n == k.name) && !keda.contains(&addon))
+                }
                 _ => false,
             }
         })
