@@ -7,6 +7,7 @@
 //! errors, which the operations engine waits out with a note and backoff, as for AWS.
 
 pub mod karpenter;
+pub mod manifest;
 pub mod object;
 
 use std::time::{Duration, SystemTime};
