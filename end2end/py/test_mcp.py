@@ -527,7 +527,8 @@ async def features_through_mcp(server, hypd, sim):
         assert set(tools["update_features"].input_schema["properties"]) >= {"training_operator", "confirmation"}
         before = structured(await client.call_tool("get_features", {"name": name}))
         by_feature = {f["feature"]: f for f in before["features"]}
-        assert set(by_feature) == {"training_operator", "inference_operator", "tiered_checkpointing", "autoscaling"}, before
+        assert set(by_feature) == {"training_operator", "inference_operator", "tiered_checkpointing", "autoscaling",
+                                   "kuberay_operator", "keda"}, before
         assert by_feature["training_operator"]["enabled"] is False and by_feature["training_operator"]["changeable"] is True
         cert = next(c for c in before["components"] if c["name"] == "cert-manager")
         assert cert["status"] == "ACTIVE" and cert["with_cluster"] is True and "training_operator" in cert["needed_by"], cert
@@ -643,6 +644,27 @@ async def features_through_mcp(server, hypd, sim):
         fsx = next(c for c in after["components"] if c["name"] == "aws-fsx-csi-driver")
         assert fsx["status"] == "absent", fsx
         assert "jumpstartmodels" not in kubectl(sim, name, "get", "crd", "-o", "name")
+
+        # KubeRay: its pinned upstream release, applied object by object with hypd's
+        # label; off in two steps, CRDs included.
+        ray = {"name": name, "kuberay_operator": True}
+        waited = await finished(client, structured(await client.call_tool("update_features", ray))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        operator = json.loads(kubectl(sim, name, "get", "deployment", "kuberay-operator", "-o", "json"))
+        assert operator["spec"]["template"]["spec"]["containers"][0]["image"] == "quay.io/kuberay/operator:v1.7.0"
+        assert operator["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "hypd", operator["metadata"]
+        assert operator["status"]["availableReplicas"] >= 1, operator["status"]
+        now = {f["feature"]: f for f in structured(await client.call_tool("get_features", {"name": name}))["features"]}
+        assert now["kuberay_operator"]["enabled"] and now["kuberay_operator"]["version"] == "v1.7.0", now
+        first = structured(await client.call_tool("update_features", {**ray, "kuberay_operator": False}))
+        deleted = {(c["kind"], c["name"]) for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete"}
+        assert ("k8s:apiextensions.k8s.io/v1/CustomResourceDefinition", "rayjobs.ray.io") in deleted, first["plan"]
+        assert len(deleted) == 11, first["plan"]
+        confirmed = {**ray, "kuberay_operator": False, "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("update_features", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        assert "ray.io" not in kubectl(sim, name, "get", "crd", "-o", "name")
+
         # On again: the cluster's deletion removes its bucket and roles with the rest.
         waited = await finished(client, structured(await client.call_tool("update_features", serve))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited

@@ -267,14 +267,17 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector('.drift .drift-none');
 
   // Advanced features: the training and inference operators, tiered checkpointing (30%
-  // of memory) and autoscaling of the spot group turned on after their plan (only the
-  // toggles touched are sent: the plan has the operators' add-ons and the FSx driver the
-  // inference operator needs, no other), then all four off after their plan and
-  // confirmation; the panel reads each state back from AWS.
+  // of memory), autoscaling of the spot group and the KubeRay operator turned on after
+  // their plan (only the toggles touched are sent: the plan has the operators' add-ons
+  // and the FSx driver the inference operator needs, no other), then all five off after
+  // their plan and confirmation; the panel reads each state back from AWS and
+  // Kubernetes. KEDA, untouched, comes and goes with the inference operator's add-on.
   const training = '.feature[data-feature="training_operator"]';
   const inference = '.feature[data-feature="inference_operator"]';
   const tiered = '.feature[data-feature="tiered_checkpointing"]';
   const scaling = '.feature[data-feature="autoscaling"]';
+  const ray = '.feature[data-feature="kuberay_operator"]';
+  const keda = '.feature[data-feature="keda"]';
   await page.waitForSelector(`${training}[data-state="off"]`);
   await settled(page);
   assert.ok(await page.isDisabled('button.apply-features'), 'nothing touched, nothing to send');
@@ -285,8 +288,10 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   assert.match(await page.textContent(scaling), /never other EC2 capacity/);
   await page.check(`${scaling} .feature-toggle`);
   await page.fill(`${scaling} .autoscaling-groups`, 'spot-1');
+  await page.check(`${ray} .feature-toggle`);
   await page.click('button.apply-features');
   await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="create"]');
+  await page.waitForSelector('.features .plan li[data-kind="k8s:apiextensions.k8s.io/v1/CustomResourceDefinition"][data-action="create"]');
   await page.waitForSelector('.features .plan li[data-kind="k8s:karpenter.sh/v1/NodePool"][data-action="create"]');
   await page.waitForSelector('.features .plan li[data-kind="s3:Bucket"][data-action="create"]');
   assert.equal(await page.locator('.features .plan li[data-kind="eks:Addon"]').count(), 3);
@@ -302,6 +307,8 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector(`${inference}[data-state="on"] .feature-details li:text("controller available")`);
   await page.waitForSelector(`${tiered}[data-state="on"] .feature-details li:text("30% of instance memory")`);
   await page.waitForSelector(`${scaling}[data-state="on"] .feature-details li:text("scales instance groups spot-1")`);
+  await page.waitForSelector(`${ray}[data-state="on"] .feature-details li:text("Deployment default/kuberay-operator available")`);
+  await page.waitForSelector(`${keda}[data-state="on"]`);
   await settled(page);
   await shot(page, 'features-on');
   // The groups of autoscaling already on can be changed from the panel: the group it
@@ -315,7 +322,9 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.uncheck(`${inference} .feature-toggle`);
   await page.uncheck(`${tiered} .feature-toggle`);
   await page.uncheck(`${scaling} .feature-toggle`);
+  await page.uncheck(`${ray} .feature-toggle`);
   await page.click('button.apply-features');
+  await page.waitForSelector('.features .plan li[data-kind="k8s:apiextensions.k8s.io/v1/CustomResourceDefinition"][data-action="delete"]');
   await page.waitForSelector('.features .plan li[data-kind="eks:Addon"][data-action="delete"]');
   await page.waitForSelector('.features .plan li[data-kind="k8s:karpenter.sh/v1/NodePool"][data-action="delete"]');
   await page.waitForSelector('.features .plan li[data-kind="k8s:v1/ServiceAccount"][data-action="delete"]');
@@ -329,6 +338,8 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.waitForSelector(`${inference}[data-state="off"]`);
   await page.waitForSelector(`${tiered}[data-state="off"]`);
   await page.waitForSelector(`${scaling}[data-state="off"]`);
+  await page.waitForSelector(`${ray}[data-state="off"]`);
+  await page.waitForSelector(`${keda}[data-state="off"]`);
   await page.waitForSelector('.features tr[data-component="cert-manager"] td:text("ACTIVE")');
   await page.waitForSelector('.features tr[data-component="aws-fsx-csi-driver"] td:text("absent")');
 

@@ -1,5 +1,5 @@
 //! A cluster's advanced features (the HyperPod training and inference operators, tiered
-//! checkpointing, managed Karpenter autoscaling):
+//! checkpointing, managed Karpenter autoscaling, the KubeRay operator, KEDA):
 //! `get_features` reads each from the world, `update_features` changes only the features
 //! its request names. That request has one optional field per feature and
 //! no whole-state shape, so a form that still holds a stale value of a feature the user
@@ -24,14 +24,18 @@ pub enum Feature {
     InferenceOperator,
     TieredCheckpointing,
     Autoscaling,
+    KuberayOperator,
+    Keda,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 4] = [
+    pub const ALL: [Feature; 6] = [
         Feature::TrainingOperator,
         Feature::InferenceOperator,
         Feature::TieredCheckpointing,
         Feature::Autoscaling,
+        Feature::KuberayOperator,
+        Feature::Keda,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -40,6 +44,8 @@ impl Feature {
             Feature::InferenceOperator => "inference_operator",
             Feature::TieredCheckpointing => "tiered_checkpointing",
             Feature::Autoscaling => "autoscaling",
+            Feature::KuberayOperator => "kuberay_operator",
+            Feature::Keda => "keda",
         }
     }
 
@@ -49,6 +55,8 @@ impl Feature {
             Feature::InferenceOperator => "HyperPod inference operator",
             Feature::TieredCheckpointing => "Managed tiered checkpointing",
             Feature::Autoscaling => "Managed Karpenter autoscaling",
+            Feature::KuberayOperator => "KubeRay operator",
+            Feature::Keda => "KEDA",
         }
     }
 
@@ -67,6 +75,12 @@ impl Feature {
             Feature::Autoscaling => {
                 "scales HyperPod instance groups (only those, never other EC2 capacity) with pending pods, down to zero"
             }
+            Feature::KuberayOperator => {
+                "runs Ray clusters, jobs and services (RayCluster, RayJob, RayService, RayCronJob): the upstream release, pinned"
+            }
+            Feature::Keda => {
+                "scales workloads on events and metrics (ScaledObject, ScaledJob): the upstream release, pinned; the inference operator brings its own"
+            }
         }
     }
 
@@ -80,7 +94,10 @@ impl Feature {
                 "aws-mountpoint-s3-csi-driver",
                 "aws-fsx-csi-driver",
             ],
-            Feature::TieredCheckpointing | Feature::Autoscaling => &[],
+            Feature::TieredCheckpointing
+            | Feature::Autoscaling
+            | Feature::KuberayOperator
+            | Feature::Keda => &[],
         }
     }
 }
@@ -150,7 +167,7 @@ impl Command for GetFeatures {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_features",
         summary: "Show a cluster's advanced features as they are now",
-        description: "Each feature (training operator, inference operator, tiered checkpointing, Karpenter autoscaling): on or off, its status and version, what it depends on, and whether update_features can change it; and the shared add-ons with the features that need them. Asks AWS and Kubernetes now. Read-only.",
+        description: "Each advanced feature: on or off, its status and version, what it depends on; and the shared add-ons with the features that need them. Asks AWS and Kubernetes now. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -183,6 +200,10 @@ pub struct UpdateFeatures {
     pub autoscaling: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling_groups: Option<Vec<InstanceGroupName>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kuberay_operator: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keda: Option<bool>,
     /// Re-sending a request with the same key returns the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
@@ -202,6 +223,8 @@ impl UpdateFeatures {
             (Feature::InferenceOperator, self.inference_operator),
             (Feature::TieredCheckpointing, self.tiered_checkpointing),
             (Feature::Autoscaling, self.autoscaling),
+            (Feature::KuberayOperator, self.kuberay_operator),
+            (Feature::Keda, self.keda),
         ]
         .into_iter()
         .filter_map(|(f, on)| on.map(|on| (f, on)))
@@ -230,6 +253,8 @@ impl UpdateFeatures {
                 self.autoscaling_groups = None;
             }
             Feature::InferenceOperator => self.inference_operator = None,
+            Feature::KuberayOperator => self.kuberay_operator = None,
+            Feature::Keda => self.keda = None,
         }
     }
 }
@@ -239,7 +264,7 @@ impl Command for UpdateFeatures {
     const SPEC: CommandSpec = CommandSpec {
         name: "update_features",
         summary: "Turn a cluster's advanced features on or off",
-        description: "Changes only the features named (true on, false off); those already as asked are skipped (none left: no stages, nothing to do). Turning one on installs what it needs first (autoscaling scales only the HyperPod instance groups named, never other EC2 capacity); turning one off removes what only it needed, never a component another feature or the cluster uses. Returns an operation: follow it with wait_operation. Turning a feature off is two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; send the same arguments again with that `confirmation`. `dry_run: true` returns only the plan.",
+        description: "Changes only the features named (true on, false off); those already as asked are skipped (none left: nothing to do). On installs what a feature needs first (autoscaling scales only the HyperPod instance groups named, never other EC2 capacity); off removes what only it needed, never what another feature or the cluster uses. Returns an operation: follow it with wait_operation. Turning one off is two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; send the same arguments again with that `confirmation`. `dry_run: true` returns only the plan.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,

@@ -6,6 +6,7 @@
 
 pub mod autoscaling;
 pub mod inference;
+pub mod release;
 pub mod tiered;
 pub mod training;
 pub mod update;
@@ -287,6 +288,9 @@ pub(crate) async fn read(
             .state()
             .await?,
     );
+    for up in [&release::KUBERAY_OPERATOR, &release::KEDA_OPERATOR] {
+        features.push(release::Installed::new(aws, at, up).await?.state().await?);
+    }
 
     let enabled: BTreeSet<Feature> = features
         .iter()

@@ -2,6 +2,8 @@
 //! already as asked, so the operation stores (and runs) only real changes, and has no
 //! stage at all when there are none. Then: the shared add-ons the features turned on
 //! need, each feature's own parts, and last the shared add-ons nothing needs any more.
+//! KEDA and the inference operator share one rule: its add-on brings its own KEDA, so
+//! hypd's KEDA and the add-on's are never on the same cluster.
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::autoscaling::Autoscaling;
 use super::inference::Inference;
+use super::release::{Installed, Installer, KEDA_OPERATOR, KUBERAY_OPERATOR};
 use super::tiered::Tiered;
 use super::training::TrainingOperator;
 use super::{POLL, addon, component_identity, components};
@@ -27,6 +30,8 @@ stages! {
         InferenceOperator = "inference_operator", "Inference operator: TLS bucket, its four OIDC roles and the configured add-on (ACTIVE, controller available), or all removed", false;
         TieredCheckpointing = "tiered_checkpointing", "Tiered checkpointing: OIDC role, service account and HyperPod's TieredStorageConfig (InService again), or all three removed", false;
         Autoscaling = "autoscaling", "Managed Karpenter: cluster role, HyperPod's AutoScaling (InService), HyperpodNodeClass (Ready) and NodePool, or all four removed", false;
+        KuberayOperator = "kuberay_operator", "KubeRay operator: the pinned upstream release applied (CRDs established, operator available), or removed", false;
+        Keda = "keda", "KEDA: the pinned upstream release applied (CRDs established, its three Deployments available), or removed", false;
         Unneeded = "unneeded", "Shared add-ons no feature on needs any more removed (never those the cluster was made with)", false;
     }
 }
@@ -78,6 +83,12 @@ impl Pipeline for UpdateFeatures {
         if self.autoscaling.is_some() {
             stages.push(Stage::Autoscaling);
         }
+        if self.kuberay_operator.is_some() {
+            stages.push(Stage::KuberayOperator);
+        }
+        if self.keda.is_some() {
+            stages.push(Stage::Keda);
+        }
         if !components(&none, &[], &self.turning(false)).1.is_empty() {
             stages.push(Stage::Unneeded);
         }
@@ -125,6 +136,70 @@ impl Pipeline for UpdateFeatures {
                     }
                     if Inference::new(cx.aws, &at).await?.holds(on).await? {
                         self.drop(feature);
+                    } else if on
+                        && let Some(other) = Installed::new(cx.aws, &at, &KEDA_OPERATOR)
+                            .await?
+                            .installer()
+                            .await?
+                            .filter(|i| !matches!(i, Installer::Addon(_)))
+                    {
+                        // Its add-on installs KEDA itself: a second KEDA beside one
+                        // already there would fight it for the same API.
+                        return Err(ApiError::field(
+                            feature.as_str(),
+                            format!(
+                                "its add-on installs KEDA itself, and KEDA on {} was {}; turn keda off first, in a request of its own",
+                                at.eks,
+                                other.said()
+                            ),
+                        ));
+                    }
+                }
+                Feature::KuberayOperator => {
+                    let r = Installed::new(cx.aws, &at, &KUBERAY_OPERATOR).await?;
+                    if !on && let Some(why) = r.refusal_to_remove().await? {
+                        return Err(ApiError::field(feature.as_str(), why));
+                    }
+                    if r.holds(on).await? {
+                        self.drop(feature);
+                    }
+                }
+                Feature::Keda => {
+                    let k = Installed::new(cx.aws, &at, &KEDA_OPERATOR).await?;
+                    let installer = k.installer().await?;
+                    let with_inference = matches!(installer, Some(Installer::Addon(_)));
+                    match (on, self.inference_operator) {
+                        // The inference operator's add-on, turned on in this request,
+                        // brings KEDA.
+                        (true, Some(true)) => self.drop(feature),
+                        (true, Some(false)) if with_inference => {
+                            return Err(ApiError::field(
+                                feature.as_str(),
+                                format!(
+                                    "KEDA on {} came with the inference operator's add-on, which this request removes; turn keda on once it is gone",
+                                    at.eks
+                                ),
+                            ));
+                        }
+                        // KEDA goes with the inference operator's add-on.
+                        (false, Some(false)) if with_inference => self.drop(feature),
+                        (false, _) if with_inference => {
+                            return Err(ApiError::field(
+                                feature.as_str(),
+                                format!(
+                                    "KEDA on {} came with the inference operator's add-on; it goes when inference_operator is turned off",
+                                    at.eks
+                                ),
+                            ));
+                        }
+                        _ => {
+                            if !on && let Some(why) = k.refusal_to_remove().await? {
+                                return Err(ApiError::field(feature.as_str(), why));
+                            }
+                            if k.holds(on).await? {
+                                self.drop(feature);
+                            }
+                        }
                     }
                 }
             }
@@ -197,6 +272,22 @@ impl Pipeline for UpdateFeatures {
                 Autoscaling::new(&cx.aws, &at)
                     .await?
                     .step(on, self.autoscaling_groups.as_deref())
+                    .await
+            }
+            Stage::KuberayOperator => {
+                let on = self
+                    .kuberay_operator
+                    .ok_or_else(|| missing("the KubeRay operator's wanted state"))?;
+                Installed::new(&cx.aws, &at, &KUBERAY_OPERATOR)
+                    .await?
+                    .step(on)
+                    .await
+            }
+            Stage::Keda => {
+                let on = self.keda.ok_or_else(|| missing("KEDA's wanted state"))?;
+                Installed::new(&cx.aws, &at, &KEDA_OPERATOR)
+                    .await?
+                    .step(on)
                     .await
             }
             Stage::Unneeded => {
@@ -277,5 +368,9 @@ mod tests {
                                               "tiered_checkpointing": true}),
         );
         assert_eq!(names(&both), ["training_operator", "tiered_checkpointing"]);
+        // The upstream releases need no shared add-on, on or off.
+        let releases =
+            request(serde_json::json!({"name": "ml-1", "kuberay_operator": true, "keda": false}));
+        assert_eq!(names(&releases), ["kuberay_operator", "keda"]);
     }
 }

@@ -397,6 +397,8 @@ mod tests {
                 "inference_operator",
                 "tiered_checkpointing",
                 "autoscaling",
+                "kuberay_operator",
+                "keda",
                 "unneeded"
             ]
         );

@@ -839,6 +839,21 @@ fn inference_operator_on_then_a_training_only_request_leaves_it_untouched() {
         crds.contains("CRD /inferenceendpointconfigs.inference.sagemaker.aws.amazon.com"),
         "{crds:?}"
     );
+    // Its add-on brings KEDA (its chart depends on KEDA's): KEDA reads as on, and as
+    // the add-on's, which hypd does not remove on its own.
+    assert!(crds.contains("CRD /scaledobjects.keda.sh"), "{crds:?}");
+    let k = feature(&hypd, &token, name, "keda");
+    assert_eq!(
+        (&k["enabled"], &k["status"]),
+        (
+            &json!(true),
+            &json!(format!("installed by the EKS add-on {INFERENCE_ADDON}"))
+        ),
+        "{k:#}"
+    );
+    let (status, refused) = update(&hypd, &token, name, json!({"keda": false}));
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["errors"][0]["field"], "keda", "{refused}");
 
     // The stale-field replay: a request naming only the training operator makes the
     // training operator's calls and nothing else; the inference add-on and cert-manager
@@ -911,4 +926,228 @@ fn inference_operator_on_then_a_training_only_request_leaves_it_untouched() {
     assert_eq!(inventory(&world, name), before);
     let f = feature(&hypd, &token, name, "inference_operator");
     assert_eq!(f["enabled"], false, "{f:#}");
+}
+
+/// The objects of `kind` (`group/version`, plural) in cluster `name`'s Kubernetes, by
+/// `namespace/name`.
+fn kube_objects(
+    world: &World,
+    name: &str,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+) -> Vec<String> {
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersion};
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = kube_client(world, name).await;
+        let gv: GroupVersion = api_version.parse().unwrap();
+        let ar = ApiResource::from_gvk_with_plural(&gv.with_kind(kind), plural);
+        Api::<DynamicObject>::all_with(client, &ar)
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.iter().map(|o| named(kind, &o.metadata)).collect())
+            .unwrap_or_default()
+    })
+}
+
+/// Creates (`Some`) or deletes (`None`) RayJob `job` in namespace default.
+fn ray_job(world: &World, name: &str, job: &str, create: bool) {
+    use kube::api::{DeleteParams, DynamicObject, PostParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = kube_client(world, name).await;
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("ray.io", "v1", "RayJob"),
+            "rayjobs",
+        );
+        let jobs = Api::<DynamicObject>::namespaced_with(client, "default", &ar);
+        if create {
+            let o: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": job},
+                "spec": {"entrypoint": "python train.py", "rayClusterSpec": {"headGroupSpec": {
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}
+            }))
+            .unwrap();
+            jobs.create(&PostParams::default(), &o).await.unwrap();
+        } else {
+            jobs.delete(job, &DeleteParams::default()).await.unwrap();
+        }
+    })
+}
+
+/// KubeRay and KEDA: the plan lists every object of their pinned upstream releases, one
+/// server-side apply each makes them, get_features says which release from where; the
+/// inference operator (whose add-on brings its own KEDA) is refused beside hypd's KEDA; a
+/// RayJob keeps KubeRay from being turned off (its CRD would take the job with it); once
+/// it is gone both go, and Kubernetes holds exactly what it held before.
+#[test]
+fn kuberay_and_keda_are_their_pinned_releases_and_never_take_users_objects_with_them() {
+    let name = "rays";
+    let (world, hypd, token) = with_cluster(crate::create::small(name));
+    let before = inventory(&world, name);
+    let both = json!({"kuberay_operator": true, "keda": true});
+
+    let mut dry_body = both.clone();
+    dry_body["dry_run"] = json!(true);
+    let (status, dry) = update(&hypd, &token, name, dry_body);
+    assert_eq!(status, 200, "{dry}");
+    let stages = dry["plan"]["stages"].as_array().unwrap();
+    let names: Vec<&str> = stages
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kuberay_operator", "keda"], "{dry:#}");
+    let creates = |i: usize| -> Vec<(String, String)> {
+        stages[i]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["action"] == "create")
+            .map(|c| {
+                (
+                    c["kind"].as_str().unwrap().to_owned(),
+                    c["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (kuberay, keda) = (creates(0), creates(1));
+    assert_eq!((kuberay.len(), keda.len()), (11, 24), "{dry:#}");
+    assert!(kuberay.contains(&(
+        "k8s:apiextensions.k8s.io/v1/CustomResourceDefinition".to_owned(),
+        "rayjobs.ray.io".to_owned()
+    )));
+    assert!(keda.contains(&(
+        "k8s:apiregistration.k8s.io/v1/APIService".to_owned(),
+        "v1beta1.external.metrics.k8s.io".to_owned()
+    )));
+
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (_, op) = applied(&hypd, &token, name, both.clone());
+    assert_eq!(op["stages"].as_array().unwrap().len(), 2, "{op:#}");
+    let applies = |stage: &str| {
+        calls_by_stage(&world)
+            .iter()
+            .filter(|(s, o)| s == stage && o.starts_with("patch "))
+            .count()
+    };
+    assert_eq!((applies("kuberay_operator"), applies("keda")), (11, 24));
+    assert_eq!(
+        calls_by_stage(&world).len(),
+        35,
+        "one apply per object, nothing else"
+    );
+    let f = feature(&hypd, &token, name, "kuberay_operator");
+    assert_eq!(
+        (&f["enabled"], &f["status"], &f["version"]),
+        (&json!(true), &json!("installed"), &json!("v1.7.0")),
+        "{f:#}"
+    );
+    let details = f["details"].to_string();
+    assert!(
+        details.contains("github.com/ray-project/kuberay (tag v1.7.0, commit 59d663aeec13)"),
+        "{f:#}"
+    );
+    assert!(
+        details.contains("Deployment default/kuberay-operator available"),
+        "{f:#}"
+    );
+    let k = feature(&hypd, &token, name, "keda");
+    assert_eq!(
+        (&k["status"], &k["version"]),
+        (&json!("installed"), &json!("2.20.2")),
+        "{k:#}"
+    );
+    assert!(
+        k["details"]
+            .to_string()
+            .contains("Deployment keda/keda-operator available"),
+        "{k:#}"
+    );
+    assert_eq!(
+        kube_objects(
+            &world,
+            name,
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations"
+        ),
+        ["ValidatingWebhookConfiguration /keda-admission"]
+    );
+
+    // Both already on: nothing to do, nothing called.
+    world.sim.call(Method::DELETE, "/_sim/calls", None);
+    let (_, op) = applied(&hypd, &token, name, both);
+    assert_eq!(op["stages"], json!([]), "{op:#}");
+    assert_eq!(agents_mutating_calls(&world), []);
+
+    // The inference operator's add-on would install a second KEDA.
+    let (status, refused) = update(&hypd, &token, name, json!({"inference_operator": true}));
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["errors"][0]["field"], "inference_operator",
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("installed by hypd"),
+        "{refused}"
+    );
+
+    // A RayJob keeps KubeRay on.
+    ray_job(&world, name, "train", true);
+    let f = feature(&hypd, &token, name, "kuberay_operator");
+    assert!(
+        f["details"].to_string().contains("in use: 1 RayJob"),
+        "{f:#}"
+    );
+    let (status, refused) = update(&hypd, &token, name, json!({"kuberay_operator": false}));
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["errors"][0]["field"], "kuberay_operator",
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("1 RayJob exist"), "{refused}");
+    ray_job(&world, name, "train", false);
+
+    let off = json!({"kuberay_operator": false, "keda": false});
+    let (status, asked) = update(&hypd, &token, name, off.clone());
+    assert_eq!(status, 200, "{asked}");
+    let deletes: usize = asked["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .filter(|c| c["action"] == "delete")
+        .count();
+    assert_eq!(deletes, 35, "{asked:#}");
+    let (status, started) = hypd.confirmed(
+        &token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(off),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(inventory(&world, name), before);
+    assert!(
+        kube_objects(
+            &world,
+            name,
+            "apiregistration.k8s.io/v1",
+            "APIService",
+            "apiservices"
+        )
+        .is_empty()
+    );
+    for f in ["kuberay_operator", "keda"] {
+        let f = feature(&hypd, &token, name, f);
+        assert_eq!(
+            (&f["enabled"], &f["status"]),
+            (&json!(false), &json!("absent")),
+            "{f:#}"
+        );
+    }
 }

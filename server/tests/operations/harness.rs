@@ -326,7 +326,7 @@ pub const CASES: &[Case] = &[
             let path = format!("/api/v1/clusters/{name}/features");
             let body = json!({ "training_operator": true, "inference_operator": true,
                                "tiered_checkpointing": true, "tiered_memory_percent": 30,
-                               "autoscaling": true });
+                               "autoscaling": true, "kuberay_operator": true });
             (Method::POST, path, body)
         },
         check: |world, hypd, token, name| {
@@ -339,10 +339,13 @@ pub const CASES: &[Case] = &[
                 "inference_operator",
                 "tiered_checkpointing",
                 "autoscaling",
+                "kuberay_operator",
             ] {
                 let f = crate::features::feature(hypd, token, name, f);
                 assert_eq!(f["enabled"], true, "{f:#}");
             }
+            let ray = crate::features::feature(hypd, token, name, "kuberay_operator");
+            assert_eq!(ray["status"], "installed", "{ray:#}");
             let described =
                 crate::create::sagemaker(world, "DescribeCluster", json!({"ClusterName": name}));
             assert_eq!(
@@ -378,7 +381,28 @@ pub const CASES: &[Case] = &[
                 after: 1,
                 ..call("autoscaling", "sagemaker", "UpdateCluster")
             },
+            // After the CRDs: the operator's Deployment.
+            call("kuberay_operator", "kubernetes", "patch Deployment"),
         ],
+    },
+    // KEDA on its own: beside the inference operator (above) its add-on brings KEDA.
+    Case {
+        command: "update_features",
+        given: created,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/features");
+            (Method::POST, path, json!({ "keda": true }))
+        },
+        check: |_, hypd, token, name| {
+            let k = crate::features::feature(hypd, token, name, "keda");
+            assert_eq!(
+                (&k["status"], &k["version"]),
+                (&json!("installed"), &json!("2.20.2")),
+                "{k:#}"
+            );
+        },
+        // Near its end, after the namespace, CRDs and Deployments.
+        calls: &[call("keda", "kubernetes", "patch APIService")],
     },
 ];
 
@@ -665,11 +689,20 @@ fn world() -> (World, Hypd, String) {
     (world, hypd, token)
 }
 
-/// The command's verb, for cluster names: `create`, `import`…
 /// The command as a cluster name's start: `delete-instance-group`… (unique: several
-/// commands share a verb).
+/// commands share a verb); a command's second case on gets its number
+/// (`update-features-2`), since the cases of one test share a world.
 fn short(case: &Case) -> String {
-    case.command.replace('_', "-")
+    let base = case.command.replace('_', "-");
+    let nth = CASES
+        .iter()
+        .filter(|c| c.command == case.command)
+        .position(|c| std::ptr::eq(c, case))
+        .unwrap_or(0);
+    match nth {
+        0 => base,
+        n => format!("{base}-{}", n + 1),
+    }
 }
 
 fn name_for(case: &Case, c: &Call, kind: &str) -> String {
