@@ -202,9 +202,7 @@ pub(crate) struct Inference<'a> {
 
 impl<'a> Inference<'a> {
     pub(crate) async fn new(aws: &'a Aws, at: &'a Where) -> Result<Self, ApiError> {
-        let d = crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod)
-            .await?;
-        Self::described(aws, at, &d).await
+        Self::described(aws, at, &super::hyperpod(aws, at).await?).await
     }
 
     /// From a DescribeCluster the caller already made.

@@ -258,6 +258,15 @@ fn feature(f: Feature, enabled: bool, status: String, version: Option<String>) -
     }
 }
 
+/// The HyperPod cluster at `at` as DescribeCluster has it now: read once and shared by
+/// the features made from it (`described`).
+pub(crate) async fn hyperpod(
+    aws: &Aws,
+    at: &Where,
+) -> Result<aws_sdk_sagemaker::operation::describe_cluster::DescribeClusterOutput, ApiError> {
+    crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod).await
+}
+
 /// Every feature and shared component of the cluster at `at`, as they are now.
 pub(crate) async fn read(
     aws: &Aws,
@@ -267,8 +276,7 @@ pub(crate) async fn read(
     let training = training::TrainingOperator::new(aws, at).await?;
     let mut features = vec![training.state().await?];
 
-    let described =
-        crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod).await?;
+    let described = hyperpod(aws, at).await?;
     features.push(
         inference::Inference::described(aws, at, &described)
             .await?
