@@ -665,6 +665,23 @@ async def features_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
         assert "ray.io" not in kubectl(sim, name, "get", "crd", "-o", "name")
 
+        # KEDA on its own, while the inference operator (whose add-on brings its own) is
+        # off: the release with its APIService; the inference operator is refused beside
+        # it by the same field error as REST; off in two steps, CRDs included.
+        keda = {"name": name, "keda": True}
+        waited = await finished(client, structured(await client.call_tool("update_features", keda))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        assert "v1beta1.external.metrics.k8s.io" in kubectl(sim, name, "get", "apiservices", "-o", "name")
+        refused = await client.call_tool("update_features", serve)
+        assert refused.is_error, refused.content
+        error = refused.structured_content["error"]["errors"][0]
+        assert error["field"] == "inference_operator" and "turn keda off first" in error["message"], error
+        first = structured(await client.call_tool("update_features", {**keda, "keda": False}))
+        confirmed = {**keda, "keda": False, "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("update_features", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        assert "keda.sh" not in kubectl(sim, name, "get", "crd", "-o", "name")
+
         # On again: the cluster's deletion removes its bucket and roles with the rest.
         waited = await finished(client, structured(await client.call_tool("update_features", serve))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited

@@ -173,6 +173,21 @@ fn with_cluster(body: Value) -> (World, Hypd, String) {
     (world, hypd, token)
 }
 
+/// [`applied`] for a request that removes something: confirmed, then finished; the
+/// finished operation.
+fn confirmed(hypd: &Hypd, token: &str, name: &str, body: Value) -> Value {
+    let (status, started) = hypd.confirmed(
+        token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(body),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    op
+}
+
 fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
     hypd.call(
         token,
@@ -399,15 +414,7 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
         "{asked:#}"
     );
     world.sim.call(Method::DELETE, "/_sim/calls", None);
-    let (status, off) = hypd.confirmed(
-        &token,
-        Method::POST,
-        &format!("/api/v1/clusters/{name}/features"),
-        Some(both_off),
-    );
-    assert_eq!(status, 200, "{off}");
-    let op = hypd.finish(&token, off["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    confirmed(&hypd, &token, name, both_off);
     assert_eq!(training_parts(&world, name), (None, 0));
     assert_eq!(inventory(&world, name), before);
     for f in ["training_operator", "tiered_checkpointing"] {
@@ -603,15 +610,7 @@ fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
     .map(|(k, a)| (k.to_owned(), a.to_owned()))
     .into();
     assert_eq!(planned_changes(&asked), expected, "{asked:#}");
-    let (status, off) = hypd.confirmed(
-        &token,
-        Method::POST,
-        &format!("/api/v1/clusters/{name}/features"),
-        Some(off),
-    );
-    assert_eq!(status, 200, "{off}");
-    let op = hypd.finish(&token, off["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    confirmed(&hypd, &token, name, off);
     let mut after = inventory(&world, name);
     for crd in [
         "CRD /hyperpodnodeclasses.karpenter.sagemaker.amazonaws.com",
@@ -912,15 +911,7 @@ fn inference_operator_on_then_a_training_only_request_leaves_it_untouched() {
         ],
         "the FSx driver, its binding and its role (its policy detached first): {asked:#}"
     );
-    let (status, off) = hypd.confirmed(
-        &token,
-        Method::POST,
-        &format!("/api/v1/clusters/{name}/features"),
-        Some(both_off),
-    );
-    assert_eq!(status, 200, "{off}");
-    let op = hypd.finish(&token, off["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    confirmed(&hypd, &token, name, both_off);
     assert!(!bucket_exists(&world, &bucket, None));
     assert!(addon(&world, name, "aws-fsx-csi-driver").is_none());
     assert_eq!(inventory(&world, name), before);
@@ -1122,15 +1113,7 @@ fn kuberay_and_keda_are_their_pinned_releases_and_never_take_users_objects_with_
         .filter(|c| c["action"] == "delete")
         .count();
     assert_eq!(deletes, 35, "{asked:#}");
-    let (status, started) = hypd.confirmed(
-        &token,
-        Method::POST,
-        &format!("/api/v1/clusters/{name}/features"),
-        Some(off),
-    );
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    confirmed(&hypd, &token, name, off);
     assert_eq!(inventory(&world, name), before);
     assert!(
         kube_objects(
