@@ -91,6 +91,13 @@ impl Installer {
     }
 }
 
+/// Who installed the release whose marker CRD is `crd` as read, if it is there and not
+/// on its way out.
+fn installed_by(crd: Option<&Value>) -> Option<Installer> {
+    crd.filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+        .map(Installer::of)
+}
+
 /// One release on one cluster.
 pub(crate) struct Installed<'a> {
     up: &'static Upstream,
@@ -121,23 +128,29 @@ impl<'a> Installed<'a> {
         format!("{} {}", self.up.feature.title(), s.version)
     }
 
-    /// Who installed the release, if it is there (and not on its way out).
-    pub async fn installer(&self) -> Result<Option<Installer>, ApiError> {
-        let marker = self
-            .up
+    /// Where the marker CRD is among the release's objects.
+    fn marker(&self) -> Result<usize, ApiError> {
+        self.up
             .release()
-            .of_kind("CustomResourceDefinition")
-            .find(|o| o["metadata"]["name"] == self.up.marker)
+            .objects
+            .iter()
+            .position(|o| {
+                o["kind"] == "CustomResourceDefinition" && o["metadata"]["name"] == self.up.marker
+            })
             .ok_or_else(|| {
                 ApiError::internal(format!(
                     "the {} manifest has no CRD {}",
                     self.up.feature, self.up.marker
                 ))
-            })?;
-        Ok(manifest::read(&self.client, marker)
-            .await?
-            .filter(|crd| crd["metadata"]["deletionTimestamp"].is_null())
-            .map(|crd| Installer::of(&crd)))
+            })
+    }
+
+    /// Who installed the release, if it is there (and not on its way out).
+    pub async fn installer(&self) -> Result<Option<Installer>, ApiError> {
+        let marker = &self.up.release().objects[self.marker()?];
+        Ok(installed_by(
+            manifest::read(&self.client, marker).await?.as_ref(),
+        ))
     }
 
     /// The objects of the release's CRDs that exist, counted by kind ("2 RayJob").
@@ -263,10 +276,12 @@ impl<'a> Installed<'a> {
 
     /// How it stands now, for get_features.
     pub async fn state(&self) -> Result<FeatureState, ApiError> {
-        let installer = self.installer().await?;
         let source = &self.up.release().source;
         let m = self.manifest(true);
         let live = m.observe().await?;
+        // The marker is one of the objects just read: no second read of it.
+        let marker = live[self.marker()?].as_ref();
+        let installer = installed_by(marker);
         let (status, version, mut details) = match &installer {
             None => {
                 let left = self.manifest(false).pending(&live);
@@ -317,13 +332,6 @@ impl<'a> Installed<'a> {
                 (status.to_owned(), Some(source.version.clone()), details)
             }
             Some(other) => {
-                let marker = self
-                    .up
-                    .release()
-                    .objects
-                    .iter()
-                    .position(|o| o["metadata"]["name"] == self.up.marker)
-                    .and_then(|i| live[i].as_ref());
                 let version = marker
                     .and_then(|c| c["metadata"]["labels"]["app.kubernetes.io/version"].as_str())
                     .map(str::to_owned);
