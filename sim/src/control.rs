@@ -2,7 +2,7 @@
 //! faults, and a reset. It lives under `/_sim/`, a prefix no AWS API uses.
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
@@ -13,15 +13,15 @@ use std::collections::BTreeMap;
 use crate::sagemaker::Recovery;
 use crate::sagemaker::instance_types::InstanceType;
 use crate::sagemaker::training_plans::{Offering, OfferingSpec};
-use crate::world::{AwsError, Fault, Shared, World};
+use crate::world::{AwsError, Fault, Shared};
 
 async fn health() -> Response {
     Json(json!({ "ok": true })).into_response()
 }
 
 async fn get_clock(State(state): State<Shared>) -> Response {
-    let w = state.lock().await;
-    Json(json!({ "time_scale": w.clock.scale(), "now": w.clock.now() })).into_response()
+    let clock = &state.clock;
+    Json(json!({ "time_scale": clock.scale(), "now": clock.now() })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -34,9 +34,11 @@ async fn set_clock(State(state): State<Shared>, Json(body): Json<ClockBody>) -> 
         return AwsError::invalid_parameter("time_scale must be a non-negative number")
             .into_response();
     }
-    let mut w = state.lock().await;
-    w.clock.set_scale(body.time_scale);
-    Json(json!({ "time_scale": w.clock.scale(), "now": w.clock.now() })).into_response()
+    let clock = &state.clock;
+    clock.set_scale(body.time_scale);
+    // Every controller's deadline is real time at the old speed.
+    state.kube.wake_all();
+    Json(json!({ "time_scale": clock.scale(), "now": clock.now() })).into_response()
 }
 
 async fn add_fault(State(state): State<Shared>, Json(fault): Json<Fault>) -> Response {
@@ -64,32 +66,60 @@ async fn add_fault(State(state): State<Shared>, Json(fault): Json<Fault>) -> Res
         )
         .into_response();
     }
-    let id = state.lock().await.add_fault(fault);
+    if fault.caller.is_some()
+        && matches!(
+            fault.kind,
+            crate::world::FaultKind::Stuck | crate::world::FaultKind::Fails { .. }
+        )
+    {
+        return AwsError::invalid_parameter(
+            "caller applies to faults that answer a call; stuck and fails shape what every caller's calls start",
+        )
+        .into_response();
+    }
+    let id = state.faults.add(fault);
+    // A `stuck` fault holds transitions the controllers may be waiting for.
+    state.kube.wake_all();
     Json(json!({ "id": id })).into_response()
 }
 
 async fn list_faults(State(state): State<Shared>) -> Response {
-    Json(json!({ "faults": state.lock().await.faults })).into_response()
+    Json(json!({ "faults": state.faults.list() })).into_response()
 }
 
-async fn clear_faults(State(state): State<Shared>) -> Response {
-    state.lock().await.faults.clear();
+/// `?caller=KEY`: only what that access key's calls did, or the faults scoped to it
+/// (tests sharing a world each read and clear their own).
+#[derive(Deserialize)]
+struct ByCaller {
+    caller: Option<String>,
+}
+
+impl ByCaller {
+    fn holds(&self, caller: Option<&str>) -> bool {
+        self.caller.is_none() || self.caller.as_deref() == caller
+    }
+}
+
+async fn clear_faults(State(state): State<Shared>, Query(by): Query<ByCaller>) -> Response {
+    state.faults.retain(|f| !by.holds(f.caller.as_deref()));
+    state.kube.wake_all();
     Json(json!({})).into_response()
 }
 
 /// The calls the world answered since the log was last cleared, oldest first.
-async fn list_calls(State(state): State<Shared>) -> Response {
-    let w = state.lock().await;
-    Json(json!({ "calls": w.calls })).into_response()
+async fn list_calls(State(state): State<Shared>, Query(by): Query<ByCaller>) -> Response {
+    let calls = state.calls.list(|c| by.holds(c.caller.as_deref()));
+    Json(json!({ "calls": calls })).into_response()
 }
 
-async fn clear_calls(State(state): State<Shared>) -> Response {
-    state.lock().await.calls.clear();
+async fn clear_calls(State(state): State<Shared>, Query(by): Query<ByCaller>) -> Response {
+    state.calls.retain(|c| !by.holds(c.caller.as_deref()));
     Json(json!({})).into_response()
 }
 
 async fn remove_fault(State(state): State<Shared>, Path(id): Path<u64>) -> Response {
-    state.lock().await.faults.retain(|f| f.id != id);
+    state.faults.retain(|f| f.id != id);
+    state.kube.wake_all();
     Json(json!({})).into_response()
 }
 
@@ -98,8 +128,10 @@ async fn set_quotas(
     State(state): State<Shared>,
     Json(quotas): Json<std::collections::BTreeMap<String, u32>>,
 ) -> Response {
-    let mut w = state.lock().await;
+    let mut w = state.aws.lock().await;
     w.sagemaker.quotas.extend(quotas);
+    // Managed Karpenter may now add the nodes a quota held back.
+    w.kube.wake_all();
     Json(json!({ "quotas": w.sagemaker.quotas })).into_response()
 }
 
@@ -109,7 +141,7 @@ async fn set_instance_types(
     State(state): State<Shared>,
     Json(rows): Json<BTreeMap<String, InstanceType>>,
 ) -> Response {
-    let mut w = state.lock().await;
+    let mut w = state.aws.lock().await;
     for (name, facts) in rows {
         w.sagemaker
             .quotas
@@ -117,6 +149,8 @@ async fn set_instance_types(
             .or_insert(facts.default_quota);
         w.sagemaker.instance_types.insert(name, facts);
     }
+    // Nodes offer what the table says.
+    w.kube.wake_all();
     Json(json!({ "instance_types": w.sagemaker.instance_types })).into_response()
 }
 
@@ -125,7 +159,7 @@ async fn set_offerings(
     State(state): State<Shared>,
     Json(rows): Json<Vec<OfferingSpec>>,
 ) -> Response {
-    let mut w = state.lock().await;
+    let mut w = state.aws.lock().await;
     let now = w.clock.now();
     w.sagemaker.training_plans.offerings =
         rows.into_iter().map(|o| Offering::new(o, now)).collect();
@@ -156,7 +190,10 @@ async fn node_fault(
         FaultRecovery::Reboot => Recovery::Reboot,
         FaultRecovery::Replace => Recovery::Replace,
     };
-    let mut w = state.lock().await;
+    let mut w = state.aws.lock().await;
+    if let Some(eks) = w.sagemaker.orchestrator_of(&cluster) {
+        w.kube.wake(&eks);
+    }
     match w.mark_node_for_recovery(&cluster, &id, recovery, false) {
         Some(true) => Json(json!({ "recovery": recovery.label() })).into_response(),
         Some(false) => AwsError::new(
@@ -174,12 +211,20 @@ async fn node_fault(
     }
 }
 
-/// Forgets every resource and fault; keeps the time scale and moto.
+/// Forgets EKS cluster `name`, its node groups, the HyperPod clusters on it and its
+/// Kubernetes API server; what moto holds for it stays.
+async fn forget_cluster(State(state): State<Shared>, Path(name): Path<String>) -> Response {
+    if state.aws.lock().await.forget_eks_cluster(&name) {
+        Json(json!({})).into_response()
+    } else {
+        AwsError::not_found(format!("No cluster found for name: {name}.")).into_response()
+    }
+}
+
+/// Forgets every resource, fault and call, and starts time from zero again; keeps the
+/// time scale and moto.
 async fn reset(State(state): State<Shared>) -> Response {
-    let mut w = state.lock().await;
-    let mut fresh = World::new(w.clock.scale(), w.moto.take());
-    fresh.kube.secret = w.kube.secret.clone();
-    *w = fresh;
+    state.reset().await;
     Json(json!({})).into_response()
 }
 
@@ -194,6 +239,7 @@ pub fn routes() -> Router<Shared> {
         .route("/_sim/faults/{id}", delete(remove_fault))
         .route("/_sim/calls", get(list_calls).delete(clear_calls))
         .route("/_sim/reset", post(reset))
+        .route("/_sim/clusters/{name}", delete(forget_cluster))
         .route("/_sim/sagemaker/quotas", axum::routing::put(set_quotas))
         .route(
             "/_sim/sagemaker/instance-types",

@@ -15,8 +15,9 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::clock::reached;
 use crate::moto::distinct_zones;
-use crate::world::{ACCOUNT, AwsError, Phase, Shared, World, fnv1a, fnv1a_extend, region_of};
+use crate::world::{ACCOUNT, Aws, AwsError, Phase, Shared, fnv1a, fnv1a_extend, region_of};
 
 /// Simulated seconds each transition takes (AWS's typical figures).
 pub const CLUSTER_CREATE_SECS: f64 = 600.0;
@@ -185,7 +186,7 @@ fn phase_status(
     stuck: bool,
 ) -> Option<Phase> {
     let t = t.as_ref()?;
-    (stuck || now - t.since < secs(t.phase)).then_some(t.phase)
+    (stuck || !reached(now, t.since + secs(t.phase))).then_some(t.phase)
 }
 
 fn hex_id(seed: &str, len: usize) -> String {
@@ -201,58 +202,74 @@ fn hex_id(seed: &str, len: usize) -> String {
     out
 }
 
-impl World {
-    /// Applies finished transitions (deletions disappear) and reports the cluster.
-    fn settle_eks(&mut self) {
+impl Aws {
+    /// Forgets EKS cluster `name` at once, with its node groups, every HyperPod cluster
+    /// it orchestrates and its API server, as if it had been deleted long ago; whether
+    /// it existed. For tests sharing one world: a case done with its cluster takes it out
+    /// of every later controller pass and listing.
+    pub fn forget_eks_cluster(&mut self, name: &str) -> bool {
+        let existed = self.eks.clusters.remove(name).is_some();
+        self.eks
+            .nodegroups
+            .retain(|(cluster, _), _| cluster != name);
+        self.sagemaker.forget_on_eks(name);
+        self.kube.stop(name);
+        existed
+    }
+
+    /// Applies the finished transitions of cluster `name` and its add-ons: a finished
+    /// deletion takes the cluster and its API server away. Only the cluster read or
+    /// changed is settled, so a call costs the same however many clusters there are.
+    fn settle_eks(&mut self, name: &str) {
         let now = self.clock.now();
         let stuck_create = self.stuck("eks", "CreateCluster");
         let stuck_delete = self.stuck("eks", "DeleteCluster");
         let stuck_addon = self.stuck("eks", "CreateAddon") || self.stuck("eks", "UpdateAddon");
         let stuck_addon_delete = self.stuck("eks", "DeleteAddon");
-        self.eks.clusters.retain(|_, c| {
-            let gone = matches!(&c.transition, Some(t) if t.phase == Phase::Deleting)
-                && phase_status(&c.transition, now, |_| CLUSTER_DELETE_SECS, stuck_delete)
-                    .is_none();
-            !gone
+        let Some(c) = self.eks.clusters.get_mut(name) else {
+            return;
+        };
+        let gone = matches!(&c.transition, Some(t) if t.phase == Phase::Deleting)
+            && phase_status(&c.transition, now, |_| CLUSTER_DELETE_SECS, stuck_delete).is_none();
+        if gone {
+            self.eks.clusters.remove(name);
+            self.kube.stop(name);
+            return;
+        }
+        if let Some(t) = &c.transition
+            && t.phase == Phase::Creating
+            && phase_status(&c.transition, now, |_| CLUSTER_CREATE_SECS, stuck_create).is_none()
+        {
+            c.transition = None;
+        }
+        c.addons.retain(|_, a| {
+            !(matches!(&a.transition, Some(t) if t.phase == Phase::Deleting)
+                && phase_status(
+                    &a.transition,
+                    now,
+                    |_| ADDON_DELETE_SECS,
+                    stuck_addon_delete,
+                )
+                .is_none())
         });
-        let live = &self.eks.clusters;
-        self.kube.retain(|name| live.contains_key(name));
-        for c in self.eks.clusters.values_mut() {
-            if let Some(t) = &c.transition
-                && t.phase == Phase::Creating
-                && phase_status(&c.transition, now, |_| CLUSTER_CREATE_SECS, stuck_create).is_none()
-            {
-                c.transition = None;
-            }
-            c.addons.retain(|_, a| {
-                !(matches!(&a.transition, Some(t) if t.phase == Phase::Deleting)
-                    && phase_status(
-                        &a.transition,
-                        now,
-                        |_| ADDON_DELETE_SECS,
-                        stuck_addon_delete,
-                    )
-                    .is_none())
-            });
-            for a in c.addons.values_mut() {
-                let secs = |p| {
-                    if p == Phase::Creating {
-                        ADDON_CREATE_SECS
-                    } else {
-                        ADDON_UPDATE_SECS
-                    }
-                };
-                if matches!(&a.transition, Some(t) if t.phase != Phase::Deleting)
-                    && phase_status(&a.transition, now, secs, stuck_addon).is_none()
-                {
-                    a.transition = None;
+        for a in c.addons.values_mut() {
+            let secs = |p| {
+                if p == Phase::Creating {
+                    ADDON_CREATE_SECS
+                } else {
+                    ADDON_UPDATE_SECS
                 }
+            };
+            if matches!(&a.transition, Some(t) if t.phase != Phase::Deleting)
+                && phase_status(&a.transition, now, secs, stuck_addon).is_none()
+            {
+                a.transition = None;
             }
         }
     }
 
     fn cluster(&mut self, name: &str) -> Result<&mut Cluster, AwsError> {
-        self.settle_eks();
+        self.settle_eks(name);
         self.eks
             .clusters
             .get_mut(name)
@@ -317,7 +334,7 @@ impl Cluster {
         self.transition.is_none() && self.failure.is_none()
     }
 
-    fn to_json(&self, w: &World) -> Value {
+    fn to_json(&self, w: &Aws) -> Value {
         let issuer = format!(
             "https://oidc.eks.{}.amazonaws.com/id/{}",
             self.region, self.oidc_id
@@ -359,7 +376,7 @@ impl Cluster {
 }
 
 impl AccessEntry {
-    fn to_json(&self, cluster: &Cluster, w: &World) -> Value {
+    fn to_json(&self, cluster: &Cluster, w: &Aws) -> Value {
         json!({
             "clusterName": cluster.name,
             "principalArn": self.principal_arn,
@@ -382,7 +399,7 @@ impl Addon {
         status_word(&self.transition)
     }
 
-    fn to_json(&self, cluster: &Cluster, w: &World) -> Value {
+    fn to_json(&self, cluster: &Cluster, w: &Aws) -> Value {
         json!({
             "addonName": self.name,
             "clusterName": cluster.name,
@@ -402,13 +419,13 @@ impl Addon {
     }
 }
 
-/// Runs a handler body with the world locked, after any injected fault for `op`: a
+/// Runs a handler body with EKS and SageMaker locked, after any injected fault for `op`: a
 /// refusal answers instead of the body, a lost answer after it.
 macro_rules! call {
     ($state:expr, $op:literal, |$w:ident| $body:expr) => {{
         let fault = crate::world::injected(&$state, "eks", $op).await;
-        let mut guard = $state.lock().await;
-        let $w: &mut World = &mut guard;
+        let mut guard = $state.aws.lock().await;
+        let $w: &mut Aws = &mut guard;
         let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
         match fault.filter(|_| !lost).and_then(crate::world::aws_error) {
             Some(e) => e.into_response(),
@@ -473,7 +490,7 @@ async fn create_cluster(
         }
     };
     // moto is asked outside the lock; the answers are checked again under it.
-    let moto = state.lock().await.moto.clone();
+    let moto = state.moto.clone();
     let checked = async {
         check_name("The cluster name", &body.name, 100)?;
         let version = body
@@ -528,7 +545,7 @@ async fn create_cluster(
     .await;
     call!(state, "CreateCluster", |w| {
         let (version, mode, vpc_id) = checked?;
-        w.settle_eks();
+        w.settle_eks(&body.name);
         if w.eks.clusters.contains_key(&body.name) {
             return Err(AwsError::in_use(format!(
                 "Cluster already exists with name: {}",
@@ -590,7 +607,16 @@ async fn describe_cluster(State(state): State<Shared>, Path(name): Path<String>)
 async fn list_clusters(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let region = region_of(&headers);
     call!(state, "ListClusters", |w| {
-        w.settle_eks();
+        let listed: Vec<String> = w
+            .eks
+            .clusters
+            .values()
+            .filter(|c| c.region == region)
+            .map(|c| c.name.clone())
+            .collect();
+        for name in &listed {
+            w.settle_eks(name);
+        }
         let names: Vec<&String> = w
             .eks
             .clusters
@@ -630,6 +656,8 @@ async fn delete_cluster(State(state): State<Shared>, Path(name): Path<String>) -
             phase: Phase::Deleting,
         });
         let c = c.clone();
+        // Its controllers learn when the deletion is over, and stop its server then.
+        w.kube.wake(&name);
         Ok(json!({ "cluster": c.to_json(w) }))
     })
 }
@@ -926,6 +954,7 @@ async fn create_addon(
         };
         c.addons.insert(body.addon_name, addon.clone());
         let c = c.clone();
+        w.kube.wake(&name);
         Ok(json!({ "addon": addon.to_json(&c, w) }))
     })
 }
@@ -1000,6 +1029,7 @@ async fn update_addon(
             since: now,
             phase: Phase::Updating,
         });
+        w.kube.wake(&name);
         let epoch = w.clock.epoch(now);
         Ok(json!({
             "update": { "id": update_id, "status": "InProgress", "type": "AddonUpdate", "params": [], "createdAt": epoch, "errors": [] }
@@ -1021,6 +1051,7 @@ async fn delete_addon(
         });
         let a = a.clone();
         let c = c.clone();
+        w.kube.wake(&name);
         Ok(json!({ "addon": a.to_json(&c, w) }))
     })
 }
@@ -1064,7 +1095,7 @@ async fn describe_addon_versions(
 }
 
 impl PodIdentity {
-    fn to_json(&self, cluster: &Cluster, w: &World) -> Value {
+    fn to_json(&self, cluster: &Cluster, w: &Aws) -> Value {
         json!({
             "clusterName": cluster.name,
             "namespace": self.namespace,
@@ -1097,7 +1128,7 @@ async fn create_pod_identity(
     Json(body): Json<CreatePodIdentityBody>,
 ) -> Response {
     let region = region_of(&headers);
-    let moto = state.lock().await.moto.clone();
+    let moto = state.moto.clone();
     let role_ok = match &moto {
         Some(m) => m.role_exists(&region, &body.role_arn).await,
         None => Ok(true),
@@ -1253,4 +1284,102 @@ pub fn routes() -> Router<Shared> {
             get(describe_pod_identity).delete(delete_pod_identity),
         )
         .merge(nodegroups::routes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(w: &Aws, name: &str, phase: Phase) -> Cluster {
+        let now = w.clock.now();
+        Cluster {
+            name: name.to_owned(),
+            region: "us-east-1".to_owned(),
+            version: DEFAULT_KUBERNETES_VERSION.to_owned(),
+            role_arn: String::new(),
+            subnet_ids: Vec::new(),
+            security_group_ids: Vec::new(),
+            vpc_id: String::new(),
+            authentication_mode: "API".to_owned(),
+            endpoint_public: true,
+            endpoint_private: false,
+            tags: json!({}),
+            created: now,
+            transition: Some(Transition { since: now, phase }),
+            failure: None,
+            oidc_id: hex_id(name, 32),
+            access_entries: BTreeMap::new(),
+            addons: BTreeMap::new(),
+            pod_identities: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn reading_a_cluster_settles_that_cluster_only() {
+        let mut w = Aws::standalone(0.0);
+        for name in ["a", "b"] {
+            let c = cluster(&w, name, Phase::Deleting);
+            w.eks.clusters.insert(name.to_owned(), c);
+        }
+        let mut creating = cluster(&w, "c", Phase::Creating);
+        creating.addons.insert(
+            "coredns".to_owned(),
+            Addon {
+                name: "coredns".to_owned(),
+                version: "v1.12.2-eksbuild.4".to_owned(),
+                service_account_role_arn: None,
+                configuration_values: None,
+                created: 0.0,
+                modified: 0.0,
+                transition: Some(Transition {
+                    since: 0.0,
+                    phase: Phase::Creating,
+                }),
+                tags: json!({}),
+            },
+        );
+        w.eks.clusters.insert("c".to_owned(), creating);
+        w.clock.advance(CLUSTER_CREATE_SECS);
+        assert!(!w.eks_cluster_active("a"));
+        assert!(!w.eks.clusters.contains_key("a"));
+        assert!(w.eks.clusters.contains_key("b"), "b is gone once read");
+        assert!(w.eks.clusters["c"].transition.is_some());
+        assert_eq!(w.eks_active_addons("c"), ["coredns"]);
+        assert!(w.eks.clusters["c"].active());
+        assert!(w.cluster("b").is_err());
+        assert_eq!(w.eks.clusters.len(), 1);
+    }
+
+    #[test]
+    fn reading_a_cluster_says_when_it_or_an_add_on_changes_next() {
+        use crate::clock::recording;
+        let mut w = Aws::standalone(0.0);
+        let mut c = cluster(&w, "c", Phase::Creating);
+        let addon = Addon {
+            name: "coredns".to_owned(),
+            version: "v1.12.2-eksbuild.4".to_owned(),
+            service_account_role_arn: None,
+            configuration_values: None,
+            created: 0.0,
+            modified: 0.0,
+            transition: Some(Transition {
+                since: 0.0,
+                phase: Phase::Creating,
+            }),
+            tags: json!({}),
+        };
+        c.addons.insert("coredns".to_owned(), addon);
+        w.eks.clusters.insert("c".to_owned(), c);
+        let due = |w: &mut Aws| recording(|| w.eks_active_addons("c")).1;
+        assert_eq!(due(&mut w), ADDON_CREATE_SECS);
+        w.clock.advance(ADDON_CREATE_SECS);
+        assert_eq!(due(&mut w), CLUSTER_CREATE_SECS - ADDON_CREATE_SECS);
+        w.clock.advance(CLUSTER_CREATE_SECS);
+        assert_eq!(due(&mut w), f64::INFINITY);
+        w.cluster("c").unwrap().transition = Some(Transition {
+            since: w.clock.now(),
+            phase: Phase::Deleting,
+        });
+        assert_eq!(due(&mut w), CLUSTER_DELETE_SECS);
+    }
 }

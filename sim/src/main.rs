@@ -9,6 +9,7 @@
 //! Its only stdout line is `listening on http://ADDR`, printed once bound, which is how
 //! `hypd serve --sandbox` and tests learn the port; logs go to stderr.
 
+mod clock;
 mod control;
 mod eks;
 mod kube;
@@ -28,7 +29,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use clap::Parser;
 use serde_json::json;
-use tokio::sync::Mutex;
 
 use crate::world::World;
 
@@ -69,9 +69,8 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("--time-scale must be a non-negative number");
     }
     let moto = args.moto_url.as_deref().map(moto::Moto::new).transpose()?;
-    let mut world = World::new(args.time_scale, moto);
-    world.kube.secret = args.aws_secret_access_key;
-    axum::serve(listener, app(Arc::new(Mutex::new(world)))).await?;
+    let world = World::new(args.time_scale, moto, args.aws_secret_access_key);
+    axum::serve(listener, app(Arc::new(world))).await?;
     Ok(())
 }
 
@@ -85,7 +84,7 @@ fn app(world: world::Shared) -> Router {
             world.clone(),
             proxy::front,
         ))
-        .layer(axum::middleware::from_fn(world::with_agent))
+        .layer(axum::middleware::from_fn(world::with_caller))
         .with_state(world)
 }
 

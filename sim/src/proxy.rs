@@ -131,9 +131,8 @@ pub async fn front(State(state): State<Shared>, request: Request, next: Next) ->
     if is_sims(request.method(), request.uri(), request.headers()) {
         return next.run(request).await;
     }
-    let moto = state.lock().await.moto.clone();
-    match moto {
-        Some(moto) => relay(&state, &moto, request).await,
+    match &state.moto {
+        Some(moto) => relay(&state, moto, request).await,
         None => next.run(request).await,
     }
 }
@@ -147,9 +146,8 @@ pub async fn fallback(state: &Shared, request: Request) -> Result<Response, Requ
     {
         return Err(request);
     }
-    let moto = state.lock().await.moto.clone();
-    match moto {
-        Some(moto) => Ok(relay(state, &moto, request).await),
+    match &state.moto {
+        Some(moto) => Ok(relay(state, moto, request).await),
         None => Err(request),
     }
 }

@@ -66,7 +66,7 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
     {
         return e.into_response();
     }
-    let w = state.lock().await;
+    let w = state.aws.lock().await;
     let service = body["ServiceCode"].as_str().unwrap_or_default();
     if service != "sagemaker" {
         return AwsError::new(

@@ -1,10 +1,20 @@
 //! The sim's shared state: a scaled clock that drives every state machine, injected
-//! faults, and the error shape AWS answers with. Transitions are computed from the clock
-//! when a resource is read, so nothing runs in the background and a test that changes
-//! the time scale changes every pending transition at once.
+//! faults, the call log, EKS and SageMaker, and a Kubernetes API server per EKS cluster,
+//! with the error shape AWS answers with. Transitions are computed from the clock when
+//! a resource is read, so a test that changes the time scale changes every pending
+//! transition at once.
+//!
+//! Locks follow the real system's consistency, so that many clusters are served at
+//! once: EKS and SageMaker, which check each other (HyperPod needs an ACTIVE EKS
+//! cluster), share one lock ([`Aws`]); each EKS cluster's Kubernetes objects have their
+//! own (each real cluster has its own etcd; see `kube`); the clock, the faults, the call
+//! log and the table of API servers are leaf locks, held for a few instructions and
+//! never while waiting for anything. Order: the AWS lock before a cluster's objects,
+//! either before a leaf lock; nothing holds a cluster's objects while it waits for the
+//! AWS lock.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::VecDeque;
+use std::sync::{Arc, MutexGuard};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
@@ -12,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::Mutex;
 
+pub use crate::clock::Clock;
 use crate::eks::Eks;
 use crate::kube::Kube;
 use crate::moto::Moto;
@@ -31,58 +42,6 @@ pub fn fnv1a_extend(h: u64, bytes: &[u8]) -> u64 {
 /// FNV-1a of `s` from the standard offset basis.
 pub fn fnv1a(s: &str) -> u64 {
     fnv1a_extend(0xcbf2_9ce4_8422_2325, s.as_bytes())
-}
-
-/// Simulated time: `scale` simulated seconds pass per real second.
-#[derive(Debug)]
-pub struct Clock {
-    base_real: Instant,
-    base_sim: f64,
-    scale: f64,
-    boot_epoch: f64,
-}
-
-impl Clock {
-    pub fn new(scale: f64) -> Self {
-        let boot_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or_default();
-        Self {
-            base_real: Instant::now(),
-            base_sim: 0.0,
-            scale,
-            boot_epoch,
-        }
-    }
-
-    /// Simulated seconds since the sim started.
-    pub fn now(&self) -> f64 {
-        self.base_sim + self.base_real.elapsed().as_secs_f64() * self.scale
-    }
-
-    pub fn scale(&self) -> f64 {
-        self.scale
-    }
-
-    /// Changes the speed from now on; time already passed stays passed.
-    pub fn set_scale(&mut self, scale: f64) {
-        self.base_sim = self.now();
-        self.base_real = Instant::now();
-        self.scale = scale;
-    }
-
-    /// Jumps simulated time forward, for unit tests that need an exact instant.
-    #[cfg(test)]
-    pub fn advance(&mut self, secs: f64) {
-        self.base_sim += secs;
-    }
-
-    /// A simulated instant as epoch seconds: boot time plus simulated seconds, so
-    /// timestamps advance at the sim's speed.
-    pub fn epoch(&self, sim: f64) -> f64 {
-        self.boot_epoch + sim
-    }
 }
 
 /// The transitional states AWS resources pass through; a resource with none is settled
@@ -153,6 +112,11 @@ pub struct Fault {
     /// pre-flight read through and fail the same read in its next step); default 0.
     #[serde(default)]
     pub after: u32,
+    /// The access key id whose calls it hits (see [`Caller`]); every caller's when
+    /// absent. Tests that share one world give each client its own key, so one test's
+    /// faults never reach another's calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 fn one() -> u32 {
@@ -209,20 +173,92 @@ impl IntoResponse for AwsError {
     }
 }
 
+/// Everything the sim serves, shared by every request and controller.
 pub struct World {
-    pub clock: Clock,
-    pub faults: Vec<Fault>,
-    /// Every API call the world answered (or refused), oldest first: tests compare what
-    /// a client did with what it said it would do. Bounded by [`CALLS_KEPT`].
-    pub calls: std::collections::VecDeque<Call>,
-    next_fault: u64,
-    pub eks: Eks,
-    pub sagemaker: SageMaker,
+    pub clock: Arc<Clock>,
+    pub faults: Arc<Faults>,
+    pub calls: Calls,
+    /// EKS and SageMaker.
+    pub aws: Mutex<Aws>,
+    /// The Kubernetes API servers, each with its objects behind its own lock.
+    pub kube: Arc<Kube>,
+    /// Fixed at start: a reset keeps it.
     pub moto: Option<Moto>,
-    pub kube: Kube,
 }
 
-pub type Shared = Arc<Mutex<World>>;
+pub type Shared = Arc<World>;
+
+impl World {
+    /// A world at `scale` whose API servers accept tokens signed with `secret`.
+    pub fn new(scale: f64, moto: Option<Moto>, secret: String) -> Self {
+        let clock = Arc::new(Clock::new(scale));
+        let faults = Arc::new(Faults::default());
+        let kube = Arc::new(Kube::new(secret));
+        Self {
+            aws: Mutex::new(Aws::new(clock.clone(), faults.clone(), kube.clone())),
+            clock,
+            faults,
+            calls: Calls::default(),
+            kube,
+            moto,
+        }
+    }
+
+    /// Forgets every resource, fault and call, and starts time again from zero; keeps
+    /// the time scale and moto.
+    pub async fn reset(&self) {
+        let mut aws = self.aws.lock().await;
+        *aws = Aws::new(self.clock.clone(), self.faults.clone(), self.kube.clone());
+        self.kube.clear();
+        self.faults.clear();
+        self.calls.clear();
+        self.clock.restart();
+    }
+}
+
+/// EKS and SageMaker, under one lock: their calls check each other's state, as HyperPod
+/// checks the EKS cluster it is to run on. Holds the shared parts of the world it reads
+/// (the clock and faults every transition depends on, the API servers EKS starts and
+/// stops).
+pub struct Aws {
+    pub clock: Arc<Clock>,
+    pub faults: Arc<Faults>,
+    pub kube: Arc<Kube>,
+    pub eks: Eks,
+    pub sagemaker: SageMaker,
+}
+
+impl Aws {
+    pub fn new(clock: Arc<Clock>, faults: Arc<Faults>, kube: Arc<Kube>) -> Self {
+        Self {
+            clock,
+            faults,
+            kube,
+            eks: Eks::default(),
+            sagemaker: SageMaker::new(),
+        }
+    }
+
+    /// EKS and SageMaker on a clock of their own at `scale`, for unit tests.
+    #[cfg(test)]
+    pub fn standalone(scale: f64) -> Self {
+        Self::new(
+            Arc::new(Clock::new(scale)),
+            Arc::new(Faults::default()),
+            Arc::new(Kube::new("testing".to_owned())),
+        )
+    }
+
+    /// The health issue (code, message) what `operation` starts now must fail with.
+    pub fn failing(&self, service: &str, operation: &str) -> Option<(String, String)> {
+        self.faults.failing(service, operation)
+    }
+
+    /// Whether what `operation` started must stay in its transitional state.
+    pub fn stuck(&self, service: &str, operation: &str) -> bool {
+        self.faults.stuck(service, operation)
+    }
+}
 
 /// One API call as the log keeps it.
 #[derive(Clone, Debug, Serialize)]
@@ -232,82 +268,125 @@ pub struct Call {
     /// The caller's application name from its user agent (`app/NAME`, as the AWS SDKs
     /// write it and CloudTrail records it), if it gave one.
     pub agent: Option<String>,
+    /// The access key id the call was signed with (see [`Caller`]).
+    pub caller: Option<String>,
+}
+
+/// Who made the request being answered, as AWS tells callers apart: the access key id
+/// it was signed with (CloudTrail's `accessKeyId`) and the application name of its user
+/// agent.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    pub agent: Option<String>,
+    pub key: Option<String>,
 }
 
 tokio::task_local! {
-    /// The application name of the request being answered (see [`with_agent`]).
-    static AGENT: Option<String>;
+    /// The caller of the request being answered (see [`with_caller`]).
+    static CALLER: Caller;
 }
 
-/// The `app/NAME` of a request's user agent: the AWS SDKs put it in `x-amz-user-agent`
-/// and `User-Agent`, Kubernetes clients in `User-Agent`.
-pub fn agent_of(headers: &HeaderMap) -> Option<String> {
-    ["x-amz-user-agent", "user-agent"].iter().find_map(|h| {
-        headers
-            .get(*h)?
-            .to_str()
-            .ok()?
-            .split_whitespace()
-            .find_map(|t| t.strip_prefix("app/"))
-            .map(str::to_owned)
-    })
+impl Caller {
+    /// The caller of a request: the `app/NAME` of its user agent (the AWS SDKs put it in
+    /// `x-amz-user-agent` and `User-Agent`, Kubernetes clients in `User-Agent`) and the
+    /// access key id of its SigV4 `Authorization` header or, for the Kubernetes API, of
+    /// the presigned URL inside its EKS bearer token. Only read, never trusted: the
+    /// signature is checked where the request is authorised.
+    pub fn of(headers: &HeaderMap) -> Caller {
+        let agent = ["x-amz-user-agent", "user-agent"].iter().find_map(|h| {
+            headers
+                .get(*h)?
+                .to_str()
+                .ok()?
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix("app/"))
+                .map(str::to_owned)
+        });
+        let authorization = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let key = match authorization.strip_prefix("Bearer ") {
+            Some(token) => crate::kube::token_access_key(token.trim()),
+            None => authorization
+                .split("Credential=")
+                .nth(1)
+                .and_then(|c| c.split('/').next())
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned),
+        };
+        Caller { agent, key }
+    }
+
+    /// The caller of the request being answered (none outside a request: a controller).
+    pub fn current() -> Caller {
+        CALLER.try_with(Clone::clone).unwrap_or_default()
+    }
 }
 
-/// Middleware: every call logged while `request` is answered carries its caller's
-/// application name.
-pub async fn with_agent(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let agent = agent_of(request.headers());
-    AGENT.scope(agent, next.run(request)).await
+/// Middleware: every call logged or faulted while `request` is answered knows its caller.
+pub async fn with_caller(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let caller = Caller::of(request.headers());
+    CALLER.scope(caller, next.run(request)).await
 }
 
 /// Calls the log keeps; older ones are dropped.
 pub const CALLS_KEPT: usize = 100_000;
 
-impl World {
-    pub fn new(scale: f64, moto: Option<Moto>) -> Self {
-        Self {
-            clock: Clock::new(scale),
-            faults: Vec::new(),
-            calls: std::collections::VecDeque::new(),
-            next_fault: 1,
-            eks: Eks::default(),
-            sagemaker: SageMaker::new(),
-            moto,
-            kube: Kube::default(),
-        }
+/// The faults a test registered: a leaf lock, taken by every call the sim answers.
+#[derive(Default)]
+pub struct Faults(std::sync::Mutex<FaultList>);
+
+#[derive(Default)]
+struct FaultList {
+    faults: Vec<Fault>,
+    /// The id the next fault gets less one.
+    last_id: u64,
+}
+
+fn matches(f: &Fault, service: &str, operation: &str) -> bool {
+    f.service == service && (f.operation == "*" || f.operation == operation)
+}
+
+impl Faults {
+    fn lock(&self) -> MutexGuard<'_, FaultList> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn add_fault(&mut self, mut fault: Fault) -> u64 {
-        fault.id = self.next_fault;
-        self.next_fault += 1;
-        let id = fault.id;
-        self.faults.push(fault);
-        id
+    pub fn add(&self, mut fault: Fault) -> u64 {
+        let mut list = self.lock();
+        list.last_id += 1;
+        fault.id = list.last_id;
+        list.faults.push(fault);
+        list.last_id
     }
 
-    fn matches(f: &Fault, service: &str, operation: &str) -> bool {
-        f.service == service && (f.operation == "*" || f.operation == operation)
+    pub fn list(&self) -> Vec<Fault> {
+        self.lock().faults.clone()
     }
 
-    fn record_call(&mut self, service: &str, operation: &str) {
-        if self.calls.len() >= CALLS_KEPT {
-            self.calls.pop_front();
-        }
-        self.calls.push_back(Call {
-            service: service.to_owned(),
-            operation: operation.to_owned(),
-            agent: AGENT.try_with(Clone::clone).ok().flatten(),
-        });
+    pub fn retain(&self, keep: impl FnMut(&Fault) -> bool) {
+        self.lock().faults.retain(keep);
     }
 
-    /// The kind of the first error fault matching this call, if any (consuming one use);
-    /// the caller shapes it as its service answers.
-    pub fn take_fault_kind(&mut self, service: &str, operation: &str) -> Option<FaultKind> {
-        let index = self
-            .faults
-            .iter()
-            .position(|f| !f.kind.lasting() && Self::matches(f, service, operation))?;
-        let fault = &mut self.faults[index];
+    /// No faults, and ids from 1 again.
+    pub fn clear(&self) {
+        *self.lock() = FaultList::default();
+    }
+
+    /// The kind of the first error fault matching this call by `caller`, if any
+    /// (consuming one use); the caller shapes it as its service answers.
+    pub fn take(&self, service: &str, operation: &str, caller: Option<&str>) -> Option<FaultKind> {
+        let mut list = self.lock();
+        let index = list.faults.iter().position(|f| {
+            !f.kind.lasting()
+                && matches(f, service, operation)
+                && f.caller.as_deref().is_none_or(|c| Some(c) == caller)
+        })?;
+        let fault = &mut list.faults[index];
         if fault.after > 0 {
             fault.after -= 1;
             return None;
@@ -315,15 +394,15 @@ impl World {
         let kind = fault.kind.clone();
         fault.times = fault.times.saturating_sub(1);
         if fault.times == 0 {
-            self.faults.remove(index);
+            list.faults.remove(index);
         }
         Some(kind)
     }
 
     /// The health issue (code, message) what `operation` starts now must fail with.
     pub fn failing(&self, service: &str, operation: &str) -> Option<(String, String)> {
-        self.faults.iter().find_map(|f| match &f.kind {
-            FaultKind::Fails { code, message } if Self::matches(f, service, operation) => {
+        self.lock().faults.iter().find_map(|f| match &f.kind {
+            FaultKind::Fails { code, message } if matches(f, service, operation) => {
                 Some((code.clone(), message.clone()))
             }
             _ => None,
@@ -332,9 +411,47 @@ impl World {
 
     /// Whether what `operation` started must stay in its transitional state.
     pub fn stuck(&self, service: &str, operation: &str) -> bool {
-        self.faults
+        self.lock()
+            .faults
             .iter()
-            .any(|f| f.kind == FaultKind::Stuck && Self::matches(f, service, operation))
+            .any(|f| f.kind == FaultKind::Stuck && matches(f, service, operation))
+    }
+}
+
+/// Every API call the world answered (or refused), oldest first: tests compare what a
+/// client did with what it said it would do. Bounded by [`CALLS_KEPT`]; a leaf lock.
+#[derive(Default)]
+pub struct Calls(std::sync::Mutex<VecDeque<Call>>);
+
+impl Calls {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Call>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, service: &str, operation: &str, caller: Caller) {
+        let mut calls = self.lock();
+        if calls.len() >= CALLS_KEPT {
+            calls.pop_front();
+        }
+        calls.push_back(Call {
+            service: service.to_owned(),
+            operation: operation.to_owned(),
+            agent: caller.agent,
+            caller: caller.key,
+        });
+    }
+
+    /// The calls `keep` selects, oldest first.
+    pub fn list(&self, mut keep: impl FnMut(&Call) -> bool) -> Vec<Call> {
+        self.lock().iter().filter(|c| keep(c)).cloned().collect()
+    }
+
+    pub fn retain(&self, keep: impl FnMut(&Call) -> bool) {
+        self.lock().retain(keep);
+    }
+
+    pub fn clear(&self) {
+        self.lock().clear();
     }
 }
 
@@ -362,15 +479,14 @@ pub fn aws_error(kind: FaultKind) -> Option<AwsError> {
     })
 }
 
-/// Takes the fault for this call, if any, and waits out a `delay` with the world
-/// unlocked (so other calls go on meanwhile). What is left for the dispatcher: refuse
+/// Takes the fault for this call, if any, and waits out a `delay` holding no lock (so
+/// other calls go on meanwhile). What is left for the dispatcher: refuse
 /// the call (an error kind), or carry it out and lose its answer (`lost`).
 pub async fn injected(state: &Shared, service: &str, operation: &str) -> Option<FaultKind> {
-    let kind = {
-        let mut w = state.lock().await;
-        w.record_call(service, operation);
-        w.take_fault_kind(service, operation)?
-    };
+    let caller = Caller::current();
+    let kind = state.faults.take(service, operation, caller.key.as_deref());
+    state.calls.record(service, operation, caller);
+    let kind = kind?;
     if let FaultKind::Delay { seconds } = kind {
         tracing::info!(%service, %operation, seconds, "injected delay");
         tokio::time::sleep(std::time::Duration::from_secs_f64(seconds.max(0.0))).await;
@@ -397,80 +513,125 @@ mod tests {
     use super::*;
 
     #[test]
-    fn clock_rescales_without_losing_time() {
-        let mut c = Clock::new(1000.0);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let before = c.now();
-        assert!(before >= 20.0, "{before}");
-        c.set_scale(0.0);
-        let frozen = c.now();
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        assert!((c.now() - frozen).abs() < 1e-9);
-        assert!(frozen >= before);
-    }
-
-    #[test]
     fn faults_are_consumed_and_matched_by_operation() {
-        let mut w = World::new(1.0, None);
-        w.add_fault(Fault {
+        let w = Faults::default();
+        w.add(Fault {
             id: 0,
             service: "eks".into(),
             operation: "CreateCluster".into(),
             kind: FaultKind::Throttle,
             times: 2,
             after: 0,
+            caller: None,
         });
         assert!(
-            w.take_fault_kind("eks", "DescribeCluster")
+            w.take("eks", "DescribeCluster", None)
                 .and_then(aws_error)
                 .is_none()
         );
         assert_eq!(
-            w.take_fault_kind("eks", "CreateCluster")
+            w.take("eks", "CreateCluster", None)
                 .and_then(aws_error)
                 .unwrap()
                 .code,
             "ThrottlingException"
         );
         assert!(
-            w.take_fault_kind("eks", "CreateCluster")
+            w.take("eks", "CreateCluster", None)
                 .and_then(aws_error)
                 .is_some()
         );
         assert!(
-            w.take_fault_kind("eks", "CreateCluster")
+            w.take("eks", "CreateCluster", None)
                 .and_then(aws_error)
                 .is_none()
         );
         // A fault that lets the first matching call through.
-        w.add_fault(Fault {
+        w.add(Fault {
             id: 0,
             service: "eks".into(),
             operation: "DescribeCluster".into(),
             kind: FaultKind::ServerError,
             times: 1,
             after: 1,
+            caller: None,
         });
-        assert!(w.take_fault_kind("eks", "DescribeCluster").is_none());
+        assert!(w.take("eks", "DescribeCluster", None).is_none());
         assert_eq!(
-            w.take_fault_kind("eks", "DescribeCluster"),
+            w.take("eks", "DescribeCluster", None),
             Some(FaultKind::ServerError)
         );
-        assert!(w.take_fault_kind("eks", "DescribeCluster").is_none());
-        w.add_fault(Fault {
+        assert!(w.take("eks", "DescribeCluster", None).is_none());
+        w.add(Fault {
             id: 0,
             service: "eks".into(),
             operation: "*".into(),
             kind: FaultKind::Stuck,
             times: 1,
             after: 0,
+            caller: None,
         });
         assert!(w.stuck("eks", "CreateAddon"));
         assert!(
-            w.take_fault_kind("eks", "CreateAddon")
+            w.take("eks", "CreateAddon", None)
                 .and_then(aws_error)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_fault_scoped_to_a_caller_leaves_other_callers_alone() {
+        let w = Faults::default();
+        w.add(Fault {
+            id: 0,
+            service: "eks".into(),
+            operation: "CreateCluster".into(),
+            kind: FaultKind::ServerError,
+            times: 1,
+            after: 1,
+            caller: Some("AKIDCASE1".into()),
+        });
+        // Another caller's calls neither take it nor count towards `after`.
+        assert_eq!(w.take("eks", "CreateCluster", Some("AKIDCASE2")), None);
+        assert_eq!(w.take("eks", "CreateCluster", None), None);
+        assert_eq!(w.take("eks", "CreateCluster", Some("AKIDCASE1")), None);
+        assert_eq!(w.take("eks", "CreateCluster", Some("AKIDCASE2")), None);
+        assert_eq!(
+            w.take("eks", "CreateCluster", Some("AKIDCASE1")),
+            Some(FaultKind::ServerError)
+        );
+        assert!(w.list().is_empty());
+    }
+
+    #[test]
+    fn the_caller_is_the_signing_key_or_the_one_inside_an_eks_token() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=AKIDCASE7/20261130/us-east-1/eks/aws4_request, SignedHeaders=host, Signature=x"
+                .parse()
+                .unwrap(),
+        );
+        h.insert(
+            "user-agent",
+            "aws-sdk-rust/1 app/hypd.op-1.eks".parse().unwrap(),
+        );
+        let c = Caller::of(&h);
+        assert_eq!(
+            (c.key.as_deref(), c.agent.as_deref()),
+            (Some("AKIDCASE7"), Some("hypd.op-1.eks"))
+        );
+        use base64::Engine;
+        let url = "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15\
+                   &X-Amz-Credential=AKIDCASE8%2F20261130%2Fus-east-1%2Fsts%2Faws4_request&X-Amz-Signature=x";
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(url.replace(' ', ""));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            format!("Bearer k8s-aws-v1.{token}").parse().unwrap(),
+        );
+        assert_eq!(Caller::of(&h).key.as_deref(), Some("AKIDCASE8"));
+        assert_eq!(Caller::of(&HeaderMap::new()).key, None);
     }
 
     #[test]

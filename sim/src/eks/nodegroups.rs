@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Transition, check_name, hex_id, phase_status, status_word};
-use crate::world::{ACCOUNT, AwsError, Phase, Shared, World};
+use crate::world::{ACCOUNT, Aws, AwsError, Phase, Shared};
 
 pub const NODEGROUP_CREATE_SECS: f64 = 300.0;
 pub const NODEGROUP_UPDATE_SECS: f64 = 180.0;
@@ -79,7 +79,7 @@ impl Nodegroup {
         status_word(&self.transition)
     }
 
-    fn to_json(&self, w: &World) -> Value {
+    fn to_json(&self, w: &Aws) -> Value {
         let asg = format!(
             "eks-{}-{}",
             self.name,
@@ -124,8 +124,9 @@ fn uuid_like(seed: &str) -> String {
     )
 }
 
-impl World {
-    fn settle_nodegroups(&mut self) {
+impl Aws {
+    /// Applies the finished transitions of cluster `cluster`'s node groups.
+    fn settle_nodegroups(&mut self, cluster: &str) {
         let now = self.clock.now();
         let stuck_create = self.stuck("eks", "CreateNodegroup");
         let stuck_update = self.stuck("eks", "UpdateNodegroupConfig");
@@ -140,12 +141,21 @@ impl World {
             Phase::Updating => stuck_update,
             Phase::Deleting => stuck_delete,
         };
-        self.eks.nodegroups.retain(|_, n| {
+        self.eks.nodegroups.retain(|(c, _), n| {
+            if c != cluster {
+                return true;
+            }
             let phase = n.transition.as_ref().map(|t| t.phase);
             !(phase == Some(Phase::Deleting)
                 && phase_status(&n.transition, now, secs, stuck(Phase::Deleting)).is_none())
         });
-        for n in self.eks.nodegroups.values_mut() {
+        let of_cluster = self
+            .eks
+            .nodegroups
+            .iter_mut()
+            .filter(|((c, _), _)| c == cluster)
+            .map(|(_, n)| n);
+        for n in of_cluster {
             let Some(phase) = n.transition.as_ref().map(|t| t.phase) else {
                 continue;
             };
@@ -159,7 +169,7 @@ impl World {
 
     fn nodegroup(&mut self, cluster: &str, name: &str) -> Result<&mut Nodegroup, AwsError> {
         self.cluster(cluster)?;
-        self.settle_nodegroups();
+        self.settle_nodegroups(cluster);
         self.eks
             .nodegroups
             .get_mut(&(cluster.to_owned(), name.to_owned()))
@@ -168,7 +178,7 @@ impl World {
 
     /// Whether a cluster still has node groups, which keeps it from being deleted.
     pub(super) fn has_nodegroups(&mut self, cluster: &str) -> bool {
-        self.settle_nodegroups();
+        self.settle_nodegroups(cluster);
         self.eks.nodegroups.keys().any(|(c, _)| c == cluster)
     }
 }
@@ -231,14 +241,14 @@ async fn create(
         }
     };
     // moto is asked outside the lock, about the cluster's region and VPC.
-    let (moto, cluster_facts) = {
-        let mut w = state.lock().await;
-        let facts = w
-            .cluster(&cluster)
-            .ok()
-            .map(|c| (c.region.clone(), c.vpc_id.clone()));
-        (w.moto.clone(), facts)
-    };
+    let moto = state.moto.clone();
+    let cluster_facts = state
+        .aws
+        .lock()
+        .await
+        .cluster(&cluster)
+        .ok()
+        .map(|c| (c.region.clone(), c.vpc_id.clone()));
     let checked = async {
         check_nodegroup_name(&body.nodegroup_name)?;
         if body.subnets.is_empty() {
@@ -312,7 +322,7 @@ async fn create(
                 c.version
             )));
         }
-        w.settle_nodegroups();
+        w.settle_nodegroups(&cluster);
         let key = (cluster.clone(), body.nodegroup_name.clone());
         if w.eks.nodegroups.contains_key(&key) {
             return Err(AwsError::in_use(format!(
@@ -380,7 +390,7 @@ async fn list(
 ) -> Response {
     call!(state, "ListNodegroups", |w| {
         w.cluster(&cluster)?;
-        w.settle_nodegroups();
+        w.settle_nodegroups(&cluster);
         let max = q.max_results.unwrap_or(100);
         if !(1..=100).contains(&max) {
             return Err(AwsError::invalid_parameter(

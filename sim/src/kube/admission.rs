@@ -1,8 +1,8 @@
 //! What the API server itself writes, with no controller involved: the objects a new
 //! cluster starts with, the defaults it fills in on create, a CRD's status, and what goes
-//! at once with a deleted namespace or CRD. Unlike the controllers, which catch up on the
-//! next tick, all of it happens inside the request (or the cluster start) that causes it,
-//! so a client reads its own write with the defaults already in.
+//! at once with a deleted namespace or CRD. Unlike the controllers, which catch up in
+//! their next pass, all of it happens inside the request (or the cluster start) that
+//! causes it, so a client reads its own write with the defaults already in.
 
 use serde_json::{Value, json};
 

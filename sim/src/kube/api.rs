@@ -1,12 +1,11 @@
 //! The API server's HTTP surface: authentication, path routing, and the verbs (get, list,
 //! watch, create, update, patch, delete, deletecollection, status, log) over the store.
-//! Handlers lock the world only to read or write the store; watches and log follows
+//! Handlers lock only their cluster's store, to read or write it; watches and log follows
 //! stream from a task that feeds a small bounded channel, so a client that stops reading
 //! holds no more than that channel plus its share of the store's fan-out buffer.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -26,22 +25,24 @@ use super::logs;
 use super::schema;
 use super::store::{Event, EventKind, Key, Obj, Store};
 use super::table;
-use crate::world::{Shared, World};
+use super::{ClusterApi, WeakApi};
+use crate::world::Shared;
 
 #[derive(Clone)]
 struct Ctx {
     world: Shared,
-    cluster: Arc<str>,
+    api: WeakApi,
 }
 
-pub fn router(world: Shared, cluster: String) -> Router {
+pub fn router(world: Shared, api: WeakApi) -> Router {
     Router::new()
         .fallback(handle)
-        .layer(axum::middleware::from_fn(crate::world::with_agent))
-        .with_state(Ctx {
-            world,
-            cluster: cluster.into(),
-        })
+        .layer(axum::middleware::from_fn(crate::world::with_caller))
+        .with_state(Ctx { world, api })
+}
+
+fn cluster_gone() -> Response {
+    Status::new(503, "ServiceUnavailable", "the cluster is gone").into_response()
 }
 
 /// A Kubernetes `Status` error.
@@ -231,17 +232,19 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let secret = ctx.world.lock().await.kube.secret.clone();
+    let Some(api) = ctx.api.upgrade() else {
+        return cluster_gone();
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or_default();
     let verdict = match token {
-        Some(t) => auth::verify(t, &ctx.cluster, &secret, now),
+        Some(t) => auth::verify(t, &api.name, &ctx.world.kube.secret, now),
         None => Err("no bearer token".to_owned()),
     };
     if let Err(reason) = verdict {
-        tracing::info!(cluster = %ctx.cluster, %reason, "401 from the Kubernetes API");
+        tracing::info!(cluster = %api.name, %reason, "401 from the Kubernetes API");
         return Status::new(401, "Unauthorized", format!("Unauthorized: {reason}")).into_response();
     }
     let q = parse_query(uri.query());
@@ -260,22 +263,20 @@ async fn handle(
     let Some(target) = route(uri.path()) else {
         return page_not_found();
     };
-    // The fault is taken before the world is locked for the request, so a delay holds
+    // The fault is taken before the store is locked for the request, so a delay holds
     // only this call, not the whole cluster.
-    let fault = match fault_operation(&ctx, &method, &target, &q).await {
+    let fault = match fault_operation(&api, &method, &target, &q).await {
         Some(op) => crate::world::injected(&ctx.world, "kubernetes", &op).await,
         None => None,
     };
-    let mut guard = ctx.world.lock().await;
-    let w: &mut World = &mut guard;
-    let now = w.clock.epoch(w.clock.now());
+    let now = ctx.world.clock.epoch(ctx.world.clock.now());
+    let stamp = super::time::rfc3339(now);
     let as_table = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(table::wanted);
-    let Some(c) = w.kube_cluster(&ctx.cluster) else {
-        return Status::new(503, "ServiceUnavailable", "the cluster is gone").into_response();
-    };
+    let mut store = api.store.lock().await;
+    let c = &*api;
     match target {
         Target::Health => "ok".into_response(),
         Target::Version => {
@@ -297,18 +298,18 @@ async fn handle(
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": c.endpoint.trim_start_matches("https://") }],
         })),
-        Target::Apis => ok(&discovery::api_group_list(&c.store)),
-        Target::Group(g) => match discovery::api_group(&c.store, &g) {
+        Target::Apis => ok(&discovery::api_group_list(&store)),
+        Target::Group(g) => match discovery::api_group(&store, &g) {
             Some(v) => ok(&v),
             None => page_not_found(),
         },
-        Target::GroupVersion(g, v) => match discovery::resource_list(&c.store, &g, &v) {
+        Target::GroupVersion(g, v) => match discovery::resource_list(&store, &g, &v) {
             Some(v) => ok(&v),
             None => page_not_found(),
         },
-        Target::OpenApiIndex => ok(&discovery::openapi_index(&c.store)),
+        Target::OpenApiIndex => ok(&discovery::openapi_index(&store)),
         Target::OpenApiGroupVersion(g, v) => {
-            match discovery::openapi_group_version(&c.store, &g, &v) {
+            match discovery::openapi_group_version(&store, &g, &v) {
                 Some(v) => ok(&v),
                 None => page_not_found(),
             }
@@ -321,7 +322,7 @@ async fn handle(
             name,
             sub,
         } => {
-            let Some(res) = discovery::find(&c.store, &group, &version, &plural) else {
+            let Some(res) = discovery::find(&store, &group, &version, &plural) else {
                 return page_not_found();
             };
             if ns.is_some() && !res.namespaced {
@@ -332,10 +333,6 @@ async fn handle(
             if let Some(kind) = fault.filter(|_| !lost) {
                 return injected(kind, &operation).into_response();
             }
-            let Some(c) = w.kube_cluster(&ctx.cluster) else {
-                return Status::new(503, "ServiceUnavailable", "the cluster is gone")
-                    .into_response();
-            };
             let req = Req {
                 res,
                 ns: ns.unwrap_or_default(),
@@ -352,15 +349,15 @@ async fn handle(
             };
             let answer = match (&method, req.name.is_some(), req.sub.as_deref()) {
                 (&Method::GET, false, _) if truthy(&req.q, "watch") => {
-                    drop(guard);
-                    watch(ctx, req).await
+                    drop(store);
+                    watch(&api, req).await
                 }
-                (&Method::GET, false, _) => list(&c.store, &req),
+                (&Method::GET, false, _) => list(&store, &req),
                 (&Method::GET, true, Some("log")) if req.res.plural == "pods" => {
-                    drop(guard);
+                    drop(store);
                     logs::serve(
                         ctx.world.clone(),
-                        ctx.cluster.to_string(),
+                        ctx.api.clone(),
                         req.ns,
                         req.name.unwrap_or_default(),
                         req.q,
@@ -369,18 +366,18 @@ async fn handle(
                 }
                 (_, true, Some("scale")) if SCALABLE.contains(&req.res.gr().as_str()) => {
                     let ct = content_type(&headers);
-                    respond(scale(w, &ctx.cluster, &req, &method, &ct, &body))
+                    respond(scale(&mut store, &stamp, &req, &method, &ct, &body))
                 }
                 (_, _, Some(s)) if s != "status" => page_not_found(),
-                (&Method::GET, true, _) => get(&c.store, &req),
-                (&Method::POST, false, _) => respond(create(w, &ctx.cluster, &req, &body)),
-                (&Method::PUT, true, _) => respond(update(w, &ctx.cluster, &req, &body)),
+                (&Method::GET, true, _) => get(&store, &req),
+                (&Method::POST, false, _) => respond(create(&mut store, &stamp, &req, &body)),
+                (&Method::PUT, true, _) => respond(update(&mut store, &stamp, &req, &body)),
                 (&Method::PATCH, true, _) => {
                     let ct = content_type(&headers);
-                    respond(patch(w, &ctx.cluster, &req, &ct, &body))
+                    respond(patch(&mut store, &stamp, &req, &ct, &body))
                 }
-                (&Method::DELETE, true, _) => respond(delete(w, &ctx.cluster, &req)),
-                (&Method::DELETE, false, _) => respond(delete_collection(w, &ctx.cluster, &req)),
+                (&Method::DELETE, true, _) => respond(delete(&mut store, &stamp, &req)),
+                (&Method::DELETE, false, _) => respond(delete_collection(&mut store, &stamp, &req)),
                 _ => Status::new(
                     405,
                     "MethodNotAllowed",
@@ -398,8 +395,13 @@ async fn handle(
 }
 
 /// The fault-matching name (`<verb> <Kind>`) of a request to a resource, read with the
-/// world briefly locked; `None` for anything else (discovery, health).
-async fn fault_operation(ctx: &Ctx, method: &Method, target: &Target, q: &Query) -> Option<String> {
+/// cluster's store briefly locked; `None` for anything else (discovery, health).
+async fn fault_operation(
+    api: &ClusterApi,
+    method: &Method,
+    target: &Target,
+    q: &Query,
+) -> Option<String> {
     let Target::Resource {
         group,
         version,
@@ -410,9 +412,8 @@ async fn fault_operation(ctx: &Ctx, method: &Method, target: &Target, q: &Query)
     else {
         return None;
     };
-    let mut w = ctx.world.lock().await;
-    let c = w.kube_cluster(&ctx.cluster)?;
-    let res = discovery::find(&c.store, group, version, plural)?;
+    let store = api.store.lock().await;
+    let res = discovery::find(&store, group, version, plural)?;
     Some(format!("{} {}", verb(method, name.is_some(), q), res.kind))
 }
 
@@ -452,15 +453,15 @@ fn scale_of(o: &Value) -> Value {
 /// `…/scale`: read or change `spec.replicas` through a Scale object (`kubectl scale`,
 /// autoscalers).
 fn scale(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
+    now: &str,
     req: &Req,
     method: &Method,
     content_type: &str,
     body: &[u8],
 ) -> Result<(StatusCode, Value), Status> {
     let name = req.name.clone().unwrap_or_default();
-    let Some(old) = current(w, cluster, req)? else {
+    let Some(old) = current(store, req) else {
         return Err(not_found(&req.res, &name));
     };
     let mut wanted = scale_of(&old);
@@ -492,7 +493,7 @@ fn scale(
     };
     let mut new = (*old).clone();
     new["spec"]["replicas"] = json!(replicas);
-    let (code, stored) = commit(w, cluster, req, &old, new, false)?;
+    let (code, stored) = commit(store, now, req, &old, new, false)?;
     Ok((code, scale_of(&stored)))
 }
 
@@ -823,7 +824,7 @@ fn gone(message: &str) -> Bytes {
 /// Lines a watch response may have queued towards a slow reader.
 const WATCH_CHANNEL: usize = 64;
 
-async fn watch(ctx: Ctx, req: Req) -> Response {
+async fn watch(api: &ClusterApi, req: Req) -> Response {
     let filter = match Filter::new(&req) {
         Ok(f) => f,
         Err(s) => return s.into_response(),
@@ -837,15 +838,11 @@ async fn watch(ctx: Ctx, req: Req) -> Response {
         .and_then(|t| t.parse::<u64>().ok())
         .unwrap_or(1800);
     let (initial, replay, mut rx, start_rv) = {
-        let mut guard = ctx.world.lock().await;
-        let Some(c) = guard.kube_cluster(&ctx.cluster) else {
-            return Status::new(503, "ServiceUnavailable", "the cluster is gone").into_response();
-        };
-        let rx = c.store.subscribe();
-        let rv = c.store.rv();
+        let store = api.store.lock().await;
+        let rx = store.subscribe();
+        let rv = store.rv();
         if send_initial || rv_param.is_empty() || rv_param == "0" {
-            let objects: Vec<Obj> = c
-                .store
+            let objects: Vec<Obj> = store
                 .list(&filter.gr, filter.ns.as_deref())
                 .filter(|o| filter.matches(o))
                 .cloned()
@@ -860,12 +857,12 @@ async fn watch(ctx: Ctx, req: Req) -> Response {
                 )
                 .into_response();
             };
-            match c.store.since(from) {
+            match store.since(from) {
                 Ok(events) => (Vec::new(), events, rx, rv),
                 Err(_) => {
                     let body = gone(&format!(
                         "too old resource version: {from} ({})",
-                        c.store.rv()
+                        store.rv()
                     ));
                     return (
                         StatusCode::OK,
@@ -1031,30 +1028,23 @@ fn meta_str<'a>(o: &'a Value, k: &str) -> Option<&'a str> {
     o["metadata"][k].as_str()
 }
 
-fn cluster_store<'a>(w: &'a mut World, cluster: &str) -> Result<&'a mut Store, Status> {
-    w.kube_cluster(cluster)
-        .map(|c| &mut c.store)
-        .ok_or_else(|| Status::new(503, "ServiceUnavailable", "the cluster is gone"))
-}
-
 fn create(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
+    now: &str,
     req: &Req,
     body: &[u8],
 ) -> Result<(StatusCode, Value), Status> {
     let obj = parse_body(body, false)?;
-    create_object(w, cluster, req, obj, false)
+    create_object(store, now, req, obj, false)
 }
 
 fn create_object(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
+    now: &str,
     req: &Req,
     mut obj: Value,
     managed_done: bool,
 ) -> Result<(StatusCode, Value), Status> {
-    let now = super::timestamp(w);
     let res = &req.res;
     if !obj.is_object() {
         return Err(Status::new(400, "BadRequest", "the body must be an object"));
@@ -1073,7 +1063,6 @@ fn create_object(
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
-    let store = cluster_store(w, cluster)?;
     let name = match (meta_str(&obj, "name"), meta_str(&obj, "generateName")) {
         (Some(n), _) if !n.is_empty() => n.to_owned(),
         (_, Some(prefix)) => format!("{prefix}{}", store.name_suffix()),
@@ -1163,14 +1152,14 @@ fn create_object(
     if res.gr() == CRD_GR {
         check_crd(&obj)?;
     }
-    admission::defaults(res, &mut obj, &now);
+    admission::defaults(res, &mut obj, now);
     if !managed_done {
         apply::record_update(
             None,
             &mut obj,
             &req.manager,
             &res.api_version(),
-            &now,
+            now,
             res.status,
             None,
         );
@@ -1360,14 +1349,13 @@ fn spec_of(v: &Value) -> Value {
 /// Stores an update unless it changes nothing; finishes a deletion whose last finalizer
 /// went away.
 fn commit(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
+    now: &str,
     req: &Req,
     old: &Obj,
     mut new: Value,
     managed_done: bool,
 ) -> Result<(StatusCode, Value), Status> {
-    let now = super::timestamp(w);
     if req.sub.is_none() {
         validate(req, &mut new, Some(old))?;
     }
@@ -1381,7 +1369,7 @@ fn commit(
             &mut new,
             &req.manager,
             &req.res.api_version(),
-            &now,
+            now,
             req.res.status,
             req.sub.as_deref(),
         );
@@ -1395,7 +1383,6 @@ fn commit(
     }
     let name = meta_str(old, "name").unwrap_or_default().to_owned();
     let key = req.key(&name);
-    let store = cluster_store(w, cluster)?;
     let finished = new["metadata"]["deletionTimestamp"].is_string()
         && new["metadata"]["finalizers"]
             .as_array()
@@ -1413,9 +1400,9 @@ fn commit(
     Ok((StatusCode::OK, (*stored).clone()))
 }
 
-fn current(w: &mut World, cluster: &str, req: &Req) -> Result<Option<Obj>, Status> {
+fn current(store: &Store, req: &Req) -> Option<Obj> {
     let name = req.name.clone().unwrap_or_default();
-    Ok(cluster_store(w, cluster)?.get(&req.key(&name)).cloned())
+    store.get(&req.key(&name)).cloned()
 }
 
 fn check_precondition(req: &Req, old: &Value, new: &Value) -> Result<(), Status> {
@@ -1435,8 +1422,8 @@ fn check_precondition(req: &Req, old: &Value, new: &Value) -> Result<(), Status>
 }
 
 fn update(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
+    now: &str,
     req: &Req,
     body: &[u8],
 ) -> Result<(StatusCode, Value), Status> {
@@ -1449,23 +1436,23 @@ fn update(
             "the name of the object does not match the name on the URL",
         ));
     }
-    let Some(old) = current(w, cluster, req)? else {
+    let Some(old) = current(store, req) else {
         return Err(not_found(&req.res, &name));
     };
     check_precondition(req, &old, &new)?;
     let merged = merge_write(req, &old, new);
-    commit(w, cluster, req, &old, merged, false)
+    commit(store, now, req, &old, merged, false)
 }
 
 fn patch(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
+    now: &str,
     req: &Req,
     content_type: &str,
     body: &[u8],
 ) -> Result<(StatusCode, Value), Status> {
     let name = req.name.clone().unwrap_or_default();
-    let old = current(w, cluster, req)?;
+    let old = current(store, req);
     if content_type == "application/apply-patch+yaml" {
         let applied = parse_body(body, true)?;
         let Some(manager) = req.q.get("fieldManager") else {
@@ -1482,7 +1469,6 @@ fn patch(
                 "the name of the object does not match the name on the URL",
             ));
         }
-        let now = super::timestamp(w);
         let force = truthy(&req.q, "force");
         let status_sub = req.res.status && req.sub.is_none();
         return match apply::server_side_apply(
@@ -1490,7 +1476,7 @@ fn patch(
             &applied,
             manager,
             force,
-            &now,
+            now,
             status_sub,
         ) {
             Err(conflicts) => {
@@ -1507,12 +1493,12 @@ fn patch(
             }
             Ok(new) => match old {
                 None => {
-                    let (_, created) = create_object(w, cluster, req, new, true)?;
+                    let (_, created) = create_object(store, now, req, new, true)?;
                     Ok((StatusCode::CREATED, created))
                 }
                 Some(old) => {
                     let merged = merge_write(req, &old, new);
-                    commit(w, cluster, req, &old, merged, true)
+                    commit(store, now, req, &old, merged, true)
                 }
             },
         };
@@ -1545,7 +1531,7 @@ fn patch(
     }
     check_precondition(req, &old, &patch)?;
     let merged = merge_write(req, &old, new);
-    commit(w, cluster, req, &old, merged, false)
+    commit(store, now, req, &old, merged, false)
 }
 
 /// RFC 6902 (add, remove, replace, test) on JSON pointers.
@@ -1618,18 +1604,16 @@ fn json_patch(target: &mut Value, ops: &Value) -> Result<(), Status> {
     Ok(())
 }
 
-fn delete(w: &mut World, cluster: &str, req: &Req) -> Result<(StatusCode, Value), Status> {
+fn delete(store: &mut Store, now: &str, req: &Req) -> Result<(StatusCode, Value), Status> {
     let name = req.name.clone().unwrap_or_default();
-    let now = super::timestamp(w);
-    let Some(old) = current(w, cluster, req)? else {
+    let Some(old) = current(store, req) else {
         return Err(not_found(&req.res, &name));
     };
-    delete_object(w, cluster, req, &old, &now)
+    delete_object(store, req, &old, now)
 }
 
 fn delete_object(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
     req: &Req,
     old: &Obj,
     now: &str,
@@ -1640,7 +1624,6 @@ fn delete_object(
         meta_str(old, "namespace").unwrap_or_default(),
         &name,
     );
-    let store = cluster_store(w, cluster)?;
     let finalizers = old["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|f| !f.is_empty());
@@ -1675,20 +1658,19 @@ fn delete_object(
 }
 
 fn delete_collection(
-    w: &mut World,
-    cluster: &str,
+    store: &mut Store,
+    now: &str,
     req: &Req,
 ) -> Result<(StatusCode, Value), Status> {
     let filter = Filter::new(req)?;
-    let now = super::timestamp(w);
-    let victims: Vec<Obj> = cluster_store(w, cluster)?
+    let victims: Vec<Obj> = store
         .list(&filter.gr, filter.ns.as_deref())
         .filter(|o| filter.matches(o))
         .cloned()
         .collect();
     let mut items = Vec::new();
     for o in &victims {
-        items.push(delete_object(w, cluster, req, o, &now)?.1);
+        items.push(delete_object(store, req, o, now)?.1);
     }
     Ok((
         StatusCode::OK,

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::WeakApi;
 use super::api::{Query, Status};
 use super::store::Key;
 use super::time::{parse_rfc3339, rfc3339};
@@ -128,7 +129,7 @@ fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|i| *i > 0.0)
         .unwrap_or(1.0);
-    // The controllers record the exit a tick late; the log ends when the container does.
+    // The controllers record the exit a pass late; the log ends when the container does.
     let end = state["terminated"]["finishedAt"]
         .as_str()
         .and_then(parse_rfc3339)
@@ -152,26 +153,25 @@ fn render(src: &Source, from: u64, to: u64, timestamps: bool) -> Bytes {
 
 async fn look(
     world: &Shared,
-    cluster: &str,
+    api: &WeakApi,
     ns: &str,
     name: &str,
     container: Option<&str>,
 ) -> Result<(Source, f64), Status> {
-    let mut w = world.lock().await;
-    let now = w.clock.epoch(w.clock.now());
-    let c = w
-        .kube_cluster(cluster)
+    let api = api
+        .upgrade()
         .ok_or_else(|| Status::new(503, "ServiceUnavailable", "the cluster is gone"))?;
-    let pod = c
-        .store
+    let store = api.store.lock().await;
+    let now = world.clock.epoch(world.clock.now());
+    let pod = store
         .get(&Key::new("/pods", ns, name))
         .ok_or_else(|| Status::new(404, "NotFound", format!("pods \"{name}\" not found")))?;
     Ok((source(pod, container)?, now))
 }
 
-pub async fn serve(world: Shared, cluster: String, ns: String, name: String, q: Query) -> Response {
+pub async fn serve(world: Shared, api: WeakApi, ns: String, name: String, q: Query) -> Response {
     let container = q.get("container").cloned();
-    let (src, now) = match look(&world, &cluster, &ns, &name, container.as_deref()).await {
+    let (src, now) = match look(&world, &api, &ns, &name, container.as_deref()).await {
         Ok(x) => x,
         Err(s) => return s.into_response(),
     };
@@ -210,7 +210,7 @@ pub async fn serve(world: Shared, cluster: String, ns: String, name: String, q: 
                 return;
             }
             tokio::time::sleep(POLL).await;
-            let Ok((fresh, now)) = look(&world, &cluster, &ns, &name, Some(&src.container)).await
+            let Ok((fresh, now)) = look(&world, &api, &ns, &name, Some(&src.container)).await
             else {
                 return;
             };

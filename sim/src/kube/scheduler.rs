@@ -1,7 +1,7 @@
 //! The default scheduler: binds a pending pod to the first ready, schedulable node whose
 //! labels, taints and free allocatable (GPUs, EFA interfaces, CPU) admit it, or says why
 //! none does in kube-scheduler's words. What a bound pod requests counts at once, so two
-//! pods bound in the same tick never share a GPU.
+//! pods bound in the same pass never share a GPU.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -60,7 +60,7 @@ pub(crate) fn tolerates(pod: &Value, taints: &[Value]) -> bool {
     })
 }
 
-/// The nodes as stored at the start of a tick and what the live pods bound to each
+/// The nodes as stored at the start of a pass and what the live pods bound to each
 /// already request.
 pub struct Scheduler {
     nodes: Vec<Value>,

@@ -3,12 +3,14 @@
 //! watcher; the history keeps the last [`HISTORY`] events (older resourceVersions get
 //! 410 Gone, as etcd compaction does), and each watcher's backlog is capped at
 //! [`FANOUT`] events, after which it is dropped instead of buffering without bound.
+//! Every change also wakes the cluster's controllers, which sleep until something they
+//! watch changes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 
 use crate::world::fnv1a;
 
@@ -78,6 +80,8 @@ pub struct Store {
     objects: BTreeMap<Key, Obj>,
     history: VecDeque<Arc<Event>>,
     tx: broadcast::Sender<Arc<Event>>,
+    /// Told of every change, whoever made it (see [`Store::changes`]).
+    changed: Arc<Notify>,
     pub crd_cache: super::discovery::CrdCache,
 }
 
@@ -100,6 +104,7 @@ impl Store {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
             tx,
+            changed: Arc::new(Notify::new()),
             crd_cache: Default::default(),
         }
     }
@@ -189,6 +194,13 @@ impl Store {
         self.history.push_back(event.clone());
         // No receiver is not an error: nobody is watching.
         let _ = self.tx.send(event);
+        self.changed.notify_one();
+    }
+
+    /// What every change notifies: one waiter (the cluster's controllers) is woken, or the
+    /// next to wait finds the wake-up waiting, so no change between two waits is missed.
+    pub fn changes(&self) -> Arc<Notify> {
+        self.changed.clone()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {

@@ -1,6 +1,7 @@
 //! What a SageMaker request names that moto owns (execution and cluster roles, subnets
-//! and their zones, security groups), asked before the world is locked because moto is
-//! another process; the answers are then checked under the lock like AWS's own look-ups.
+//! and their zones, security groups), asked before EKS and SageMaker are locked because
+//! moto is another process; the answers are then checked under the lock like AWS's own
+//! look-ups.
 
 use std::collections::BTreeMap;
 

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 
 use super::lookups::Lookups;
 use super::{Order, check_hyphenated, page, str_field, validation};
-use crate::world::{ACCOUNT, AwsError, Phase, World, fnv1a};
+use crate::clock::reached;
+use crate::world::{ACCOUNT, Aws, AwsError, Phase, fnv1a};
 
 pub const CREATE_SECS: f64 = 1200.0;
 pub const UPDATE_SECS: f64 = 600.0;
@@ -56,7 +57,7 @@ impl Server {
                 Phase::Updating => UPDATE_SECS,
                 Phase::Deleting => DELETE_SECS,
             };
-            now - since < secs
+            !reached(now, since + secs)
         };
         match (phase, busy) {
             (Phase::Creating, true) => "Creating",
@@ -81,7 +82,7 @@ fn short_id(seed: &str) -> String {
     format!("{:016x}", fnv1a(seed))[..12].to_owned()
 }
 
-impl World {
+impl Aws {
     fn mlflow_stuck(&self) -> impl Fn(Phase) -> bool + use<> {
         let create = self.stuck("sagemaker", "CreateMlflowTrackingServer");
         let update = self.stuck("sagemaker", "UpdateMlflowTrackingServer");
@@ -99,7 +100,7 @@ impl World {
         let stuck = self.mlflow_stuck();
         self.sagemaker.mlflow.servers.retain(|_, s| {
             let (phase, since) = s.phase;
-            phase != Phase::Deleting || stuck(Phase::Deleting) || now - since < DELETE_SECS
+            phase != Phase::Deleting || stuck(Phase::Deleting) || !reached(now, since + DELETE_SECS)
         });
     }
 
@@ -166,7 +167,7 @@ fn check_window(window: &str) -> Result<(), AwsError> {
 }
 
 pub fn create(
-    w: &mut World,
+    w: &mut Aws,
     region: &str,
     body: &Value,
     lookups: &Lookups,
@@ -230,7 +231,7 @@ fn user() -> Value {
     json!({ "UserProfileArn": format!("arn:aws:iam::{ACCOUNT}:user/hypd"), "UserProfileName": "hypd" })
 }
 
-pub fn describe(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn describe(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     let name = str_field(body, "TrackingServerName").unwrap_or_default();
     let now = w.clock.now();
     let stuck = w.mlflow_stuck();
@@ -256,7 +257,7 @@ pub fn describe(w: &mut World, body: &Value) -> Result<Value, AwsError> {
     }))
 }
 
-pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError> {
+pub fn list(w: &mut Aws, region: &str, body: &Value) -> Result<Value, AwsError> {
     let now = w.clock.now();
     let stuck = w.mlflow_stuck();
     w.settle_mlflow();
@@ -299,7 +300,7 @@ pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError
     Ok(json!({ "TrackingServerSummaries": summaries, "NextToken": next }))
 }
 
-pub fn update(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn update(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     let name = str_field(body, "TrackingServerName").unwrap_or_default();
     let now = w.clock.now();
     let stuck = w.mlflow_stuck();
@@ -346,7 +347,7 @@ pub fn update(w: &mut World, body: &Value) -> Result<Value, AwsError> {
     Ok(json!({ "TrackingServerArn": s.arn() }))
 }
 
-pub fn delete(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn delete(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     let name = str_field(body, "TrackingServerName").unwrap_or_default();
     let now = w.clock.now();
     let stuck = w.mlflow_stuck();
@@ -361,7 +362,7 @@ pub fn delete(w: &mut World, body: &Value) -> Result<Value, AwsError> {
     Ok(json!({ "TrackingServerArn": s.arn() }))
 }
 
-pub fn presigned_url(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn presigned_url(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     let name = str_field(body, "TrackingServerName").unwrap_or_default();
     let expires = body
         .get("ExpiresInSeconds")

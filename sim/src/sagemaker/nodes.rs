@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 
 use super::lookups::strings;
 use super::{Cluster, Group, Node, str_field, validation};
-use crate::world::{AwsError, World};
+use crate::clock::reached;
+use crate::world::{Aws, AwsError};
 
 /// Simulated seconds each node action takes.
 pub const REBOOT_SECS: f64 = 180.0;
@@ -73,82 +74,85 @@ pub fn action_status(node: &Node, now: f64) -> Option<&'static str> {
     match node.action.as_ref()? {
         NodeAction::Reboot { .. } => Some("Pending"),
         NodeAction::Replace { .. } => Some("ShuttingDown"),
-        NodeAction::SoftwareUpdate { since, .. } => (now >= *since).then_some("SystemUpdating"),
+        NodeAction::SoftwareUpdate { since, .. } => {
+            reached(now, *since).then_some("SystemUpdating")
+        }
     }
 }
 
-impl World {
-    /// Folds finished node actions into their nodes, and finished software updates
-    /// into their groups and cluster.
-    pub(super) fn settle_nodes(&mut self) {
+impl Aws {
+    /// Folds the finished node actions of cluster `name` into its nodes, and finished
+    /// software updates into its groups and itself.
+    pub(super) fn settle_nodes(&mut self, name: &str) {
         let now = self.clock.now();
         let stuck_reboot = self.stuck("sagemaker", "BatchRebootClusterNodes");
         let stuck_replace = self.stuck("sagemaker", "BatchReplaceClusterNodes");
         let stuck_update = self.stuck("sagemaker", "UpdateClusterSoftware");
         let serial = &mut self.sagemaker.nodes;
-        for c in self.sagemaker.clusters.values_mut() {
-            let automatic = c.node_recovery == "Automatic";
-            for g in &mut c.groups {
-                for n in &mut g.nodes {
-                    if let Some(h) = n.health.clone().filter(|_| n.action.is_none()) {
-                        let at = h.since + RECOVERY_DELAY_SECS;
-                        if (automatic || h.requested) && now >= at {
-                            n.action = Some(match h.recovery {
-                                Recovery::Reboot => NodeAction::Reboot { since: at },
-                                Recovery::Replace => {
-                                    *serial += 1;
-                                    NodeAction::Replace {
-                                        since: at,
-                                        new_id: super::instance_id(*serial),
-                                    }
+        let Some(c) = self.sagemaker.clusters.get_mut(name) else {
+            return;
+        };
+        let automatic = c.node_recovery == "Automatic";
+        for g in &mut c.groups {
+            for n in &mut g.nodes {
+                if let Some(h) = n.health.clone().filter(|_| n.action.is_none()) {
+                    let at = h.since + RECOVERY_DELAY_SECS;
+                    if (automatic || h.requested) && reached(now, at) {
+                        n.action = Some(match h.recovery {
+                            Recovery::Reboot => NodeAction::Reboot { since: at },
+                            Recovery::Replace => {
+                                *serial += 1;
+                                NodeAction::Replace {
+                                    since: at,
+                                    new_id: super::instances::instance_id(*serial),
                                 }
-                            });
-                        }
-                    }
-                    match n.action.clone() {
-                        Some(NodeAction::Reboot { since })
-                            if !stuck_reboot && now - since >= REBOOT_SECS =>
-                        {
-                            n.action = None;
-                            n.health = None;
-                            n.boots += 1;
-                        }
-                        Some(NodeAction::Replace { since, new_id })
-                            if !stuck_replace && now - since >= SHUTDOWN_SECS =>
-                        {
-                            n.id = new_id;
-                            n.launched = since + SHUTDOWN_SECS;
-                            n.action = None;
-                            n.software_updated = None;
-                            n.health = None;
-                            n.boots = 0;
-                        }
-                        Some(NodeAction::SoftwareUpdate { since, release })
-                            if !stuck_update && now - since >= SOFTWARE_UPDATE_SECS =>
-                        {
-                            n.release = release;
-                            n.action = None;
-                            n.software_updated = Some(since + SOFTWARE_UPDATE_SECS);
-                        }
-                        _ => {}
+                            }
+                        });
                     }
                 }
-                let updating = g
-                    .nodes
-                    .iter()
-                    .any(|n| matches!(n.action, Some(NodeAction::SoftwareUpdate { .. })));
-                if !updating {
-                    g.release = g.desired_release.clone();
+                match n.action.clone() {
+                    Some(NodeAction::Reboot { since })
+                        if !stuck_reboot && reached(now, since + REBOOT_SECS) =>
+                    {
+                        n.action = None;
+                        n.health = None;
+                        n.boots += 1;
+                    }
+                    Some(NodeAction::Replace { since, new_id })
+                        if !stuck_replace && reached(now, since + SHUTDOWN_SECS) =>
+                    {
+                        n.id = new_id;
+                        n.launched = since + SHUTDOWN_SECS;
+                        n.action = None;
+                        n.software_updated = None;
+                        n.health = None;
+                        n.boots = 0;
+                    }
+                    Some(NodeAction::SoftwareUpdate { since, release })
+                        if !stuck_update && reached(now, since + SOFTWARE_UPDATE_SECS) =>
+                    {
+                        n.release = release;
+                        n.action = None;
+                        n.software_updated = Some(since + SOFTWARE_UPDATE_SECS);
+                    }
+                    _ => {}
                 }
             }
-            if c.system_update && c.groups.iter().all(|g| g.release == g.desired_release) {
-                c.system_update = false;
+            let updating = g
+                .nodes
+                .iter()
+                .any(|n| matches!(n.action, Some(NodeAction::SoftwareUpdate { .. })));
+            if !updating {
+                g.release = g.desired_release.clone();
             }
+        }
+        if c.system_update && c.groups.iter().all(|g| g.release == g.desired_release) {
+            c.system_update = false;
         }
     }
 }
 
-impl World {
+impl Aws {
     /// Marks node `id` of HyperPod cluster `cluster` as owed `recovery`. None when
     /// either is unknown; false when the node is busy with an action already.
     pub fn mark_node_for_recovery(
@@ -158,7 +162,7 @@ impl World {
         recovery: Recovery,
         requested: bool,
     ) -> Option<bool> {
-        self.settle_sagemaker();
+        self.settle_hyperpod(cluster);
         let now = self.clock.now();
         let c = self.sagemaker.clusters.get_mut(cluster)?;
         let node = c
@@ -190,7 +194,7 @@ enum Found {
     Nowhere,
 }
 
-fn find(w: &World, cluster: &str, id: &str, logical: bool) -> Found {
+fn find(w: &Aws, cluster: &str, id: &str, logical: bool) -> Found {
     let matches = |n: &Node| {
         if logical {
             n.logical_id == id
@@ -268,8 +272,11 @@ impl Batch {
     }
 }
 
-fn batch(w: &mut World, body: &Value, kind: Batch) -> Result<Value, AwsError> {
+fn batch(w: &mut Aws, body: &Value, kind: Batch) -> Result<Value, AwsError> {
     let name = str_field(body, "ClusterName").unwrap_or_default();
+    // A node named here may belong to any cluster (and be refused as another's), so
+    // every cluster is read as it is now.
+    w.settle_sagemaker();
     let now = w.clock.now();
     let cluster = w.hyperpod(name)?.clone();
     let status = cluster.status(now, false);
@@ -339,7 +346,7 @@ fn batch(w: &mut World, body: &Value, kind: Batch) -> Result<Value, AwsError> {
             };
             let c = w.hyperpod(&cluster.name)?;
             let group: &mut Group = &mut c.groups[gi];
-            let node_status = super::node_status(&group.nodes[ni], group, now);
+            let node_status = super::instances::node_status(&group.nodes[ni], group, now);
             if group.nodes[ni].action.is_some() || node_status == "SystemUpdating" {
                 failed.push(refuse(
                     kind.in_use(),
@@ -370,7 +377,7 @@ fn batch(w: &mut World, body: &Value, kind: Batch) -> Result<Value, AwsError> {
                 }
                 Batch::Replace => {
                     w.sagemaker.nodes += 1;
-                    let new_id = super::instance_id(w.sagemaker.nodes);
+                    let new_id = super::instances::instance_id(w.sagemaker.nodes);
                     let c = w.hyperpod(&cluster.name)?;
                     c.groups[gi].nodes[ni].action =
                         Some(NodeAction::Replace { since: now, new_id });
@@ -384,15 +391,15 @@ fn batch(w: &mut World, body: &Value, kind: Batch) -> Result<Value, AwsError> {
     Ok(Value::Object(out))
 }
 
-pub fn batch_delete(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn batch_delete(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     batch(w, body, Batch::Delete)
 }
 
-pub fn batch_reboot(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn batch_reboot(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     batch(w, body, Batch::Reboot)
 }
 
-pub fn batch_replace(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn batch_replace(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     batch(w, body, Batch::Replace)
 }
 
@@ -413,7 +420,7 @@ fn batch_size(body: &Value, nodes: usize) -> Result<usize, AwsError> {
     }
 }
 
-pub fn update_software(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn update_software(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     let name = str_field(body, "ClusterName").unwrap_or_default();
     let now = w.clock.now();
     let cluster: Cluster = w.hyperpod(name)?.clone();
@@ -504,12 +511,12 @@ mod tests {
     use crate::world::{Fault, FaultKind};
 
     /// Moves the (stopped) clock `secs` simulated seconds on.
-    fn pass(w: &mut World, secs: f64) {
+    fn pass(w: &mut Aws, secs: f64) {
         w.clock.advance(secs);
     }
 
-    fn statuses(w: &mut World) -> Vec<(String, String)> {
-        let nodes = super::super::list_nodes(w, &json!({"ClusterName": "c"})).unwrap();
+    fn statuses(w: &mut Aws) -> Vec<(String, String)> {
+        let nodes = super::super::instances::list_nodes(w, &json!({"ClusterName": "c"})).unwrap();
         nodes["ClusterNodeSummaries"]
             .as_array()
             .unwrap()
@@ -523,7 +530,7 @@ mod tests {
             .collect()
     }
 
-    fn two_node_cluster(w: &mut World, release: &str) {
+    fn two_node_cluster(w: &mut Aws, release: &str) {
         let body = json!({
             "ClusterName": "c",
             "InstanceGroups": [{
@@ -533,13 +540,13 @@ mod tests {
                 "ImageReleaseVersion": release
             }]
         });
-        super::super::create_cluster(w, "us-east-1", &body, &Lookups::default()).unwrap();
+        super::super::clusters::create_cluster(w, "us-east-1", &body, &Lookups::default()).unwrap();
         pass(w, 2000.0);
     }
 
     #[test]
     fn a_rolling_software_update_takes_one_batch_at_a_time() {
-        let mut w = World::new(0.0, None);
+        let mut w = Aws::standalone(0.0);
         two_node_cluster(&mut w, IMAGE_RELEASES[0]);
         let body = json!({
             "ClusterName": "c",
@@ -567,18 +574,19 @@ mod tests {
 
     #[test]
     fn a_stuck_replace_holds_the_node_until_the_fault_goes() {
-        let mut w = World::new(0.0, None);
+        let mut w = Aws::standalone(0.0);
         two_node_cluster(&mut w, &latest_release());
         let before = statuses(&mut w);
         assert!(before.iter().all(|(_, s)| s == "Running"), "{before:?}");
         let id = before[0].0.clone();
-        let fault = w.add_fault(Fault {
+        let fault = w.faults.add(Fault {
             id: 0,
             service: "sagemaker".into(),
             operation: "BatchReplaceClusterNodes".into(),
             kind: FaultKind::Stuck,
             times: 1,
             after: 0,
+            caller: None,
         });
         let out = batch_replace(&mut w, &json!({"ClusterName": "c", "NodeIds": [id]})).unwrap();
         assert_eq!(out["Successful"], json!([id]));
@@ -592,13 +600,13 @@ mod tests {
         assert_eq!(after.len(), 2);
     }
 
-    fn set_recovery(w: &mut World, mode: &str) {
+    fn set_recovery(w: &mut Aws, mode: &str) {
         w.hyperpod("c").unwrap().node_recovery = mode.to_owned();
     }
 
     #[test]
     fn automatic_recovery_reboots_a_faulty_node_after_the_delay() {
-        let mut w = World::new(0.0, None);
+        let mut w = Aws::standalone(0.0);
         two_node_cluster(&mut w, &latest_release());
         let id = statuses(&mut w)[0].0.clone();
         assert_eq!(
@@ -629,7 +637,7 @@ mod tests {
 
     #[test]
     fn automatic_recovery_replaces_a_node_that_needs_it() {
-        let mut w = World::new(0.0, None);
+        let mut w = Aws::standalone(0.0);
         two_node_cluster(&mut w, &latest_release());
         let id = statuses(&mut w)[0].0.clone();
         w.mark_node_for_recovery("c", &id, Recovery::Replace, false);
@@ -643,7 +651,7 @@ mod tests {
 
     #[test]
     fn without_automatic_recovery_a_faulty_node_waits_for_a_batch_call() {
-        let mut w = World::new(0.0, None);
+        let mut w = Aws::standalone(0.0);
         two_node_cluster(&mut w, &latest_release());
         set_recovery(&mut w, "None");
         let ids: Vec<String> = statuses(&mut w).into_iter().map(|(i, _)| i).collect();
@@ -670,7 +678,7 @@ mod tests {
 
     #[test]
     fn a_users_request_is_honoured_without_automatic_recovery() {
-        let mut w = World::new(0.0, None);
+        let mut w = Aws::standalone(0.0);
         two_node_cluster(&mut w, &latest_release());
         set_recovery(&mut w, "None");
         let id = statuses(&mut w)[0].0.clone();

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use super::lookups::Lookups;
 use super::{Order, check_name, page, str_field, validation};
-use crate::world::{ACCOUNT, AwsError, World};
+use crate::clock::reached;
+use crate::world::{ACCOUNT, Aws, AwsError};
 
 /// Simulated seconds a new plan stays Pending (payment and capacity allocation).
 pub const PLAN_PENDING_SECS: f64 = 120.0;
@@ -100,11 +101,11 @@ impl Plan {
     }
 
     pub fn status(&self, now: f64, stuck: bool) -> &'static str {
-        if stuck || now - self.created < PLAN_PENDING_SECS {
+        if stuck || !reached(now, self.created + PLAN_PENDING_SECS) {
             "Pending"
-        } else if now < self.offering.start {
+        } else if !reached(now, self.offering.start) {
             "Scheduled"
-        } else if now < self.offering.end() {
+        } else if !reached(now, self.offering.end()) {
             "Active"
         } else {
             "Expired"
@@ -143,10 +144,8 @@ fn epoch_arg(body: &Value, key: &str) -> Option<f64> {
 }
 
 /// Instances of a plan held by instance groups, except those of `except` cluster.
-pub fn in_use(w: &World, arn: &str, except: Option<&str>) -> u32 {
-    w.sagemaker
-        .clusters
-        .values()
+pub fn in_use(w: &Aws, arn: &str, except: Option<&str>) -> u32 {
+    w.live_hyperpods()
         .filter(|c| Some(c.name.as_str()) != except)
         .flat_map(|c| c.groups.iter())
         .filter(|g| str_field(&g.spec, "TrainingPlanArn") == Some(arn))
@@ -154,7 +153,7 @@ pub fn in_use(w: &World, arn: &str, except: Option<&str>) -> u32 {
         .sum()
 }
 
-fn offering_json(w: &World, o: &Offering, body: &Value) -> Value {
+fn offering_json(w: &Aws, o: &Offering, body: &Value) -> Value {
     let hours = o.spec.duration_hours;
     json!({
         "TrainingPlanOfferingId": o.spec.id,
@@ -178,7 +177,7 @@ fn offering_json(w: &World, o: &Offering, body: &Value) -> Value {
     })
 }
 
-pub fn search(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn search(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     let targets: Vec<&str> = body
         .get("TargetResources")
         .and_then(Value::as_array)
@@ -222,7 +221,7 @@ pub fn search(w: &mut World, body: &Value) -> Result<Value, AwsError> {
     Ok(json!({ "TrainingPlanOfferings": found }))
 }
 
-pub fn create(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError> {
+pub fn create(w: &mut Aws, region: &str, body: &Value) -> Result<Value, AwsError> {
     let name = str_field(body, "TrainingPlanName").unwrap_or_default();
     check_name(name, "trainingPlanName")?;
     let id = str_field(body, "TrainingPlanOfferingId").unwrap_or_default();
@@ -267,7 +266,7 @@ pub fn create(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsErr
     Ok(json!({ "TrainingPlanArn": arn }))
 }
 
-fn plan_json(w: &World, p: &Plan, full: bool) -> Value {
+fn plan_json(w: &Aws, p: &Plan, full: bool) -> Value {
     let now = w.clock.now();
     let status = p.status(now, w.stuck("sagemaker", "CreateTrainingPlan"));
     let o = &p.offering;
@@ -316,7 +315,7 @@ fn plan_json(w: &World, p: &Plan, full: bool) -> Value {
     v
 }
 
-pub fn describe(w: &mut World, body: &Value) -> Result<Value, AwsError> {
+pub fn describe(w: &mut Aws, body: &Value) -> Result<Value, AwsError> {
     let name = str_field(body, "TrainingPlanName").unwrap_or_default();
     let plan = w
         .sagemaker
@@ -333,7 +332,7 @@ pub fn describe(w: &mut World, body: &Value) -> Result<Value, AwsError> {
     Ok(plan_json(w, &plan, true))
 }
 
-pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError> {
+pub fn list(w: &mut Aws, region: &str, body: &Value) -> Result<Value, AwsError> {
     let now = w.clock.now();
     let stuck = w.stuck("sagemaker", "CreateTrainingPlan");
     let mut statuses = Vec::new();
@@ -379,7 +378,7 @@ pub fn list(w: &mut World, region: &str, body: &Value) -> Result<Value, AwsError
 /// UpdateCluster do: the plan exists, can run instances, is for this instance type,
 /// has room for the group, and the group's subnets are in the plan's zone.
 pub fn check_group(
-    w: &World,
+    w: &Aws,
     group: &Value,
     subnets: &[String],
     lookups: &Lookups,

@@ -18,6 +18,10 @@ impl Drop for Proc {
 }
 
 impl Proc {
+    pub fn new(child: Child) -> Self {
+        Proc(child)
+    }
+
     pub fn pid(&self) -> u32 {
         self.0.id()
     }
@@ -114,6 +118,18 @@ pub struct Network {
     pub role_arn: String,
 }
 
+impl Network {
+    /// Names for a sim without moto, which checks none of them.
+    pub fn unchecked() -> Network {
+        Network {
+            vpc: "vpc-0sim".into(),
+            subnets: vec!["subnet-0sima".into(), "subnet-0simb".into()],
+            security_group: "sg-0sim".into(),
+            role_arn: "arn:aws:iam::123456789012:role/hypd-eks-cluster".into(),
+        }
+    }
+}
+
 pub async fn network(moto: &str) -> Network {
     let vpc = xml_tag(
         &moto_call(
@@ -196,17 +212,22 @@ pub async fn control(
         .unwrap()
 }
 
-pub async fn wait_for<F, Fut>(what: &str, mut check: F)
+pub async fn wait_for<F, Fut>(what: &str, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for_within(what, Duration::from_secs(20), check).await;
+}
+
+pub async fn wait_for_within<F, Fut>(what: &str, patience: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
     let start = Instant::now();
     while !check().await {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
+        assert!(start.elapsed() < patience, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -400,9 +421,15 @@ pub fn hyperpod_create(
 
 /// Waits until every node of a HyperPod cluster is Running and the cluster InService.
 pub async fn hyperpod_ready(sm: &aws_sdk_sagemaker::Client, name: &str) {
+    hyperpod_ready_within(sm, name, Duration::from_secs(20)).await;
+}
+
+/// [`hyperpod_ready`], waiting up to `patience`.
+pub async fn hyperpod_ready_within(sm: &aws_sdk_sagemaker::Client, name: &str, patience: Duration) {
     use aws_sdk_sagemaker::types::{ClusterInstanceStatus, ClusterStatus};
-    wait_for(
+    wait_for_within(
         &format!("{name} InService with every node Running"),
+        patience,
         || async {
             let d = sm
                 .describe_cluster()

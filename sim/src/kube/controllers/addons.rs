@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::kube::admission::{crd_status, namespace, object};
 use crate::kube::discovery::CRD_GR;
-use crate::kube::store::Key;
-use crate::world::World;
+use crate::kube::store::{Key, Store};
+use crate::sagemaker::Features;
 
 pub const PYTORCHJOB_CRD: &str =
     include_str!("../../../crds/sagemaker.amazonaws.com_hyperpodpytorchjobs.yaml");
@@ -142,18 +142,21 @@ fn addon_workloads(addon: &str) -> &'static [(&'static str, &'static str, &'stat
 
 const ADDON_LABEL: &str = "eks.amazonaws.com/addon";
 
-pub(super) fn addons(w: &mut World, cluster: &str, now: &str) {
-    tiered_checkpointing(w, cluster, now);
-    let active = w.eks_active_addons(cluster);
+/// The workloads of the `active` add-ons (each with its configuration) and of the
+/// HyperPod `features` on this cluster.
+pub(super) fn addons(
+    store: &mut Store,
+    active: &[(String, Option<Value>)],
+    features: &[Features],
+    now: &str,
+) {
+    tiered_checkpointing(store, features, now);
     let keda: BTreeSet<String> = active
         .iter()
-        .filter(|a| with_keda(a, w.eks_addon_configuration(cluster, a).as_ref()))
-        .cloned()
+        .filter(|(a, config)| with_keda(a, config.as_ref()))
+        .map(|(a, _)| a.clone())
         .collect();
-    let Some(c) = w.kube_cluster(cluster) else {
-        return;
-    };
-    let store = &mut c.store;
+    let active: Vec<String> = active.iter().map(|(a, _)| a.clone()).collect();
     let mut wanted = BTreeSet::new();
     for addon in &active {
         let brings_keda = keda.contains(addon);
@@ -246,15 +249,10 @@ pub(super) const HYPERPOD_LABEL: (&str, &str) =
 /// the memory-management daemon runs in kube-system on that cluster's HyperPod nodes,
 /// told its share of each instance's memory; with Disable it is removed (its pods go
 /// with it through garbage collection), as the API reference says of both modes.
-fn tiered_checkpointing(w: &mut World, cluster: &str, now: &str) {
-    let wanted = w
-        .hyperpod_features(cluster)
-        .into_iter()
-        .find_map(|f| Some((f.cluster, f.tiered_storage?)));
-    let Some(c) = w.kube_cluster(cluster) else {
-        return;
-    };
-    let store = &mut c.store;
+fn tiered_checkpointing(store: &mut Store, features: &[Features], now: &str) {
+    let wanted = features
+        .iter()
+        .find_map(|f| Some((f.cluster.clone(), f.tiered_storage.clone()?)));
     let key = Key::new("apps/daemonsets", "kube-system", TIERED_CHECKPOINTING);
     let installed = store
         .get(&key)

@@ -1,6 +1,6 @@
 //! Garbage collection: ReplicaSets, Pods and Jobs whose controlling owner is gone (or was
 //! replaced by an object of the same name with another UID) are removed, as background
-//! cascading deletion does: on a tick after the owner's delete, not inside it, since
+//! cascading deletion does: in a pass after the owner's delete, not inside it, since
 //! Kubernetes' garbage collector works apart from the API server. Children of owner kinds
 //! it does not know are left alone.
 

@@ -1,5 +1,5 @@
 //! Jobs: up to `parallelism` pods at a time until `completions` succeed or more than
-//! `backoffLimit` fail; the conditions carry the time the last pod finished, not the tick
+//! `backoffLimit` fail; the conditions carry the time the last pod finished, not the pass
 //! that noticed, so a Job's completion time does not depend on the controllers' rhythm.
 
 use serde_json::{Value, json};

@@ -16,13 +16,14 @@ use serde_json::{Map, Value, json};
 
 use super::addons::HYPERPOD_LABEL;
 use super::{is_terminal, node_ready, selector_matches, snapshot, upsert};
+use crate::clock::reached;
 use crate::kube::admission::crd_status;
 use crate::kube::discovery::CRD_GR;
 use crate::kube::scheduler::{RESOURCES, milli, requests, tolerates};
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::parse_rfc3339;
-use crate::sagemaker::AutoscaledGroup;
-use crate::world::World;
+use crate::sagemaker::{AutoscaledGroup, Features};
+use crate::world::Aws;
 
 /// Karpenter's NodePool, upstream's CRD byte for byte (see crds/SOURCES.md).
 pub const NODEPOOL_CRD: &str = include_str!("../../../crds/karpenter.sh_nodepools.yaml");
@@ -57,7 +58,7 @@ type Resources = [u64; 3];
 
 /// An instance group of a HyperPod cluster on this EKS cluster and what one of its nodes
 /// offers.
-struct Group {
+pub(super) struct Group {
     hyperpod: String,
     facts: AutoscaledGroup,
     capacity: Resources,
@@ -75,20 +76,21 @@ struct Pool {
     consolidate_after: Option<f64>,
 }
 
-pub(super) fn karpenter(w: &mut World, cluster: &str, epoch_now: f64, now: &str) {
-    let hyperpods: Vec<String> = w
-        .hyperpod_features(cluster)
-        .into_iter()
+/// The groups of the HyperPod clusters among `features` whose managed Karpenter is
+/// InService, with what a node of each offers; none when no cluster's is.
+pub(super) fn groups(aws: &mut Aws, features: &[Features]) -> Option<Vec<Group>> {
+    let hyperpods: Vec<&String> = features
+        .iter()
         .filter(|f| f.karpenter)
-        .map(|f| f.cluster)
+        .map(|f| &f.cluster)
         .collect();
     if hyperpods.is_empty() {
-        return;
+        return None;
     }
     let mut groups = Vec::new();
-    for hp in &hyperpods {
-        for facts in w.autoscaled_groups(hp) {
-            let capacity = w
+    for hp in hyperpods {
+        for facts in aws.autoscaled_groups(hp) {
+            let capacity = aws
                 .sagemaker
                 .instance_types
                 .get(&facts.instance_type)
@@ -101,34 +103,70 @@ pub(super) fn karpenter(w: &mut World, cluster: &str, epoch_now: f64, now: &str)
             });
         }
     }
-    let Some(c) = w.kube_cluster(cluster) else {
-        return;
-    };
-    let store = &mut c.store;
+    Some(groups)
+}
+
+/// One pass over the cluster's objects for `groups`: the CRDs served, classes' and
+/// pools' statuses written, and what to ask of HyperPod decided.
+pub(super) fn karpenter(store: &mut Store, groups: &[Group], epoch_now: f64, now: &str) -> Plan {
     install(store, now);
-    let classes = node_classes(store, &groups, now);
-    let pools = node_pools(store, &groups, &classes, now);
-    let Plan { adds, deletes } = plan(store, &groups, &pools, epoch_now, now);
+    let classes = node_classes(store, groups, now);
+    let pools = node_pools(store, groups, &classes, now);
+    plan(store, groups, &pools, epoch_now, now)
+}
+
+/// Simulated seconds after which Karpenter asks again for what HyperPod refused (a
+/// quota another cluster may since have freed, say). AWS publishes no figure; this is
+/// the sim's.
+const RETRY_SECS: f64 = 60.0;
+
+/// Asks HyperPod for what `plan` decided, on the cluster role: more nodes in a group
+/// (BatchAddClusterNodes), the consolidated nodes deleted (BatchDeleteClusterNodes).
+/// The answer is when the controllers must run again for it, in simulated seconds: at
+/// once when HyperPod took any of it (to read what changed), after [`RETRY_SECS`] when
+/// it refused it all, never when there was nothing to ask.
+pub(super) fn apply(aws: &mut Aws, groups: &[Group], plan: Plan) -> f64 {
+    let Plan { adds, deletes } = plan;
+    let (mut taken, mut refused) = (false, false);
     for (gi, count) in adds {
         let g = &groups[gi];
-        if let Err(e) = w.autoscale_up(&g.hyperpod, &g.facts.name, count) {
-            tracing::warn!(
-                group = g.facts.name,
-                code = e.code,
-                message = e.message,
-                "Karpenter could not add nodes"
-            );
+        match aws.autoscale_up(&g.hyperpod, &g.facts.name, count) {
+            Ok(()) => taken = true,
+            Err(e) => {
+                refused = true;
+                tracing::warn!(
+                    group = g.facts.name,
+                    code = e.code,
+                    message = e.message,
+                    "Karpenter could not add nodes"
+                );
+            }
         }
     }
     for (hyperpod, ids) in deletes {
-        if let Err(e) = w.autoscale_down(&hyperpod, &ids) {
-            tracing::warn!(
-                cluster = hyperpod,
-                code = e.code,
-                message = e.message,
-                "Karpenter could not delete nodes"
-            );
+        match aws.autoscale_down(&hyperpod, &ids) {
+            Ok(answer) => {
+                let deleted = answer["Successful"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty());
+                taken |= deleted;
+                refused |= !deleted;
+            }
+            Err(e) => {
+                refused = true;
+                tracing::warn!(
+                    cluster = hyperpod,
+                    code = e.code,
+                    message = e.message,
+                    "Karpenter could not delete nodes"
+                );
+            }
         }
+    }
+    match (taken, refused) {
+        (true, _) => 0.0,
+        (false, true) => RETRY_SECS,
+        (false, false) => f64::INFINITY,
     }
 }
 
@@ -549,9 +587,15 @@ fn daemon_overhead(daemonsets: &[Value], labels: &Map<String, Value>) -> Resourc
 
 /// What one pass decides for HyperPod: the groups to grow (by how many nodes) and the
 /// instances to delete, by HyperPod cluster.
-struct Plan {
+pub(super) struct Plan {
     adds: Vec<(usize, u32)>,
     deletes: BTreeMap<String, Vec<String>>,
+}
+
+impl Plan {
+    pub(super) fn is_empty(&self) -> bool {
+        self.adds.is_empty() && self.deletes.is_empty()
+    }
 }
 
 /// One pass of provisioning and consolidation. A pending pod goes to the first
@@ -682,7 +726,7 @@ fn plan(store: &mut Store, groups: &[Group], pools: &[Pool], epoch_now: f64, now
                 });
                 let waited = pool
                     .consolidate_after
-                    .is_some_and(|after| epoch_now - since >= after);
+                    .is_some_and(|after| reached(epoch_now, since + after));
                 if waited
                     && !demand.contains_key(&gi)
                     && let Some(id) = name.strip_prefix("hyperpod-")

@@ -8,8 +8,13 @@
 //! Every status is a pure function of the stored objects and the clock (times come from
 //! earlier transitions, never from "now" unless something changed), and an object is
 //! written only when it changes, so a quiet cluster's resourceVersion stands still and
-//! watchers see one event per real transition. Controllers run every [`super::TICK`], or
-//! less often when a pass is slow (see [`run`]).
+//! watchers see one event per real transition. Controllers run when something they
+//! watch changed or when a deadline they found is due, never on a fixed tick (see
+//! [`run`]); every status they compare with the clock goes through
+//! [`reached`](crate::clock::reached), which is how a pass knows its deadline. A pass
+//! reads what it needs of EKS and HyperPod under the AWS lock first, then works on the
+//! objects under the cluster's own lock, and hands what it asks of HyperPod back under
+//! the AWS lock: it never holds both.
 
 mod addons;
 mod claims;
@@ -25,52 +30,173 @@ mod rayjobs;
 mod replicasets;
 mod services;
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::admission::{object, pod_defaults};
 use super::store::{Key, Store, meta};
 use super::time::rfc3339;
-use crate::world::{Shared, World};
+use super::{ClusterApi, WeakApi};
+use crate::clock::{Clock, recording};
+use crate::sagemaker::instance_types::InstanceType;
+use crate::sagemaker::{Features, Instance};
+use crate::world::{Aws, Shared, World};
 
 pub use pods::run_seconds;
 
-/// Runs the controllers of `cluster` every tick until its API server stops. A pass that
-/// took long is followed by a wait [`IDLE_PER_BUSY`] times as long, so the controllers hold
-/// the world's lock at most a fifth of the time however big the cluster: API calls are
-/// answered while the controllers fall behind, as a real control plane's work queues do.
-pub async fn run(world: Shared, cluster: String, mut stopped: watch::Receiver<()>) {
-    let mut wait = super::TICK;
+/// The shortest real time between two passes, so that changes that come together (a
+/// client applying many objects, a pass's own writes) are reconciled together.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+/// A pass that took long is followed by a pause this many times as long.
+const IDLE_PER_BUSY: u32 = 4;
+
+/// Runs the controllers of a cluster until its API server stops: a pass when something
+/// they watch changed (`wake`: a write to the cluster's objects, or a change in EKS or
+/// HyperPod for this cluster) or when the soonest instant a pass found still to come is
+/// due, converted to real time at the clock's speed (a change of speed wakes every
+/// cluster, so the deadline is computed again). Nothing else runs them: a quiet cluster
+/// costs nothing. A pass is followed by a pause [`IDLE_PER_BUSY`] times as long (at
+/// least [`MIN_PAUSE`]), so the controllers hold the cluster's lock at most a fifth of
+/// the time however big the cluster: API calls are answered while the controllers fall
+/// behind, as a real control plane's work queues do.
+pub async fn run(world: Shared, api: WeakApi, wake: Arc<Notify>, mut stopped: watch::Receiver<()>) {
+    // The first pass runs at once: it finds the cluster's first deadlines.
+    let mut due = Some(Instant::now());
+    let mut not_before = Instant::now();
     loop {
+        let deadline = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = stopped.changed() => return,
-            _ = tokio::time::sleep(wait) => {
-                let mut w = world.lock().await;
-                let started = std::time::Instant::now();
-                reconcile(&mut w, &cluster);
-                wait = super::TICK.max(started.elapsed() * IDLE_PER_BUSY);
-            }
+            () = wake.notified() => {}
+            () = deadline => {}
+        }
+        tokio::select! {
+            _ = stopped.changed() => return,
+            () = tokio::time::sleep_until(not_before.into()) => {}
+        }
+        let Some(api) = api.upgrade() else {
+            return;
+        };
+        let started = Instant::now();
+        let next = pass(&world, &api).await;
+        drop(api);
+        not_before = Instant::now() + (started.elapsed() * IDLE_PER_BUSY).max(MIN_PAUSE);
+        // Measured from the pass's start, before any instant it compared with was read,
+        // the deadline is never late; a pass that comes early finds it again.
+        due = world.clock.real_time_for(next).map(|d| started + d);
+    }
+}
+
+/// What a pass reads of EKS and HyperPod, all under one hold of the AWS lock.
+struct Facts {
+    /// The instances of the HyperPod clusters on this EKS cluster.
+    instances: Vec<Instance>,
+    /// The instance-type table's rows for their types.
+    types: BTreeMap<String, InstanceType>,
+    features: Vec<Features>,
+    /// The ACTIVE add-ons, each with its configuration.
+    addons: Vec<(String, Option<Value>)>,
+    /// The groups managed Karpenter scales, if it runs for a HyperPod cluster here.
+    karpenter: Option<Vec<karpenter::Group>>,
+}
+
+impl Facts {
+    fn gather(aws: &mut Aws, cluster: &str) -> Self {
+        let instances = aws.hyperpod_instances(cluster);
+        // HyperPod refuses a group whose type has no row, and rows are only ever added
+        // or replaced, so every instance finds its row.
+        let types = instances
+            .iter()
+            .filter_map(|i| {
+                let row = aws.sagemaker.instance_types.get(&i.instance_type)?;
+                Some((i.instance_type.clone(), row.clone()))
+            })
+            .collect();
+        let features = aws.hyperpod_features(cluster);
+        let addons = aws
+            .eks_active_addons(cluster)
+            .into_iter()
+            .map(|addon| {
+                let config = aws.eks_addon_configuration(cluster, &addon);
+                (addon, config)
+            })
+            .collect();
+        let karpenter = karpenter::groups(aws, &features);
+        Self {
+            instances,
+            types,
+            features,
+            addons,
+            karpenter,
         }
     }
 }
 
-const IDLE_PER_BUSY: u32 = 4;
-
-/// One pass of every controller, in the order a change flows: orphans go first so nothing
-/// is reconciled for an owner that is gone, owners come before what they create (RayJobs
-/// make Jobs, Jobs make Pods), and Pods come after every workload so a new pod is
-/// scheduled in the tick that made it. Karpenter comes last, to see the pods the
-/// scheduler could not place in this tick.
-fn reconcile(w: &mut World, cluster: &str) {
-    let epoch_now = w.clock.epoch(w.clock.now());
-    let now = rfc3339(epoch_now);
-    nodes::nodes(w, cluster);
-    addons::addons(w, cluster, &now);
-    let Some(c) = w.kube_cluster(cluster) else {
-        return;
+/// One pass over cluster `api`: what users asked of HyperPod through Node labels is
+/// handed on, EKS and HyperPod are read, the objects reconciled, and what managed
+/// Karpenter decided is asked of HyperPod. Each hold of the AWS lock first makes sure the
+/// cluster is still the one served under its name (it may have been deleted, forgotten
+/// or made anew meanwhile). The answer is the simulated seconds until the soonest
+/// instant at which anything the pass read changes (infinite: none), or sooner when it
+/// asked HyperPod for something (see [`karpenter::apply`]).
+async fn pass(world: &World, api: &ClusterApi) -> f64 {
+    let recoveries = nodes::requested_recoveries(&*api.store.lock().await);
+    let (facts, aws_due) = {
+        let mut aws = world.aws.lock().await;
+        if !world.kube.is_current(api) {
+            return f64::INFINITY;
+        }
+        for (hyperpod, id, recovery) in recoveries {
+            aws.mark_node_for_recovery(&hyperpod, &id, recovery, true);
+        }
+        let gathered = recording(|| Facts::gather(&mut aws, &api.name));
+        // Reading the EKS cluster settles it: one whose deletion is over has no server.
+        if !world.kube.is_current(api) {
+            return f64::INFINITY;
+        }
+        gathered
     };
-    let region = c.region.clone();
-    let store = &mut c.store;
+    let (plan, kube_due) = {
+        let mut store = api.store.lock().await;
+        recording(|| reconcile(&mut store, api, &facts, &world.clock))
+    };
+    let mut karpenter_due = f64::INFINITY;
+    if let (Some(plan), Some(groups)) = (plan, &facts.karpenter)
+        && !plan.is_empty()
+    {
+        let mut aws = world.aws.lock().await;
+        if world.kube.is_current(api) {
+            karpenter_due = karpenter::apply(&mut aws, groups, plan);
+        }
+    }
+    aws_due.min(kube_due).min(karpenter_due)
+}
+
+/// One pass of every controller, in the order a change flows: Nodes and add-ons first,
+/// from what EKS and HyperPod say, then orphans go so nothing is reconciled for an owner
+/// that is gone, owners come before what they create (RayJobs make Jobs, Jobs make
+/// Pods), and Pods come after every workload so a new pod is scheduled in the pass that
+/// made it. Karpenter comes last, to see the pods the scheduler could not place in this
+/// pass; what it decides for HyperPod is the answer.
+fn reconcile(
+    store: &mut Store,
+    api: &ClusterApi,
+    facts: &Facts,
+    clock: &Clock,
+) -> Option<karpenter::Plan> {
+    let epoch_now = clock.epoch(clock.now());
+    let now = rfc3339(epoch_now);
+    nodes::nodes(store, &facts.instances, &facts.types, &api.version, clock);
+    addons::addons(store, &facts.addons, &facts.features, &now);
     gc::collect_garbage(store);
     deployments::deployments(store, &now);
     replicasets::replicasets(store, &now);
@@ -79,9 +205,10 @@ fn reconcile(w: &mut World, cluster: &str) {
     pytorchjobs::pytorchjobs(store, &now);
     jobs::jobs(store, &now);
     pods::pods(store, epoch_now, &now);
-    services::services(store, epoch_now, &region);
+    services::services(store, epoch_now, &api.region);
     claims::claims(store);
-    karpenter::karpenter(w, cluster, epoch_now, &now);
+    let groups = facts.karpenter.as_deref()?;
+    Some(karpenter::karpenter(store, groups, epoch_now, &now))
 }
 
 /// Stores `value` if it differs from what is stored (resourceVersion aside).
@@ -220,4 +347,79 @@ fn finish_time(pods: &[Value]) -> Option<String> {
                 .map(str::to_owned)
         })
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_and_job_pod(store: &mut Store) {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
+            "spec": {}, "status": {"allocatable": {"cpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        store.put(Key::new("/nodes", "", "n1"), node);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "p",
+                         "annotations": {pods::RUN_ANNOTATION: "30"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main"}]}});
+        store.put(Key::new("/pods", "default", "p"), pod);
+    }
+
+    fn phase(store: &Store) -> Value {
+        store.get(&Key::new("/pods", "default", "p")).unwrap()["status"]["phase"].clone()
+    }
+
+    #[tokio::test]
+    async fn a_pass_is_due_when_what_it_read_changes_and_a_quiet_cluster_never() {
+        let world = World::new(0.0, None, "testing".to_owned());
+        let (api, _stopped) = world.kube.serve_nothing("c");
+        node_and_job_pod(&mut *api.store.lock().await);
+        // Bound now, its container starts START_SECS after the scheduling time the pod
+        // records (whole seconds), so at most that far off.
+        let due = pass(&world, &api).await;
+        assert!(
+            due > pods::START_SECS - 1.0 && due <= pods::START_SECS,
+            "{due}"
+        );
+        assert_eq!(phase(&*api.store.lock().await), "Pending");
+        world.clock.advance(due);
+        let due = pass(&world, &api).await;
+        assert_eq!(phase(&*api.store.lock().await), "Running");
+        assert!(due > 29.0 && due <= 30.0, "{due}");
+        world.clock.advance(due);
+        assert_eq!(pass(&world, &api).await, f64::INFINITY);
+        assert_eq!(phase(&*api.store.lock().await), "Succeeded");
+        // Nothing is left to change: a pass writes nothing and is never due.
+        let rv = api.store.lock().await.rv();
+        assert_eq!(pass(&world, &api).await, f64::INFINITY);
+        assert_eq!(api.store.lock().await.rv(), rv);
+        // A cluster forgotten meanwhile is left alone.
+        world.kube.stop("c");
+        assert_eq!(pass(&world, &api).await, f64::INFINITY);
+    }
+
+    #[tokio::test]
+    async fn controllers_run_at_their_deadlines_with_nothing_else_to_wake_them() {
+        // 600 simulated seconds a real one: the pod's 5 s start and 30 s run take about
+        // 60 ms, but only the deadlines can move it on, since nothing writes after the
+        // pass that binds it.
+        let world = Arc::new(World::new(600.0, None, "testing".to_owned()));
+        let (api, stopped) = world.kube.serve_nothing("c");
+        tokio::spawn(run(
+            world.clone(),
+            Arc::downgrade(&api),
+            api.store.lock().await.changes(),
+            stopped,
+        ));
+        node_and_job_pod(&mut *api.store.lock().await);
+        let finished = async {
+            while phase(&*api.store.lock().await) != "Succeeded" {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        // A bound on a hang, not a figure: the run takes a few passes.
+        tokio::time::timeout(Duration::from_secs(60), finished)
+            .await
+            .expect("the pod runs to completion");
+    }
 }

@@ -2,22 +2,23 @@
 //! its instance type, HyperPod's and its zone's labels, its group's `KubernetesConfig`
 //! labels and taints, and a NoSchedule taint while it is not healthy or awaits a reboot
 //! or replacement (a `node-health-status` label a user sets asks HyperPod for one). The instance is the
-//! truth, so its own labels win on every tick and a label or taint its group drops leaves
+//! truth, so its own labels win on every pass and a label or taint its group drops leaves
 //! the Node; what users added (labels, taints, annotations, a cordon from `kubectl
-//! drain`) survives the next tick.
+//! drain`) survives the next pass.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
 use super::upsert;
-use crate::kube::store::{Key, meta};
+use crate::clock::Clock;
+use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::rfc3339;
-use crate::sagemaker::Recovery;
 use crate::sagemaker::instance_types::InstanceType;
-use crate::world::{World, fnv1a};
+use crate::sagemaker::{Instance, Recovery};
+use crate::world::fnv1a;
 
-/// The group's labels and taints last put on a Node, so that the next tick can tell one
+/// The group's labels and taints last put on a Node, so that the next pass can tell one
 /// the group has since dropped (to remove) from one a user added (to keep).
 const APPLIED: &str = "sim.hypd.dev/instance-group-kubernetes-config";
 
@@ -42,11 +43,8 @@ fn resources(facts: &InstanceType) -> Value {
 /// Nodes a user labelled for reboot or replacement with kubectl: (HyperPod cluster,
 /// instance id, recovery). A Node the sim itself marked carries the taint of the same
 /// value, so its label is no fresh request.
-fn requested_recoveries(w: &mut World, cluster: &str) -> Vec<(String, String, Recovery)> {
-    let Some(c) = w.kube_cluster(cluster) else {
-        return Vec::new();
-    };
-    c.store
+pub(super) fn requested_recoveries(store: &Store) -> Vec<(String, String, Recovery)> {
+    store
         .list("/nodes", None)
         .filter_map(|n| {
             let labels = &n["metadata"]["labels"];
@@ -62,22 +60,20 @@ fn requested_recoveries(w: &mut World, cluster: &str) -> Vec<(String, String, Re
         .collect()
 }
 
-pub(super) fn nodes(w: &mut World, cluster: &str) {
-    for (hp, id, recovery) in requested_recoveries(w, cluster) {
-        w.mark_node_for_recovery(&hp, &id, recovery, true);
-    }
-    let instances = w.hyperpod_instances(cluster);
-    let version = w
-        .kube_cluster(cluster)
-        .map(|c| c.version.clone())
-        .unwrap_or_default();
-    let epoch = |t: f64| w.clock.epoch(t);
-    let table = &w.sagemaker.instance_types;
+/// The Nodes of `instances` (those past Pending), as a kubelet on each would register
+/// them, with what users put on them since kept; Nodes of instances gone are removed.
+/// `table` has the rows of the instances' types.
+pub(super) fn nodes(
+    store: &mut Store,
+    instances: &[Instance],
+    table: &BTreeMap<String, InstanceType>,
+    version: &str,
+    clock: &Clock,
+) {
+    let epoch = |t: f64| clock.epoch(t);
     let wanted: Vec<(String, Value)> = instances
         .iter()
         .filter(|i| i.status != "Pending")
-        // HyperPod refuses a group whose type has no row, and rows are only ever added or
-        // replaced, so every instance finds its facts.
         .filter_map(|i| Some((i, table.get(&i.instance_type)?)))
         .map(|(i, facts)| {
             let name = format!("hyperpod-{}", i.id);
@@ -141,10 +137,6 @@ pub(super) fn nodes(w: &mut World, cluster: &str) {
             (name, node)
         })
         .collect();
-    let Some(c) = w.kube_cluster(cluster) else {
-        return;
-    };
-    let store = &mut c.store;
     let names: BTreeSet<&String> = wanted.iter().map(|(n, _)| n).collect();
     let stale: Vec<Key> = store
         .list("/nodes", None)
@@ -186,7 +178,7 @@ fn same_taint(a: &Value, b: &Value) -> bool {
 /// What users put on the `old` Node that the `node` built from its instance lacks:
 /// labels and annotations of their own, taints, a cordon (`kubectl cordon`/`drain`),
 /// and the managed fields of their applies. A label or taint is the group's, not
-/// theirs, when the last tick applied it from the group's `KubernetesConfig`.
+/// theirs, when the last pass applied it from the group's `KubernetesConfig`.
 fn carry_over(node: &mut Value, old: &Value) {
     let applied: Value = old["metadata"]["annotations"][APPLIED]
         .as_str()

@@ -1,11 +1,12 @@
 //! Pods' lifecycle: each pending pod goes to the [`Scheduler`], and a bound pod's status is
 //! then a function of the time it was scheduled: ContainerCreating for [`START_SECS`],
 //! Running, and, if it has a run time, Succeeded or Failed by its exit code. Pods are
-//! bound and advanced in one pass so a tick writes each pod at most once.
+//! bound and advanced in one pass so a pass writes each pod at most once.
 
 use serde_json::{Value, json};
 
 use super::{is_terminal, snapshot, upsert};
+use crate::clock::reached;
 use crate::kube::scheduler::Scheduler;
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::{parse_rfc3339, rfc3339};
@@ -83,13 +84,13 @@ fn advance(pod: &mut Value, now: f64, scheduler: &Scheduler) {
             )
         })
         .collect();
-    let (phase, state, ready) = if now < start {
+    let (phase, state, ready) = if !reached(now, start) {
         (
             "Pending",
             json!({ "waiting": { "reason": "ContainerCreating" } }),
             false,
         )
-    } else if let Some(run) = run.filter(|r| now >= start + r) {
+    } else if let Some(run) = run.filter(|r| reached(now, start + r)) {
         let finished = ts(start + run);
         let reason = if exit == 0 { "Completed" } else { "Error" };
         (
@@ -192,5 +193,36 @@ mod tests {
             "n1",
             "room freed by the finished pod"
         );
+    }
+
+    #[test]
+    fn a_pass_over_pods_is_due_again_when_a_container_starts_or_exits() {
+        use crate::clock::recording;
+        let mut store = Store::new();
+        bootstrap(&mut store, "2026-01-01T00:00:00Z");
+        let t0 = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
+            "spec": {}, "status": {"allocatable": {"cpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        store.put(Key::new("/nodes", "", "n1"), node);
+        for (name, run) in [("job", Some("30")), ("server", None)] {
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "uid": name},
+                "spec": {"containers": [{"name": "main"}]}});
+            if let Some(run) = run {
+                pod["metadata"]["annotations"][RUN_ANNOTATION] = json!(run);
+            }
+            store.put(Key::new("/pods", "default", name), pod);
+        }
+        let at = |t: f64| rfc3339(t0 + t);
+        let ((), due) = recording(|| pods(&mut store, t0, &at(0.0)));
+        assert_eq!(due, START_SECS, "both start");
+        let ((), due) = recording(|| pods(&mut store, t0 + 7.0, &at(7.0)));
+        assert_eq!(due, START_SECS + 30.0 - 7.0, "the job's container exits");
+        let ((), due) = recording(|| pods(&mut store, t0 + 40.0, &at(40.0)));
+        assert_eq!(due, f64::INFINITY, "a server runs until deleted");
+        let rv = store.rv();
+        pods(&mut store, t0 + 41.0, &at(41.0));
+        assert_eq!(store.rv(), rv);
     }
 }
