@@ -55,6 +55,9 @@ pub struct GroupSpec {
     /// (subnet, security group) of a group that runs outside the cluster's compute
     /// subnet (`OverrideVpcConfig`).
     pub subnet: Option<(String, String)>,
+    /// The Availability Zone a new group was placed in (the cluster's, or the one it
+    /// names), once placed; shown in plans.
+    pub zone: Option<String>,
     pub labels: BTreeMap<String, String>,
     /// (key, value, effect).
     pub taints: Vec<(String, Option<String>, String)>,
@@ -84,6 +87,39 @@ impl GroupSpec {
                 .set_taints(Some(taints))
                 .build(),
         )
+    }
+
+    /// Every setting of the group that the request decides, as a plan shows a group to
+    /// be made: what a person or an agent approves, so two groups that differ in any
+    /// of them never look alike.
+    pub fn planned(&self) -> serde_json::Value {
+        let capacity = match &self.capacity {
+            GroupCapacity::OnDemand => json!({"type": "on_demand"}),
+            GroupCapacity::Spot => json!({"type": "spot"}),
+            GroupCapacity::TrainingPlan(arn) => json!({
+                "type": "training_plan",
+                "training_plan_arn": arn,
+                "training_plan_name": arn.rsplit_once(":training-plan/").map(|(_, n)| n),
+            }),
+        };
+        let taints: Vec<String> = self
+            .taints
+            .iter()
+            .map(|(k, v, e)| format!("{k}={}:{e}", v.as_deref().unwrap_or_default()))
+            .collect();
+        json!({
+            "instance_type": self.instance_type,
+            "instance_count": self.instance_count,
+            "capacity": capacity,
+            "efa_only": self.efa_only,
+            "deep_health_checks": self.deep_health_checks,
+            "volume_size_gb": self.volume_size_gb,
+            "threads_per_core": self.threads_per_core,
+            "kubernetes_labels": self.labels,
+            "kubernetes_taints": taints,
+            "availability_zone": self.zone,
+            "subnet": self.subnet.as_ref().map_or("the cluster's compute subnet", |(s, _)| s.as_str()),
+        })
     }
 
     /// The group as CreateCluster and UpdateCluster take it.
@@ -382,15 +418,33 @@ pub async fn describe(
     let arn = c.cluster_arn().map(str::to_owned);
     let cluster_name = c.cluster_name().unwrap_or(name);
     let ours = match &arn {
-        Some(arn) if ownership => sagemaker
+        Some(arn) if ownership => match sagemaker
             .list_tags()
             .resource_arn(arn)
             .send()
             .await
-            .upstream("sagemaker", "ListTags")?
-            .tags()
-            .iter()
-            .any(|t| t.key() == Some(tags::CLUSTER) && t.value() == Some(cluster_name)),
+            .upstream("sagemaker", "ListTags")
+        {
+            Ok(t) => t
+                .tags()
+                .iter()
+                .any(|t| t.key() == Some(tags::CLUSTER) && t.value() == Some(cluster_name)),
+            // A deletion can end between the two calls: HyperPod then refuses ListTags
+            // for the ARN it no longer has. Asked again, DescribeCluster tells gone from
+            // a refusal that stands.
+            Err(e) => {
+                let again = sagemaker
+                    .describe_cluster()
+                    .cluster_name(name)
+                    .send()
+                    .await
+                    .found("sagemaker", "DescribeCluster")?;
+                return match again {
+                    None => Ok(None),
+                    Some(_) => Err(e),
+                };
+            }
+        },
         _ => false,
     };
     Ok(Some(State {
@@ -443,9 +497,7 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
             changes.push(FieldChange {
                 field: format!("instance_groups[{}]", g.name),
                 old: None,
-                new: Some(
-                    json!({"instance_type": g.instance_type, "instance_count": g.instance_count}),
-                ),
+                new: Some(g.planned()),
             });
             continue;
         };
@@ -546,6 +598,7 @@ pub fn diff(want: &Want<HyperPodSpec>, observed: &Option<State>) -> Result<Vec<O
                 extra.name
             ),
             operation_id: None,
+            field: None,
         });
     }
     Ok(vec![Op::Update(changes)])
@@ -703,10 +756,7 @@ impl Resource for HyperPodCluster {
                         c = c.field(
                             format!("instance_groups[{}]", g.name),
                             None,
-                            Some(json!({
-                                "instance_type": g.instance_type,
-                                "instance_count": g.instance_count,
-                            })),
+                            Some(g.planned()),
                         );
                     }
                 }
@@ -789,6 +839,7 @@ mod tests {
             capacity: GroupCapacity::OnDemand,
             efa_only: false,
             subnet: None,
+            zone: None,
             labels: BTreeMap::new(),
             taints: Vec::new(),
         }
