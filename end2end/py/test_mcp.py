@@ -43,6 +43,70 @@ def structured(result):
     return result.structured_content or json.loads(result.content[0].text)
 
 
+def rest_call(hypd, tool, args):
+    """`tool` with `args` through REST, as the OpenAPI document routes it: its path
+    parameters taken from `args`, the rest the JSON body. Answers (status, JSON)."""
+    with hypd.client(hypd.admin_token) as rest:
+        doc = rest.get("/api/v1/openapi.json").json()
+        for path, methods in doc["paths"].items():
+            for method, op in methods.items():
+                if op.get("operationId") != tool:
+                    continue
+                body = dict(args)
+                for p in op.get("parameters", []):
+                    if p["in"] == "path":
+                        path = path.replace("{" + p["name"] + "}", str(body.pop(p["name"])))
+                r = rest.request(method.upper(), path, json=body)
+                return r.status_code, r.json()
+    raise AssertionError(f"no REST route for {tool}")
+
+
+async def call_confirmed(client, tool, args):
+    """`tool` with `args` as an agent that read the plan sends it: a destructive request
+    answered with a confirmation is sent again with it."""
+    answer = await client.call_tool(tool, args)
+    if not answer.is_error and "confirmation" in (answer.structured_content or {}):
+        answer = await client.call_tool(tool, {**args, "confirmation": answer.structured_content["confirmation"]})
+    return answer
+
+
+async def keyed(client, hypd, tool, request, other):
+    """Starts `tool` with a new idempotency key and holds the key to that request (see
+    `key_held`). Returns the operation the key started, finished."""
+    key = f"key-{tool}-{time.monotonic_ns()}"
+    started = structured(await call_confirmed(client, tool, {**request, "idempotency_key": key}))
+    assert started["created"] is True, started
+    await key_held(client, hypd, tool, {**request, "idempotency_key": key}, other, started["operation_id"])
+    return (await finished(client, started["operation_id"]))["operation"]
+
+
+async def key_held(client, hypd, tool, request, other, operation_id):
+    """`request` (with its idempotency key) started `operation_id`: sent again, through MCP
+    or REST, it answers with that operation, not created again; the key with `other`, a
+    different request, is a conflict (409) naming `idempotency_key` and the operation,
+    the same error on both faces, before any plan, and starts nothing."""
+    async def operations():
+        return [o["operation_id"] for o in structured(await client.call_tool("list_operations", {}))["operations"]]
+
+    before = await operations()
+    assert operation_id in before
+    again = structured(await call_confirmed(client, tool, request))
+    assert (again["operation_id"], again["created"]) == (operation_id, False), again
+    other = {**other, "idempotency_key": request["idempotency_key"]}
+    refused = await client.call_tool(tool, other)
+    assert refused.is_error, refused.content
+    error = refused.structured_content["error"]
+    assert error["kind"] == "conflict" and error["field"] == "idempotency_key", error
+    assert error["operation_id"] == operation_id, error
+    status, answer = rest_call(hypd, tool, other)
+    assert (status, answer) == (409, refused.structured_content), (tool, status, answer)
+    status, answer = rest_call(hypd, tool, request)
+    if status == 200 and "confirmation" in answer:
+        status, answer = rest_call(hypd, tool, {**request, "confirmation": answer["confirmation"]})
+    assert status == 200 and (answer["operation_id"], answer["created"]) == (operation_id, False), (tool, status, answer)
+    assert await operations() == before, f"{tool}: a repeated or refused request started nothing"
+
+
 async def exercise(server, mode):
     async with Client(server, mode=mode) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -152,7 +216,7 @@ def test_unknown_method_is_method_not_found(hypd):
     assert answer["error"]["code"] == -32601, answer
 
 
-async def import_and_follow(server, sim):
+async def import_and_follow(server, hypd, sim):
     """import_cluster through MCP: field errors as tool errors, an operation to follow
     with wait_operation, the same answer for the same request, retry/cancel refusals."""
     async with Client(server) as client:
@@ -175,6 +239,10 @@ async def import_and_follow(server, sim):
         waited = await finished(client, op_id)
         op = waited["operation"]
         assert op["state"] == "succeeded", op
+        # Another cluster imported under a key, which names that request alone.
+        keyed_op = await keyed(client, hypd, "import_cluster", {"name": "mcp-eks-keyed"},
+                               {"name": "mcp-eks-keyed", "region": "us-east-1"})
+        assert keyed_op["state"] == "succeeded", keyed_op
         assert [s["name"] for s in op["stages"]] == ["eks", "access", "hyperpod", "register"]
         assert all(s["state"] == "succeeded" for s in op["stages"])
 
@@ -188,22 +256,23 @@ async def import_and_follow(server, sim):
 
 
 def test_import_cluster_through_mcp(hypd, sim):
-    created = httpx.post(
-        f"{sim}/clusters",
-        json={
-            "name": "mcp-eks",
-            "roleArn": "arn:aws:iam::123456789012:role/eks-cluster",
-            "resourcesVpcConfig": {"subnetIds": ["subnet-0a", "subnet-0b"]},
-            "accessConfig": {"authenticationMode": "API"},
-        },
-    )
-    assert created.status_code == 200, created.text
-    anyio.run(import_and_follow, http_transport(hypd, hypd.admin_token), sim)
+    for name in ["mcp-eks", "mcp-eks-keyed"]:
+        created = httpx.post(
+            f"{sim}/clusters",
+            json={
+                "name": name,
+                "roleArn": "arn:aws:iam::123456789012:role/eks-cluster",
+                "resourcesVpcConfig": {"subnetIds": ["subnet-0a", "subnet-0b"]},
+                "accessConfig": {"authenticationMode": "API"},
+            },
+        )
+        assert created.status_code == 200, created.text
+    anyio.run(import_and_follow, http_transport(hypd, hypd.admin_token), hypd, sim)
     entries = httpx.get(f"{sim}/clusters/mcp-eks/access-entries").json()["accessEntries"]
     assert len(entries) == 1, entries
 
 
-async def create_and_follow(server):
+async def create_and_follow(server, hypd):
     """create_cluster through MCP: the same field errors as REST, then the whole pipeline."""
     async with Client(server) as client:
         bad = await client.call_tool(
@@ -225,9 +294,8 @@ async def create_and_follow(server):
         assert {"ec2:Vpc", "eks:Cluster", "sagemaker:Cluster", "hypd:Cluster"} <= kinds, kinds
         listed = structured(await client.call_tool("list_operations", {"target": "cluster/mcp-gpu"}))
         assert listed["operations"] == [], listed
-        started = structured(await client.call_tool("create_cluster", request))
-        waited = await finished(client, started["operation_id"])
-        op = waited["operation"]
+        bigger = {**request, "instance_groups": [{**request["instance_groups"][0], "instance_count": 2}]}
+        op = await keyed(client, hypd, "create_cluster", request, bigger)
         assert op["state"] == "succeeded", op
         assert op["stages"][-1]["name"] == "storage"
         cluster = structured(await client.call_tool("get_cluster", {"name": "mcp-gpu"}))
@@ -235,7 +303,7 @@ async def create_and_follow(server):
 
 
 def test_create_cluster_through_mcp(hypd, sim):
-    anyio.run(create_and_follow, http_transport(hypd, hypd.admin_token))
+    anyio.run(create_and_follow, http_transport(hypd, hypd.admin_token), hypd)
     # What the user's kubectl sees on the new cluster: a Ready GPU node, the node
     # components on it, the shared bucket's claim Bound.
     nodes = json.loads(kubectl(sim, "mcp-gpu", "get", "nodes", "-l", "sagemaker.amazonaws.com/compute-type=hyperpod", "-o", "json"))
@@ -252,7 +320,8 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(groups_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(nodes_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(features_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
-    anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token))
+    anyio.run(keys_through_mcp, http_transport(hypd, hypd.admin_token), hypd)
+    anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
     roles = [r["RoleName"] for r in aws("iam", hypd.env["AWS_ENDPOINT_URL"]).list_roles()["Roles"]]
@@ -687,7 +756,34 @@ async def features_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
 
 
-async def delete_in_two_steps(server):
+async def keys_through_mcp(server, hypd):
+    """Every command that takes an idempotency key holds it to its request on both
+    faces (create and import are held where they run, above)."""
+    unknown = "i-00000000000000dea"
+    extra = {"name": "extra", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+    async with Client(server) as client:
+        async def ok(tool, request, other):
+            op = await keyed(client, hypd, tool, request, other)
+            assert op["state"] == "succeeded", (tool, op)
+
+        await ok("reconcile_cluster", {"name": "mcp-gpu"}, {"name": "mcp-no-such-cluster"})
+        await ok("add_instance_group", {"name": "mcp-gpu", "group": extra},
+                 {"name": "mcp-gpu", "group": {**extra, "instance_count": 2}})
+        await ok("update_instance_group", {"name": "mcp-gpu", "group": "extra", "kubernetes_labels": {"team": "a"}},
+                 {"name": "mcp-gpu", "group": "extra", "kubernetes_labels": {"team": "b"}})
+        [node] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu", "group": "extra"}))["nodes"]
+        for tool in ["reboot_nodes", "replace_nodes"]:
+            await ok(tool, {"name": "mcp-gpu", "node_ids": [node["node_id"]]}, {"name": "mcp-gpu", "node_ids": [unknown]})
+            [node] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu", "group": "extra"}))["nodes"]
+        await ok("update_cluster_software", {"name": "mcp-gpu", "groups": ["extra"], "image_release": "2025.09.15"},
+                 {"name": "mcp-gpu", "groups": ["gpu"], "image_release": "2025.09.15"})
+        await ok("delete_nodes", {"name": "mcp-gpu", "node_ids": [node["node_id"]]}, {"name": "mcp-gpu", "node_ids": [unknown]})
+        await ok("delete_instance_group", {"name": "mcp-gpu", "group": "extra"}, {"name": "mcp-gpu", "group": "gpu"})
+        await ok("update_features", {"name": "mcp-gpu", "training_operator": True},
+                 {"name": "mcp-gpu", "kuberay_operator": True})
+
+
+async def delete_in_two_steps(server, hypd):
     """delete_cluster as an agent does it: the plan first, then the confirmed call."""
     async with Client(server) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -711,11 +807,14 @@ async def delete_in_two_steps(server):
         assert wrong.is_error
         assert wrong.structured_content["error"]["errors"][0]["field"] == "confirmation"
 
-        confirmed = {"name": "mcp-gpu", "confirmation": first["confirmation"]}
+        request = {"name": "mcp-gpu", "idempotency_key": "delete-mcp-gpu-1"}
+        first = structured(await client.call_tool("delete_cluster", request))
+        confirmed = {**request, "confirmation": first["confirmation"]}
         started = structured(await client.call_tool("delete_cluster", confirmed))
         assert started["created"] is True
         again = structured(await client.call_tool("delete_cluster", confirmed))
         assert again["operation_id"] == started["operation_id"] and again["created"] is False
+        await key_held(client, hypd, "delete_cluster", request, {"name": "mcp-other"}, started["operation_id"])
         waited = await finished(client, started["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
         gone = await client.call_tool("get_cluster", {"name": "mcp-gpu"})

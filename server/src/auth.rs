@@ -224,6 +224,7 @@ impl Auth {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(ApiError::Conflict {
                 message: format!("a token named {name} already exists"),
                 operation_id: None,
+                field: Some("name".to_owned()),
             }),
             Err(e) => Err(store_err(e)),
         }

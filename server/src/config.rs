@@ -6,6 +6,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 pub const DEFAULT_PORT: u16 = 3099;
 
@@ -125,6 +126,17 @@ pub const EVENT_RETENTION: Setting = Setting {
     secret: false,
 };
 
+pub const MIN_POLL_INTERVAL: Setting = Setting {
+    flag: "min-poll-interval",
+    env: "HYPD_MIN_POLL_INTERVAL",
+    secret: false,
+};
+pub const RETRY_BACKOFF: Setting = Setting {
+    flag: "retry-backoff",
+    env: "HYPD_RETRY_BACKOFF",
+    secret: false,
+};
+
 /// Every variable hypd reads; anything else spelled `HYPD_*` is probably a typo.
 pub const KNOWN_VARIABLES: &[&str] = &[
     PORT.env,
@@ -143,6 +155,8 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     MAX_CONNECTIONS.env,
     AUDIT_RETENTION.env,
     EVENT_RETENTION.env,
+    MIN_POLL_INTERVAL.env,
+    RETRY_BACKOFF.env,
     "HYPD_MOTO_SERVER",
     "HYPD_SIM_BIN",
     // Read by scripts/, not by hypd; known so they are not reported as typos.
@@ -337,6 +351,29 @@ pub fn parse_retention_days(s: &str) -> Result<u32, &'static str> {
         .ok_or("must be a whole number of days from 0 (keep for ever) to 36500")
 }
 
+/// A wait of the operations worker: `250ms`, `1s`, `1.5s` (a bare number is seconds),
+/// from 10 ms to a minute. Below 10 ms a waiting stage would poll its provider in a
+/// loop; above a minute is past the worker's own longest wait.
+pub fn parse_pace(s: &str) -> Result<std::time::Duration, &'static str> {
+    const RULE: &str = "must be a duration from 10ms to 60s, e.g. 1s, 250ms or 1.5s";
+    let s = s.trim();
+    let (number, unit) = match s.strip_suffix("ms") {
+        Some(n) => (n, 0.001),
+        None => (s.strip_suffix('s').unwrap_or(s), 1.0),
+    };
+    let secs = number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|n| n.is_finite())
+        .map(|n| n * unit)
+        .ok_or(RULE)?;
+    if !(0.01..=60.0).contains(&secs) {
+        return Err(RULE);
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// Where operations and tokens are stored.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Database {
@@ -410,6 +447,104 @@ pub fn default_data_dir(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
 }
 
 pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// What one caller may ask of hypd on the way in (`faces::limits`, `faces::listener`),
+/// with the defaults the README documents.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Largest request body: requests are decision-level JSON of a few kB, so 1 MiB
+    /// leaves room for any command to grow while no single request can be made costly.
+    pub body_bytes: usize,
+    /// Sustained requests per second per token or session (0: no limit).
+    pub rate_per_second: u32,
+    /// How many seconds' worth of requests may come at once (a page load, an agent's
+    /// burst of tool calls).
+    pub burst_seconds: u32,
+    /// A request's line and headers must arrive within this of the connection opening or
+    /// of their first byte.
+    pub header_timeout: Duration,
+    /// A connection with no request in flight is closed after this.
+    pub idle_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body_bytes: 1 << 20,
+            rate_per_second: 20,
+            burst_seconds: 5,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// Everything `hypd serve` needs, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub bind: std::net::IpAddr,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub database: Database,
+    pub site_root: PathBuf,
+    pub sandbox: bool,
+    /// `Host` names served; `None` serves any.
+    pub allowed_hosts: Option<Vec<String>>,
+    pub limits: Limits,
+    pub retention: Retention,
+    pub pace: Pace,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub filter: String,
+}
+
+/// How long rows are kept, in days (`retention`); 0 keeps them for ever.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub audit_days: u32,
+    pub event_days: u32,
+}
+
+impl Retention {
+    /// A year of audit (what reviews and most compliance regimes ask for) and a quarter
+    /// of engine events (enough to debug any operation someone still remembers).
+    pub const DEFAULT: Retention = Retention {
+        audit_days: 365,
+        event_days: 90,
+    };
+}
+
+/// The worker's real-time floors (`--min-poll-interval`, `--retry-backoff`): how soon a
+/// waiting stage looks at the world again, and how long it first waits after a transient
+/// failure. The defaults suit AWS, whose transitions take seconds to minutes and whose
+/// throttling wants room; a faster world (the sandbox's scaled clock) may set them lower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pace {
+    /// The shortest wait between two polls of a waiting stage.
+    pub min_poll: Duration,
+    /// The wait after a stage's first transient failure; it doubles with each failure in
+    /// a row, up to a minute.
+    pub retry_backoff: Duration,
+}
+
+impl Pace {
+    pub const DEFAULT: Pace = Pace {
+        min_poll: Duration::from_secs(1),
+        retry_backoff: Duration::from_secs(2),
+    };
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -545,6 +680,18 @@ mod tests {
         assert!(parse_max_connections("0").is_err());
         assert_eq!(parse_retention_days("0"), Ok(0));
         assert!(parse_retention_days("forever").is_err());
+    }
+
+    #[test]
+    fn paces_are_durations_within_bounds() {
+        use std::time::Duration;
+        assert_eq!(parse_pace("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_pace(" 250ms "), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_pace("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_pace("10ms"), Ok(Duration::from_millis(10)));
+        for bad in ["", "5ms", "61s", "fast", "-1s", "NaN", "1m"] {
+            assert!(parse_pace(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The `hypd` binary: everything lives in the library so tests drive the same code.
 
 fn main() -> std::process::ExitCode {
-    hypd::cli::main()
+    hypd::faces::cli::main()
 }

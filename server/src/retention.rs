@@ -9,21 +9,7 @@ use std::time::Duration;
 use crate::clock;
 use crate::store::{Store, StoreError, on_pool};
 
-/// How long rows are kept, in days; 0 keeps them for ever.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Retention {
-    pub audit_days: u32,
-    pub event_days: u32,
-}
-
-impl Retention {
-    /// A year of audit (what reviews and most compliance regimes ask for) and a quarter
-    /// of engine events (enough to debug any operation someone still remembers).
-    pub const DEFAULT: Retention = Retention {
-        audit_days: 365,
-        event_days: 90,
-    };
-}
+pub use crate::config::Retention;
 
 /// How often the pruning runs.
 const EVERY: Duration = Duration::from_secs(3600);

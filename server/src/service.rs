@@ -18,7 +18,7 @@ use crate::audit;
 use crate::auth::{Actor, Auth, authorize};
 use crate::aws::Aws;
 use crate::confirm;
-use crate::inspect::Inspector;
+use crate::inspect::catalogue::Inspector;
 use crate::operation::pipeline::{Preflight, Registered};
 use crate::operation::submit::submit;
 use crate::operation::worker::Wake;
@@ -217,6 +217,7 @@ impl<P: Registered> Handler<P> for Service {
     }
 
     async fn preview(&self, actor: &Actor, request: P) -> Result<Plan, ApiError> {
+        crate::operation::submit::check_key(&self.store, &request).await?;
         Box::pin(crate::operation::preview::preview(
             &self.preflight(),
             actor,

@@ -10,7 +10,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-use crate::cli::LogConfig;
+use crate::config::LogConfig;
 use crate::config::LogFormat;
 
 pub fn init_logging(cfg: &LogConfig) {

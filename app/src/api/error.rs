@@ -32,11 +32,15 @@ pub enum ApiError {
     Validation { errors: Vec<FieldError> },
     #[error("{resource} {name} not found")]
     NotFound { resource: String, name: String },
-    /// Another operation holds the target; nothing was done.
+    /// The request clashes with what exists (another operation holds the target, an
+    /// idempotency key names a different request); nothing was done.
     #[error("{message}")]
     Conflict {
         message: String,
         operation_id: Option<String>,
+        /// The request field the clash is about, when one is (`idempotency_key`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        field: Option<String>,
     },
     /// The field cannot change for the life of the resource.
     #[error("{field} cannot be changed: {message}")]

@@ -94,6 +94,7 @@ pub fn group_specs(
             },
             efa_only: g.efa_only,
             subnet: None,
+            zone: None,
             labels: g.kubernetes_labels.clone(),
             taints: g
                 .kubernetes_taints
@@ -375,6 +376,7 @@ async fn place(
             .availability_zone
             .as_ref()
             .map_or(home.as_str(), |z| z.as_str());
+        g.zone = Some(zone.to_owned());
         // The cluster's own subnet, made by this very plan: new, so it has the room.
         if zone == home && crate::resources::known_after_apply(cluster_subnet) {
             continue;

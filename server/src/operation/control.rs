@@ -43,7 +43,7 @@ pub async fn retry_plan(cx: &Preflight<'_>, actor: &Actor, id: &str) -> Result<P
             .map(|s| s.name.clone())
             .collect(),
     };
-    super::pipeline::retry_plan(cx, actor, &op.command, &stored).await
+    super::preview::retry_plan(cx, actor, &op.command, &stored).await
 }
 
 /// Only a failed operation can be retried (one in progress is answered as it is).
@@ -135,6 +135,7 @@ pub async fn retry(
                         .unwrap_or_default()
                 ),
                 operation_id: other.map(|o| o.operation_id),
+                field: None,
             })
         }
         Err(e) => Err(StoreError::from(e).into()),
@@ -159,6 +160,7 @@ pub async fn cancel(
                     s.as_str()
                 ),
                 operation_id: Some(id.to_owned()),
+                field: None,
             });
         }
         _ => {}
@@ -170,6 +172,7 @@ pub async fn cancel(
                 stage.name, stage.title
             ),
             operation_id: Some(id.to_owned()),
+            field: None,
         });
     }
     let now = clock::now();

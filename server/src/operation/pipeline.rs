@@ -12,6 +12,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::pin::Pin;
+
 use app::api::operations::OperationRef;
 use app::api::values::{IdempotencyKey, Region};
 use app::api::{ApiError, Command};
@@ -20,7 +22,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::aws::Aws;
-use crate::inspect::Inspector;
 use crate::store::Store;
 
 /// One pipeline's stages: an enum whose variants are the stages in order.
@@ -128,7 +129,29 @@ pub struct Context {
 pub struct Preflight<'a> {
     pub store: &'a Store,
     pub aws: &'a Aws,
-    pub catalogue: &'a Inspector,
+    pub catalogue: &'a dyn Catalogue,
+}
+
+/// A boxed future a [`Catalogue`] answers with (async functions of a trait used as
+/// `dyn` must box theirs).
+pub type Asked<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
+
+/// What the account offers, as pre-flights ask it. The inspection cache implements it
+/// (`inspect::Inspector`); the engine names only this trait, so it depends on no domain
+/// module.
+pub trait Catalogue: Send + Sync {
+    /// The region `requested` names, which must be enabled in the account, else hypd's
+    /// own; a field error on `region` otherwise.
+    fn region<'a>(&'a self, aws: &'a Aws, requested: Option<&'a Region>) -> Asked<'a, String>;
+
+    /// A field error on `field` unless `zone` is an Availability Zone of `region`.
+    fn check_zone<'a>(
+        &'a self,
+        aws: &'a Aws,
+        region: &'a str,
+        zone: &'a str,
+        field: &'a str,
+    ) -> Asked<'a, ()>;
 }
 
 impl Preflight<'_> {
@@ -220,6 +243,8 @@ macro_rules! for_each_pipeline {
     };
 }
 
+pub(crate) use for_each_pipeline;
+
 macro_rules! registered {
     ($($p:ty),* $(,)?) => {
         $(impl Registered for $p {})*
@@ -257,26 +282,6 @@ pub async fn run_stage(
                     Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
                     None,
                 ),
-            }
-        };
-    }
-    for_each_pipeline!(by_command)
-}
-
-/// What retrying the stored operation of command `command` would do now.
-pub async fn retry_plan(
-    cx: &Preflight<'_>,
-    actor: &crate::auth::Actor,
-    command: &str,
-    stored: &super::preview::Stored,
-) -> Result<app::api::plan::Plan, ApiError> {
-    macro_rules! by_command {
-        ($($p:ty),* $(,)?) => {
-            match command {
-                $(c if c == <$p as Command>::SPEC.name => {
-                    Box::pin(super::preview::remaining::<$p>(cx, actor, stored)).await
-                })*
-                other => Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
             }
         };
     }

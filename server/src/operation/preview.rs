@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use app::api::ApiError;
 use app::api::plan::{Plan, StagePlan};
+use app::api::{ApiError, Command};
 
-use super::pipeline::{Context, Pipeline, Preflight, Stage};
+use super::pipeline::{Context, Pipeline, Preflight, Stage, for_each_pipeline};
 use crate::auth::Actor;
 use crate::resources::{planning, take_planned};
 
@@ -97,4 +97,24 @@ async fn steps<P: Pipeline>(
         Ok(planned)
     })
     .await
+}
+
+/// What retrying the stored operation of command `command` would do now.
+pub async fn retry_plan(
+    cx: &Preflight<'_>,
+    actor: &Actor,
+    command: &str,
+    stored: &Stored,
+) -> Result<app::api::plan::Plan, ApiError> {
+    macro_rules! by_command {
+        ($($p:ty),* $(,)?) => {
+            match command {
+                $(c if c == <$p as Command>::SPEC.name => {
+                    Box::pin(remaining::<$p>(cx, actor, stored)).await
+                })*
+                other => Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
+            }
+        };
+    }
+    for_each_pipeline!(by_command)
 }

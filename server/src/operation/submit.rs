@@ -108,24 +108,10 @@ async fn existing(
     hash: &str,
     since: Option<&str>,
 ) -> Result<Option<OperationRef>, ApiError> {
-    const SQL: &str = "SELECT id, command, target, state, request_hash FROM operations WHERE idempotency_key = $1";
-    if let Some(key) = key {
-        let row: Option<Found> = on_pool!(store, |pool| sqlx::query_as(SQL)
-            .bind(key)
-            .fetch_optional(pool)
-            .await)
-        .map_err(StoreError::from)?;
-        if let Some((id, c, t, state, _)) = row {
-            if c != command || t != target {
-                return Err(ApiError::field(
-                    "idempotency_key",
-                    format!(
-                        "this key was already used for operation {id} ({c} on {t}); use a new key for a different request"
-                    ),
-                ));
-            }
-            return Ok(Some(reference(id, &state)));
-        }
+    if let Some(key) = key
+        && let Some(found) = by_key(store, command, target, key, hash).await?
+    {
+        return Ok(Some(found));
     }
     const ACTIVE: &str =
         "SELECT id, command, target, state, request_hash FROM operations WHERE active_target = $1";
@@ -157,9 +143,62 @@ async fn existing(
                 "{target} has an unfinished operation {id} ({c}, {state}): wait for it with wait_operation, or cancel it with cancel_operation"
             ),
             operation_id: Some(id),
+            field: None,
         }),
         None => Ok(None),
     }
+}
+
+/// The operation idempotency key `key` started, if this very request started it; a
+/// Conflict naming the field if the key names another request (never an operation it
+/// did not ask for, answered as if it had been done).
+async fn by_key(
+    store: &Store,
+    command: &str,
+    target: &str,
+    key: &str,
+    hash: &str,
+) -> Result<Option<OperationRef>, ApiError> {
+    const SQL: &str = "SELECT id, command, target, state, request_hash FROM operations WHERE idempotency_key = $1";
+    let row: Option<Found> = on_pool!(store, |pool| sqlx::query_as(SQL)
+        .bind(key)
+        .fetch_optional(pool)
+        .await)
+    .map_err(StoreError::from)?;
+    let Some((id, c, t, state, h)) = row else {
+        return Ok(None);
+    };
+    // Operations stored before requests were hashed have no hash to compare.
+    let other_values = !h.is_empty() && h != hash;
+    if c == command && t == target && !other_values {
+        return Ok(Some(reference(id, &state)));
+    }
+    let what = if c != command || t != target {
+        format!("{c} on {t}")
+    } else {
+        format!("{c} on {t} with other values")
+    };
+    Err(ApiError::Conflict {
+        message: format!(
+            "idempotency_key: this key was already used for a different request, operation {id} ({what}); send a new key for a new request, or that same request to get its operation"
+        ),
+        operation_id: Some(id),
+        field: Some("idempotency_key".to_owned()),
+    })
+}
+
+/// Refuses `request` if its idempotency key names a different request: checked before
+/// a plan is shown, so a destructive request is not planned and confirmed only to be
+/// refused on its confirmed call.
+pub async fn check_key<P: Pipeline>(store: &Store, request: &P) -> Result<(), ApiError> {
+    let Some(key) = request.idempotency_key() else {
+        return Ok(());
+    };
+    let target = request.target();
+    let hash = request_hash(P::SPEC.name, &target, request)?;
+    by_key(store, P::SPEC.name, &target, key.as_str(), &hash)
+        .await
+        .map(drop)
 }
 
 fn reference(id: String, state: &str) -> OperationRef {

@@ -22,7 +22,8 @@ use crate::{clock, telemetry};
 const LEASE: Duration = Duration::from_secs(15);
 /// How often a running step renews its lease.
 const HEARTBEAT: Duration = Duration::from_secs(5);
-/// How often the store is asked for due work when nothing woke the worker.
+/// How often the store is asked for due work when nothing woke the worker and none of
+/// its own waits is due sooner: work another replica stored, or a lease that expired.
 const IDLE_POLL: Duration = Duration::from_millis(500);
 /// Operations advanced at once by one worker.
 const IN_FLIGHT: usize = 64;
@@ -39,20 +40,24 @@ impl Wake {
     }
 }
 
+pub use crate::config::Pace;
+
 pub struct Worker {
     store: Store,
     aws: Arc<Aws>,
     owner: String,
     wake: Wake,
+    pace: Pace,
 }
 
 impl Worker {
-    pub fn new(store: Store, aws: Arc<Aws>, wake: Wake) -> Self {
+    pub fn new(store: Store, aws: Arc<Aws>, wake: Wake, pace: Pace) -> Self {
         Self {
             store,
             aws,
             owner: clock::sortable_id(&format!("worker-{}", std::process::id())),
             wake,
+            pace,
         }
     }
 
@@ -66,8 +71,17 @@ impl Worker {
         }
         tracing::info!(owner = %this.owner, "operations worker started");
         let mut tasks = JoinSet::new();
+        // When the waits this worker stored fall due: it looks again then, not at its
+        // next idle poll, so a short wait is not stretched to the poll's length.
+        let mut due = std::collections::BinaryHeap::new();
         loop {
-            while tasks.try_join_next().is_some() {}
+            while let Some(done) = tasks.try_join_next() {
+                due.extend(done.ok().flatten().map(std::cmp::Reverse));
+            }
+            let now = Instant::now();
+            while due.peek().is_some_and(|d| d.0 <= now) {
+                due.pop();
+            }
             let room = IN_FLIGHT.saturating_sub(tasks.len());
             if room > 0 {
                 match this.claim(room).await {
@@ -80,10 +94,15 @@ impl Worker {
                     Err(e) => tracing::warn!(error = %e, "worker: cannot claim operations"),
                 }
             }
+            let sleep = due.peek().map_or(IDLE_POLL, |d| {
+                d.0.saturating_duration_since(now).min(IDLE_POLL)
+            });
             tokio::select! {
                 _ = this.wake.0.notified() => {}
-                _ = tokio::time::sleep(IDLE_POLL) => {}
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = tokio::time::sleep(sleep) => {}
+                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                    due.extend(done.ok().flatten().map(std::cmp::Reverse));
+                }
             }
         }
     }
@@ -127,8 +146,9 @@ impl Worker {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
-    /// Advances one claimed operation until it waits, fails, finishes or loses its lease.
-    async fn advance(&self, id: &str) {
+    /// Advances one claimed operation until it waits, fails, finishes or loses its lease;
+    /// when it waits, the instant its wait is due.
+    async fn advance(&self, id: &str) -> Option<Instant> {
         let heartbeat = {
             let (store, owner, id) = (self.store.clone(), self.owner.clone(), id.to_owned());
             tokio::spawn(async move {
@@ -140,25 +160,31 @@ impl Worker {
                 }
             })
         };
-        if let Err(e) = self.advance_leased(id).await {
-            match e {
-                Halt::LostLease => {
-                    tracing::warn!(
-                        operation = id,
-                        "worker: lease lost; another worker continues it"
-                    )
+        let result = self.advance_leased(id).await;
+        heartbeat.abort();
+        match result {
+            Ok(wait) => wait.map(|w| Instant::now() + w),
+            Err(e) => {
+                match e {
+                    Halt::LostLease => {
+                        tracing::warn!(
+                            operation = id,
+                            "worker: lease lost; another worker continues it"
+                        )
+                    }
+                    Halt::Store(e) => {
+                        tracing::error!(operation = id, error = %e, "worker: store failed; the operation resumes when its lease expires")
+                    }
                 }
-                Halt::Store(e) => {
-                    tracing::error!(operation = id, error = %e, "worker: store failed; the operation resumes when its lease expires")
-                }
+                None
             }
         }
-        heartbeat.abort();
     }
 
-    async fn advance_leased(&self, id: &str) -> Result<(), Halt> {
+    /// What [`Worker::advance`] does once the lease is held; the wait it stored, if any.
+    async fn advance_leased(&self, id: &str) -> Result<Option<Duration>, Halt> {
         let Some(mut op) = Live::load(&self.store, id).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let cx = Context {
             aws: self.aws.clone(),
@@ -169,7 +195,10 @@ impl Worker {
         loop {
             if op.cancel_requested {
                 op.cancel();
-                return op.save(&self.store, &self.owner, None, true).await;
+                return op
+                    .save(&self.store, &self.owner, None, true)
+                    .await
+                    .map(|()| None);
             }
             let Some(i) = op
                 .stages
@@ -182,11 +211,17 @@ impl Worker {
                     .is_empty()
                     .then(|| app::api::operations::NOTHING_TO_DO.to_owned());
                 op.event(None, "succeeded", note);
-                return op.save(&self.store, &self.owner, None, true).await;
+                return op
+                    .save(&self.store, &self.owner, None, true)
+                    .await
+                    .map(|()| None);
             };
             if op.stages[i].state.is_terminal() {
                 // Failed or cancelled while this worker held no lease: nothing to run.
-                return op.save(&self.store, &self.owner, None, true).await;
+                return op
+                    .save(&self.store, &self.owner, None, true)
+                    .await
+                    .map(|()| None);
             }
             if op.stages[i].state == OperationState::Running && !op.resumed {
                 // It was running when its worker stopped (a crash, a lost lease): this
@@ -255,7 +290,8 @@ impl Worker {
                         .and_then(clock::parse_time)
                         .and_then(|t| t.elapsed().ok())
                         .unwrap_or_default();
-                    let next = clock::after(poll_interval(in_stage, after));
+                    let wait = poll_interval(in_stage, after, self.pace.min_poll);
+                    let next = clock::after(wait);
                     s.state = OperationState::Waiting;
                     s.next_poll_at = Some(next.clone());
                     s.message = Some(message.clone());
@@ -264,20 +300,26 @@ impl Worker {
                     if changed {
                         op.event(Some(&name), "waiting", Some(message));
                     }
-                    return op.save(&self.store, &self.owner, Some(next), true).await;
+                    return op
+                        .save(&self.store, &self.owner, Some(next), true)
+                        .await
+                        .map(|()| Some(wait));
                 }
                 Err(e) if is_transient(&e) && s.retries < MAX_RETRIES => {
                     s.retries += 1;
                     s.attempts += 1;
-                    let after = backoff(s.retries);
+                    let after = backoff(s.retries, self.pace.retry_backoff);
                     let next = clock::after(after);
-                    let message = format!("{e}; trying again in {} s", after.as_secs());
+                    let message = format!("{e}; trying again in {}", seconds(after));
                     s.state = OperationState::Waiting;
                     s.next_poll_at = Some(next.clone());
                     s.message = Some(message.clone());
                     op.state = OperationState::Waiting;
                     op.event(Some(&name), "waiting", Some(message));
-                    return op.save(&self.store, &self.owner, Some(next), true).await;
+                    return op
+                        .save(&self.store, &self.owner, Some(next), true)
+                        .await
+                        .map(|()| Some(after));
                 }
                 Err(e) => {
                     let json = serde_json::to_string(&e).ok();
@@ -292,7 +334,7 @@ impl Worker {
                     if let Err(e) = pipeline::failed(&cx, &op.command, &op.spec).await {
                         tracing::warn!(operation = %op.id, error = %e, "could not record the failure beyond the operation");
                     }
-                    return Ok(());
+                    return Ok(None);
                 }
             }
         }
@@ -312,16 +354,26 @@ fn is_transient(e: &ApiError) -> bool {
 }
 
 /// How long a waiting stage sleeps: a quarter of the time it has waited so far, from
-/// 1 s up to the step's own interval. Quick transitions are seen quickly; a 15-minute
-/// creation is polled a few dozen times, not every second.
-fn poll_interval(in_stage: Duration, at_most: Duration) -> Duration {
-    (in_stage / 4).clamp(Duration::from_secs(1), at_most.max(Duration::from_secs(1)))
+/// `at_least` (the pace's floor) up to the step's own interval. Quick transitions are
+/// seen quickly; a 15-minute creation is polled a few dozen times, not every second.
+fn poll_interval(in_stage: Duration, at_most: Duration, at_least: Duration) -> Duration {
+    (in_stage / 4).clamp(at_least, at_most.max(at_least))
 }
 
-/// 2 s, 4 s, 8 s … at most a minute.
-fn backoff(retries: i64) -> Duration {
-    let exp = u32::try_from(retries.clamp(1, 6)).unwrap_or(6);
-    Duration::from_secs(2u64.pow(exp).min(60))
+/// `first`, then twice as long for each further failure in a row (2 s, 4 s, 8 s … with
+/// the default), at most a minute.
+fn backoff(retries: i64, first: Duration) -> Duration {
+    let exp = u32::try_from(retries.clamp(1, 6) - 1).unwrap_or(5);
+    (first * 2u32.pow(exp)).min(Duration::from_secs(60))
+}
+
+/// A wait as a note shows it: whole seconds when it is, else to the millisecond.
+fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.3} s", d.as_secs_f64())
+    }
 }
 
 async fn renew(store: &Store, owner: &str, id: &str) -> bool {
@@ -559,24 +611,42 @@ mod tests {
     #[test]
     fn polls_start_fast_and_slow_down_to_the_steps_interval() {
         let at_most = Duration::from_secs(30);
+        let floor = Pace::DEFAULT.min_poll;
         assert_eq!(
-            poll_interval(Duration::ZERO, at_most),
+            poll_interval(Duration::ZERO, at_most, floor),
             Duration::from_secs(1)
         );
         assert_eq!(
-            poll_interval(Duration::from_secs(20), at_most),
+            poll_interval(Duration::from_secs(20), at_most, floor),
             Duration::from_secs(5)
         );
-        assert_eq!(poll_interval(Duration::from_secs(600), at_most), at_most);
         assert_eq!(
-            poll_interval(Duration::from_secs(600), Duration::ZERO),
+            poll_interval(Duration::from_secs(600), at_most, floor),
+            at_most
+        );
+        assert_eq!(
+            poll_interval(Duration::from_secs(600), Duration::ZERO, floor),
             Duration::from_secs(1)
+        );
+        // A lower floor: quick transitions are seen sooner, long ones polled the same.
+        let floor = Duration::from_millis(50);
+        assert_eq!(poll_interval(Duration::ZERO, at_most, floor), floor);
+        assert_eq!(
+            poll_interval(Duration::from_secs(600), at_most, floor),
+            at_most
         );
     }
 
     #[test]
     fn backoff_doubles_to_a_minute() {
-        let secs: Vec<u64> = (1..=7).map(|n| backoff(n).as_secs()).collect();
+        let first = Pace::DEFAULT.retry_backoff;
+        let secs: Vec<u64> = (1..=7).map(|n| backoff(n, first).as_secs()).collect();
         assert_eq!(secs, [2, 4, 8, 16, 32, 60, 60]);
+        let ms: Vec<u128> = (1..=3)
+            .map(|n| backoff(n, Duration::from_millis(100)).as_millis())
+            .collect();
+        assert_eq!(ms, [100, 200, 400]);
+        assert_eq!(seconds(Duration::from_secs(4)), "4 s");
+        assert_eq!(seconds(Duration::from_millis(200)), "0.200 s");
     }
 }

@@ -44,6 +44,7 @@ pub async fn connect(aws: &Aws, region: &str, cluster: &str) -> Result<kube::Cli
             c.status.as_ref().map_or("unknown", |s| s.as_str())
         ),
         operation_id: None,
+        field: None,
     })?;
     let ca = c
         .certificate_authority

@@ -11,7 +11,7 @@ use app::api::ApiError;
 use app::api::call::{Dispatcher, SharedDispatcher};
 use app::{App, ConsoleInfo, shell};
 use axum::Router;
-use axum::extract::{FromRef, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Json, Response};
@@ -19,19 +19,20 @@ use axum::routing::{get, post};
 use leptos::config::LeptosOptions;
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, generate_route_list};
-use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use tower_http::compression::CompressionLayer;
 
 use crate::auth::{self, Face};
 use crate::aws::Aws;
-use crate::cli::ServeConfig;
-use crate::limits::{self, Guard};
-use crate::rest::error_response;
+use crate::config::ServeConfig;
+use crate::faces::errors::error_response;
+use crate::faces::limits::{self, Guard};
+use crate::faces::state::AppState;
+use crate::faces::{events, mcp, openapi, rest};
 use crate::sandbox::SandboxInfo;
 use crate::service::Service;
 use crate::store::{Store, StoreError};
-use crate::{events, mcp, openapi, rest, telemetry};
+use crate::telemetry;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -53,26 +54,6 @@ pub enum ServeError {
     FirstToken(ApiError),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// Shared by every handler.
-#[derive(Clone)]
-pub struct AppState {
-    pub service: Arc<Service>,
-    pub store: Store,
-    pub aws: Arc<Aws>,
-    pub openapi: Arc<serde_json::Value>,
-    pub metrics: PrometheusHandle,
-    pub console: ConsoleInfo,
-    pub leptos: LeptosOptions,
-    /// Host check, rate limit and body limit, in front of every route.
-    pub guard: Guard,
-}
-
-impl FromRef<AppState> for LeptosOptions {
-    fn from_ref(state: &AppState) -> Self {
-        state.leptos.clone()
-    }
 }
 
 /// Opens the store, connects AWS, binds and serves until SIGINT/SIGTERM.
@@ -101,6 +82,7 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
         store.clone(),
         Arc::new(aws.for_operations()),
         service.wake.clone(),
+        cfg.pace,
     );
     tokio::spawn(worker.run());
     // The create form's first open asks for regions, zones and instance types: asked
@@ -142,7 +124,7 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
         "hypd console listening"
     );
     println!("hypd listening on http://{local}");
-    crate::listener::serve(listener, app, cfg.limits, shutdown_signal()).await?;
+    crate::faces::listener::serve(listener, app, cfg.limits, shutdown_signal()).await?;
     tracing::info!("hypd stopped");
     Ok(())
 }

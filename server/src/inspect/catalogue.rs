@@ -1,4 +1,4 @@
-//! What the account offers, asked of EC2: regions, Availability Zones and the instance
+//! The catalogue of what the account offers, asked of EC2: regions, Availability Zones and the instance
 //! types HyperPod can build, with their accelerator and EFA facts. Answers are cached for
 //! a few minutes per region (these facts change rarely and consoles and agents ask
 //! often), every answer says how fresh it is, and concurrent asks for the same key share
@@ -12,20 +12,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use app::api::ApiError;
 use app::api::inspect::{
-    Accelerator, AcceleratorKind, AvailabilityZone, AvailabilityZoneList, Freshness,
-    InstanceTypeField, InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones,
-    ListInstanceTypes, ListRegions, RegionInfo, RegionList, Whoami, WhoamiOutput, efa_only_allowed,
+    Accelerator, AcceleratorKind, AvailabilityZone, Freshness, InstanceTypeField, InstanceTypeInfo,
+    RegionInfo, efa_only_allowed,
 };
 use app::api::listing::Listing;
 use app::api::values::Region;
 use aws_sdk_ec2::types::{InstanceTypeInfo as Ec2Type, LocationType};
 use tokio::sync::{Mutex, watch};
 
-use crate::auth::Actor;
 use crate::aws::{Aws, SdkResultExt, UpstreamError};
 use crate::clock;
 use crate::resources::ec2::filter;
-use crate::service::{Handler, Service};
 
 /// How long an inspection answer is served from the cache.
 pub const FRESH_FOR: Duration = Duration::from_secs(300);
@@ -205,7 +202,7 @@ type ListKey = (String, Option<String>, bool, u16);
 
 /// The fields asked for as a bit set over `InstanceTypeField::ALL`; all of them when
 /// none are named, and `instance_type` always, so every object still says what it is.
-fn field_set(fields: &[InstanceTypeField]) -> u16 {
+pub(super) fn field_set(fields: &[InstanceTypeField]) -> u16 {
     let bit = |f: &InstanceTypeField| {
         1 << InstanceTypeField::ALL
             .iter()
@@ -221,7 +218,7 @@ fn field_set(fields: &[InstanceTypeField]) -> u16 {
 }
 
 /// `items` as a JSON array of objects with only the keys in `set`.
-fn render_fields<'a>(
+pub(super) fn render_fields<'a>(
     items: impl Iterator<Item = &'a InstanceTypeInfo>,
     set: u16,
 ) -> Result<Listing<InstanceTypeInfo>, serde_json::Error> {
@@ -345,7 +342,7 @@ impl Inspector {
 
     /// `all` cut by `key`'s filters, serialized once per catalogue fill: every asker of
     /// the same list until the cache refills is sent the same bytes.
-    fn rendered_list(
+    pub(super) fn rendered_list(
         &self,
         key: ListKey,
         all: &Arc<Vec<InstanceTypeInfo>>,
@@ -612,87 +609,6 @@ fn accelerator(t: &Ec2Type) -> Option<Accelerator> {
             count: count(a.count()),
             memory_mib: mib(a.memory_info().and_then(|m| m.size_in_mib())),
         })
-}
-
-impl Handler<Whoami> for Service {
-    async fn handle(&self, actor: &Actor, _: Whoami) -> Result<WhoamiOutput, ApiError> {
-        let id = self.aws.identity().await?;
-        Ok(WhoamiOutput {
-            account: id.account,
-            arn: id.arn,
-            region: self.aws.region(),
-            sandbox: self.sandbox,
-            role: actor.role,
-            token_name: actor.name.clone(),
-        })
-    }
-}
-
-impl Handler<ListRegions> for Service {
-    async fn handle(&self, _: &Actor, r: ListRegions) -> Result<RegionList, ApiError> {
-        let (regions, freshness) = self.catalogue.regions(&self.aws, r.refresh).await?;
-        Ok(RegionList {
-            regions: regions.to_vec(),
-            freshness,
-        })
-    }
-}
-
-impl Handler<ListAvailabilityZones> for Service {
-    async fn handle(
-        &self,
-        _: &Actor,
-        r: ListAvailabilityZones,
-    ) -> Result<AvailabilityZoneList, ApiError> {
-        let region = self.catalogue.region(&self.aws, r.region.as_ref()).await?;
-        let (zones, freshness) = self.catalogue.zones(&self.aws, &region, r.refresh).await?;
-        Ok(AvailabilityZoneList {
-            region,
-            zones: zones.to_vec(),
-            freshness,
-        })
-    }
-}
-
-impl Handler<ListInstanceTypes> for Service {
-    async fn handle(&self, _: &Actor, r: ListInstanceTypes) -> Result<InstanceTypeList, ApiError> {
-        let region = self.catalogue.region(&self.aws, r.region.as_ref()).await?;
-        if let Some(az) = &r.availability_zone {
-            self.catalogue
-                .check_zone(&self.aws, &region, az.as_str(), "availability_zone")
-                .await?;
-        }
-        let (all, freshness) = self
-            .catalogue
-            .instance_types(&self.aws, &region, r.refresh)
-            .await?;
-        let az = r.availability_zone.as_ref().map(|z| z.as_str().to_owned());
-        let keep = |t: &InstanceTypeInfo| {
-            (!r.accelerated_only || t.accelerator.is_some())
-                && (r.instance_types.is_empty()
-                    || r.instance_types
-                        .iter()
-                        .any(|w| w.as_str() == t.instance_type))
-                && az
-                    .as_ref()
-                    .is_none_or(|az| t.offered_in.iter().any(|z| z == az))
-        };
-        let fields = field_set(&r.fields);
-        let instance_types = if r.instance_types.is_empty() {
-            self.catalogue.rendered_list(
-                (region.clone(), az.clone(), r.accelerated_only, fields),
-                &all,
-                keep,
-            )?
-        } else {
-            render_fields(all.iter().filter(|t| keep(t)), fields).map_err(ApiError::internal)?
-        };
-        Ok(InstanceTypeList {
-            region,
-            instance_types,
-            freshness,
-        })
-    }
 }
 
 #[cfg(test)]

@@ -15,9 +15,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::auth::{Actor, Face};
-use crate::http::AppState;
+use crate::faces::errors::error_response;
+use crate::faces::state::AppState;
 use crate::operation;
-use crate::rest::error_response;
 
 /// How often the store is asked for changes.
 const POLL: Duration = Duration::from_millis(250);

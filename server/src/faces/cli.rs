@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, ConfigError, Database, LogFormat, Resolver};
-use crate::{http, sandbox, telemetry};
+use crate::config::{self, ConfigError, Database, LogConfig, LogFormat, Resolver, ServeConfig};
+use crate::faces::http;
+use crate::{sandbox, telemetry};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,7 +35,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve the web console, REST API (/api/v1), MCP (/mcp) and live updates on one port
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// MCP over stdio for agents: relays to a running hypd's /mcp, so there is one engine
     /// and one store
     Mcp(McpArgs),
@@ -175,27 +176,16 @@ struct ServeArgs {
     /// [env: HYPD_EVENT_RETENTION_DAYS] [default: 90]
     #[arg(long, value_name = "DAYS")]
     event_retention_days: Option<String>,
-}
 
-/// Everything `hypd serve` needs, resolved and checked.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    pub bind: std::net::IpAddr,
-    pub port: u16,
-    pub data_dir: PathBuf,
-    pub database: Database,
-    pub site_root: PathBuf,
-    pub sandbox: bool,
-    /// `Host` names served; `None` serves any.
-    pub allowed_hosts: Option<Vec<String>>,
-    pub limits: crate::limits::Limits,
-    pub retention: crate::retention::Retention,
-}
+    /// Shortest wait before a waiting operation stage looks at AWS again (10ms to 60s)
+    /// [env: HYPD_MIN_POLL_INTERVAL] [default: 1s]
+    #[arg(long, value_name = "DURATION")]
+    min_poll_interval: Option<String>,
 
-#[derive(Debug, Clone)]
-pub struct LogConfig {
-    pub format: LogFormat,
-    pub filter: String,
+    /// Wait after a stage's first transient failure, doubled for each further one up to a
+    /// minute (10ms to 60s)  [env: HYPD_RETRY_BACKOFF] [default: 2s]
+    #[arg(long, value_name = "DURATION")]
+    retry_backoff: Option<String>,
 }
 
 impl ServeArgs {
@@ -240,9 +230,9 @@ impl ServeArgs {
             self.allowed_hosts.as_deref(),
             config::parse_allowed_hosts,
         )?;
-        let allowed_hosts = crate::limits::allowed_hosts(bind, configured_hosts);
-        let defaults = crate::limits::Limits::default();
-        let limits = crate::limits::Limits {
+        let allowed_hosts = crate::faces::limits::allowed_hosts(bind, configured_hosts);
+        let defaults = crate::config::Limits::default();
+        let limits = crate::config::Limits {
             rate_per_second: r
                 .get(
                     &config::RATE_LIMIT,
@@ -282,6 +272,23 @@ impl ServeArgs {
                 crate::retention::Retention::DEFAULT.event_days,
             )?,
         };
+        let paced = |setting, flag: &Option<String>, default| {
+            r.get(setting, flag.as_deref(), config::parse_pace)
+                .map(|d| d.unwrap_or(default))
+        };
+        let default_pace = crate::operation::worker::Pace::DEFAULT;
+        let pace = crate::operation::worker::Pace {
+            min_poll: paced(
+                &config::MIN_POLL_INTERVAL,
+                &self.min_poll_interval,
+                default_pace.min_poll,
+            )?,
+            retry_backoff: paced(
+                &config::RETRY_BACKOFF,
+                &self.retry_backoff,
+                default_pace.retry_backoff,
+            )?,
+        };
         Ok(ServeConfig {
             bind,
             port,
@@ -292,6 +299,7 @@ impl ServeArgs {
             allowed_hosts,
             limits,
             retention,
+            pace,
         })
     }
 }
@@ -441,7 +449,7 @@ fn run_bridge(url: &str, token: String) -> ExitCode {
         Err(code) => return code,
     };
     let result = runtime.block_on(async {
-        let bridge = std::sync::Arc::new(crate::bridge::Bridge::new(url, token)?);
+        let bridge = std::sync::Arc::new(crate::faces::bridge::Bridge::new(url, token)?);
         bridge.run().await
     });
     match result {

@@ -12,13 +12,14 @@ use axum::body::Bytes;
 use axum::extract::path::ErrorKind;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
-use axum::response::{IntoResponse, Json, Response};
+use axum::http::{HeaderMap, Method, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::auth::Face;
-use crate::http::AppState;
+use crate::faces::errors::error_response;
+use crate::faces::state::AppState;
 use app::text::form_decode;
 
 /// How a query parameter's text becomes JSON, from the request schema.
@@ -201,29 +202,6 @@ fn form_pairs(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The error body every REST failure has: `{"error": ApiError}`.
-pub fn error_response(e: &ApiError) -> Response {
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, Json(json!({ "error": e }))).into_response();
-    let headers = response.headers_mut();
-    if status == StatusCode::UNAUTHORIZED
-        && let Ok(v) = "Bearer realm=\"hypd\"".parse()
-    {
-        headers.insert(axum::http::header::WWW_AUTHENTICATE, v);
-    }
-    if let ApiError::RateLimited {
-        retry_after_seconds,
-        ..
-    } = e
-    {
-        headers.insert(
-            axum::http::header::RETRY_AFTER,
-            (*retry_after_seconds).into(),
-        );
-    }
-    response
-}
-
 /// A path segment that does not decode is the segment's field error, in JSON like every
 /// other refusal (axum answers these in plain text).
 fn path_error(rejection: &PathRejection) -> ApiError {
@@ -324,6 +302,7 @@ pub fn routes() -> Router<AppState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn kinds_of(name: &str) -> HashMap<String, Kind> {
         field_kinds(app::api::find(name).unwrap())

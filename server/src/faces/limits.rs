@@ -15,41 +15,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::config::HostList;
-use crate::rest::error_response;
-
-/// The limits, with the defaults the README documents.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Limits {
-    /// Largest request body: requests are decision-level JSON of a few kB, so 1 MiB
-    /// leaves room for any command to grow while no single request can be made costly.
-    pub body_bytes: usize,
-    /// Sustained requests per second per token or session (0: no limit).
-    pub rate_per_second: u32,
-    /// How many seconds' worth of requests may come at once (a page load, an agent's
-    /// burst of tool calls).
-    pub burst_seconds: u32,
-    /// A request's line and headers must arrive within this of the connection opening or
-    /// of their first byte.
-    pub header_timeout: Duration,
-    /// A connection with no request in flight is closed after this.
-    pub idle_timeout: Duration,
-    /// Connections served at once.
-    pub max_connections: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            body_bytes: 1 << 20,
-            rate_per_second: 20,
-            burst_seconds: 5,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            max_connections: 1024,
-        }
-    }
-}
+use crate::config::{HostList, Limits};
+use crate::faces::errors::error_response;
 
 /// Loopback names a browser on this machine uses; a DNS-rebinding page cannot present
 /// them as its own origin.

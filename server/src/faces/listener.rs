@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tower::ServiceExt;
 
-use crate::limits::Limits;
+use crate::config::Limits;
 
 /// A request head (line and headers) larger than this is refused by hyper with 431:
 /// hypd's own requests carry a token and a cookie, far below it.
