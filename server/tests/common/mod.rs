@@ -2,6 +2,8 @@
 //! PostgreSQL cluster. Each is started on loopback on a free port and stopped on drop.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -520,13 +522,93 @@ impl World {
             .await
     }
 
-    /// The standard AWS variables that point a hypd at this world.
+    /// The standard AWS variables that point a hypd at this world, and the worker's
+    /// pace for a world whose clock runs fast (hypd's defaults suit AWS's minutes).
     pub fn aws_env(&self) -> Vec<(&'static str, String)> {
         let mut env = self.moto.aws_env();
         env.push(("AWS_ENDPOINT_URL_EKS", self.sim.url.clone()));
         env.push(("AWS_ENDPOINT_URL_SAGEMAKER", self.sim.url.clone()));
         env.push(("AWS_ENDPOINT_URL_SERVICE_QUOTAS", self.sim.url.clone()));
+        env.push(("HYPD_MIN_POLL_INTERVAL", TEST_MIN_POLL.into()));
+        env.push(("HYPD_RETRY_BACKOFF", TEST_RETRY_BACKOFF.into()));
         env
+    }
+
+    /// Takes cluster `name` out of the world once a test is done with it, so the
+    /// world's cost stays that of the clusters in use: the sim forgets the EKS cluster
+    /// (with its HyperPod clusters and API server), and moto's EC2 objects of the
+    /// cluster lose their tags. moto finds an object's tags by scanning every tag it
+    /// holds, and filters by tag object by object, so each tagged object left behind
+    /// would slow every later tag-filtered call; hypd finds its objects by their tags,
+    /// so untagged ones are no one's.
+    pub fn forget_cluster(&self, name: &str) {
+        let (status, body) = self.sim.call(
+            reqwest::Method::DELETE,
+            &format!("/_sim/clusters/{name}"),
+            None,
+        );
+        assert!(status < 300 || status == 404, "{body}");
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            use aws_sdk_ec2::types::{Filter, Tag};
+            let ec2 = aws_sdk_ec2::Client::new(&self.moto_sdk().await);
+            let filter = |key: &str, values: Vec<String>| {
+                Filter::builder().name(key).set_values(Some(values)).build()
+            };
+            let ours = ec2
+                .describe_tags()
+                .filters(filter("key", vec!["hypd:cluster".into()]))
+                .filters(filter("value", vec![name.into()]))
+                .send()
+                .await
+                .unwrap();
+            let ids: Vec<String> = ours
+                .tags()
+                .iter()
+                .filter_map(|t| t.resource_id().map(str::to_owned))
+                .collect();
+            if ids.is_empty() {
+                return;
+            }
+            let all = ec2
+                .describe_tags()
+                .filters(filter("resource-id", ids.clone()))
+                .send()
+                .await
+                .unwrap();
+            let mut keys: Vec<String> = all
+                .tags()
+                .iter()
+                .filter_map(|t| t.key().map(str::to_owned))
+                .collect();
+            keys.sort();
+            keys.dedup();
+            ec2.delete_tags()
+                .set_resources(Some(ids))
+                .set_tags(Some(
+                    keys.iter().map(|k| Tag::builder().key(k).build()).collect(),
+                ))
+                .send()
+                .await
+                .unwrap();
+        });
+    }
+
+    /// A hypd of its own on this world, every AWS call of which (EC2, IAM and S3 too)
+    /// goes through the sim, signed with access key `key`: the sim scopes faults and
+    /// its call log by the key, so tenants sharing the world never see each other's.
+    pub fn tenant(&self, key: &str) -> Tenant<'_> {
+        let extra = [
+            ("AWS_ENDPOINT_URL", self.sim.url.as_str()),
+            ("AWS_ACCESS_KEY_ID", key),
+        ];
+        let hypd = self.hypd(None, &extra);
+        let token = hypd.admin_token();
+        Tenant {
+            world: self,
+            hypd: Some(hypd),
+            token,
+            key: key.to_owned(),
+        }
     }
 
     /// Starts a hypd against this world on `data_dir` (a new one when None), with `extra`
@@ -541,6 +623,84 @@ impl World {
         env.extend_from_slice(extra);
         let dir = data_dir.unwrap_or_else(|| std::sync::Arc::new(tempfile::tempdir().unwrap()));
         Hypd::start_in(dir, &[], &env)
+    }
+}
+
+/// The worker's floors in the test world (`--min-poll-interval`, `--retry-backoff`):
+/// its clock runs hundreds of times faster than AWS's.
+pub const TEST_MIN_POLL: &str = "50ms";
+pub const TEST_RETRY_BACKOFF: &str = "100ms";
+
+/// One hypd on a shared [`World`] with its own store and access key (see
+/// [`World::tenant`]).
+pub struct Tenant<'w> {
+    pub world: &'w World,
+    hypd: Option<Hypd>,
+    /// Its first admin token.
+    pub token: String,
+    /// The access key id its AWS calls and Kubernetes tokens are signed with.
+    pub key: String,
+}
+
+impl Tenant<'_> {
+    pub fn hypd(&self) -> &Hypd {
+        self.hypd.as_ref().expect("a running hypd")
+    }
+
+    /// Injects `fault` into this tenant's calls only; returns its id.
+    pub fn fault(&self, mut fault: serde_json::Value) -> u64 {
+        fault["caller"] = serde_json::json!(self.key);
+        let (status, body) =
+            self.world
+                .sim
+                .call(reqwest::Method::POST, "/_sim/faults", Some(fault));
+        assert!(status < 300, "{body}");
+        body["id"].as_u64().unwrap()
+    }
+
+    pub fn remove_fault(&self, id: u64) {
+        let (status, body) =
+            self.world
+                .sim
+                .call(reqwest::Method::DELETE, &format!("/_sim/faults/{id}"), None);
+        assert!(status < 300, "{body}");
+    }
+
+    /// The calls this tenant made that the world answered, oldest first, as the sim
+    /// logs them (`service`, `operation`, `agent`).
+    pub fn calls(&self) -> Vec<serde_json::Value> {
+        let (status, log) = self.world.sim.call(
+            reqwest::Method::GET,
+            &format!("/_sim/calls?caller={}", self.key),
+            None,
+        );
+        assert_eq!(status, 200, "{log}");
+        log["calls"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn clear_calls(&self) {
+        let (status, _) = self.world.sim.call(
+            reqwest::Method::DELETE,
+            &format!("/_sim/calls?caller={}", self.key),
+            None,
+        );
+        assert!(status < 300);
+    }
+
+    /// Kills hypd as a crash would (SIGKILL) and starts it again on the same store.
+    pub fn crash_and_restart(&mut self) {
+        let data_dir = self.hypd.take().expect("a running hypd").kill();
+        let extra = [
+            ("AWS_ENDPOINT_URL", self.world.sim.url.as_str()),
+            ("AWS_ACCESS_KEY_ID", self.key.as_str()),
+        ];
+        self.hypd = Some(self.world.hypd(Some(data_dir), &extra));
+    }
+
+    /// Takes cluster `name` out of the shared world once a test is done with it (see
+    /// [`World::forget_cluster`]).
+    pub fn forget_cluster(&self, name: &str) {
+        self.world.forget_cluster(name);
     }
 }
 

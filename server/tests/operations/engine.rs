@@ -122,14 +122,18 @@ fn an_idempotency_key_returns_its_operation_and_refuses_another_request() {
     assert_eq!(again["operation_id"], id.as_str());
     assert_eq!(again["created"], false);
     assert_eq!(again["state"], "succeeded");
-    // The key cannot be reused for a different request.
-    let (status, body) = import(
-        &hypd,
-        &token,
+    // The key cannot be reused for a different request: another target, or the same
+    // target with other values.
+    for other in [
         json!({"name": "ml-other", "idempotency_key": "agent-run-0001"}),
-    );
-    assert_eq!(status, 422, "{body}");
-    assert_eq!(body["error"]["errors"][0]["field"], "idempotency_key");
+        json!({"name": "ml-key", "region": "us-east-1", "idempotency_key": "agent-run-0001"}),
+    ] {
+        let (status, body) = import(&hypd, &token, other);
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["error"]["kind"], "conflict", "{body}");
+        assert_eq!(body["error"]["field"], "idempotency_key", "{body}");
+        assert_eq!(body["error"]["operation_id"], id.as_str(), "{body}");
+    }
     assert_eq!(access_entries(&world, "ml-key").len(), 1);
     assert!(access_entries(&world, "ml-other").is_empty());
 }
@@ -366,7 +370,7 @@ fn identical_creates_across_replicas_are_one_operation() {
     );
     assert_eq!(status, 200);
     let fresh = world.hypd(None, &[("HYPD_DATABASE_URL", &pg.url)]);
-    let body = crate::create::small("twin");
+    let body = crate::common::cluster::small("twin");
     let ids: Vec<String> = std::thread::scope(|s| {
         let calls: Vec<_> = (0..10)
             .map(|i| {

@@ -17,8 +17,10 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::FAST;
+use crate::common::cluster::{
+    Counts, agents_mutating_calls, count, kube_client, world_with_cluster,
+};
 use crate::common::{Hypd, World};
-use crate::create::{Counts, agents_mutating_calls, count, kube_client};
 
 pub const TRAINING_ADDON: &str = "amazon-sagemaker-hyperpod-training-operator";
 
@@ -163,13 +165,7 @@ fn applied(hypd: &Hypd, token: &str, name: &str, body: Value) -> (Value, Value) 
 
 /// A world of its own with cluster `body` created in it: the world, hypd, an admin token.
 fn with_cluster(body: Value) -> (World, Hypd, String) {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
-    let (status, started) = hypd.call(&token, Method::POST, "/api/v1/clusters", Some(body));
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (world, hypd, token, _) = world_with_cluster(FAST, json!({}), body);
     (world, hypd, token)
 }
 
@@ -200,7 +196,7 @@ fn update(hypd: &Hypd, token: &str, name: &str, body: Value) -> (u16, Value) {
 #[test]
 fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
     let name = "feat";
-    let (world, hypd, token) = with_cluster(crate::create::small(name));
+    let (world, hypd, token) = with_cluster(crate::common::cluster::small(name));
 
     let off = feature(&hypd, &token, name, "training_operator");
     assert_eq!(
@@ -313,7 +309,7 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
     );
     assert_eq!(training_parts(&world, name), (Some("ACTIVE".to_owned()), 1));
     let described =
-        crate::create::sagemaker(&world, "DescribeCluster", json!({"ClusterName": name}));
+        crate::common::cluster::sagemaker(&world, "DescribeCluster", json!({"ClusterName": name}));
     assert_eq!(
         described["TieredStorageConfig"],
         json!({"Mode": "Enable", "InstanceMemoryAllocationPercentage": 40}),
@@ -425,7 +421,8 @@ fn features_are_turned_on_and_off_each_touching_only_its_own_parts() {
 
 /// The target count of instance group `group` of HyperPod cluster `name`.
 fn target(world: &World, name: &str, group: &str) -> Option<i64> {
-    let d = crate::create::sagemaker(world, "DescribeCluster", json!({"ClusterName": name}));
+    let d =
+        crate::common::cluster::sagemaker(world, "DescribeCluster", json!({"ClusterName": name}));
     d["InstanceGroups"]
         .as_array()?
         .iter()
@@ -456,7 +453,7 @@ fn planned_changes(answer: &Value) -> BTreeSet<(String, String)> {
 #[test]
 fn autoscaling_scales_a_group_from_zero_and_back_and_is_turned_off_whole() {
     let name = "scale";
-    let mut body = crate::create::small(name);
+    let mut body = crate::common::cluster::small(name);
     body["instance_groups"][0]["instance_count"] = json!(1);
     for group in ["burst", "spare"] {
         body["instance_groups"].as_array_mut().unwrap().push(json!({
@@ -682,7 +679,7 @@ fn calls_by_stage(world: &World) -> Vec<(String, String)> {
 #[test]
 fn inference_operator_on_then_a_training_only_request_leaves_it_untouched() {
     let name = "infer";
-    let (world, hypd, token) = with_cluster(crate::create::small(name));
+    let (world, hypd, token) = with_cluster(crate::common::cluster::small(name));
     let before = inventory(&world, name);
     let bucket = format!("hypd-{name}-123456789012-tls");
 
@@ -976,7 +973,7 @@ fn ray_job(world: &World, name: &str, job: &str, create: bool) {
 #[test]
 fn kuberay_and_keda_are_their_pinned_releases_and_never_take_users_objects_with_them() {
     let name = "rays";
-    let (world, hypd, token) = with_cluster(crate::create::small(name));
+    let (world, hypd, token) = with_cluster(crate::common::cluster::small(name));
     let before = inventory(&world, name);
     let both = json!({"kuberay_operator": true, "keda": true});
 

@@ -7,8 +7,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::FAST;
-use crate::common::World;
-use crate::create::{agents_mutating_calls, assert_kubernetes_ready, sagemaker};
+use crate::common::cluster::{
+    agents_mutating_calls, assert_kubernetes_ready, sagemaker, world_with_cluster,
+};
 use crate::harness::groups;
 
 fn group_of<'a>(described: &'a Value, name: &str) -> &'a Value {
@@ -22,28 +23,15 @@ fn group_of<'a>(described: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn groups_are_added_scaled_refused_and_deleted() {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
-    let (status, _) = world.sim.call(
-        Method::PUT,
-        "/_sim/sagemaker/quotas",
-        Some(json!({"ml.p5.48xlarge": 4, "ml.g5.8xlarge": 8, "ml.g6e.48xlarge": 4})),
-    );
-    assert!(status < 300);
-    let (status, started) = hypd.call(
-        &token,
-        Method::POST,
-        "/api/v1/clusters",
-        Some(json!({
+    let (world, hypd, token, _) = world_with_cluster(
+        FAST,
+        json!({"ml.p5.48xlarge": 4, "ml.g5.8xlarge": 8, "ml.g6e.48xlarge": 4}),
+        json!({
             "name": "grp", "availability_zone": "us-east-1a",
             "instance_groups": [{"name": "p5", "instance_type": "ml.p5.48xlarge",
                                  "instance_count": 1, "efa_only": true, "deep_health_checks": true}],
-        })),
+        }),
     );
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
 
     let path = "/api/v1/clusters/grp/instance-groups";
     let spot = json!({"name": "spot", "instance_type": "ml.g5.8xlarge", "instance_count": 1,
@@ -66,6 +54,30 @@ fn groups_are_added_scaled_refused_and_deleted() {
     assert_eq!(changes.len(), 1, "{dry:#}");
     assert_eq!(changes[0]["kind"], "sagemaker:Cluster");
     assert_eq!(changes[0]["fields"][0]["field"], "instance_groups[spot]");
+    let planned = &changes[0]["fields"][0]["new"];
+    assert_eq!(
+        planned,
+        &json!({"instance_type": "ml.g5.8xlarge", "instance_count": 1,
+                "capacity": {"type": "spot"}, "efa_only": false, "deep_health_checks": false,
+                "volume_size_gb": 500, "threads_per_core": null, "kubernetes_labels": {},
+                "kubernetes_taints": [], "availability_zone": "us-east-1a",
+                "subnet": "the cluster's compute subnet"}),
+        "a plan shows every setting the request decides: {dry:#}"
+    );
+    // The same group on demand: its plan differs from the spot group's in capacity alone.
+    let mut on_demand = spot.clone();
+    on_demand["capacity"] = json!({"type": "on_demand"});
+    let (status, dry_on_demand) = hypd.call(
+        &token,
+        Method::POST,
+        path,
+        Some(json!({"group": on_demand, "dry_run": true})),
+    );
+    assert_eq!(status, 200, "{dry_on_demand}");
+    let mut expected = dry.clone();
+    expected["plan"]["stages"][0]["changes"][0]["fields"][0]["new"]["capacity"] =
+        json!({"type": "on_demand"});
+    assert_eq!(dry_on_demand, expected);
     assert!(agents_mutating_calls(&world).is_empty());
 
     // Refused before anything is called: a taken name, more than the quota.
@@ -219,7 +231,7 @@ fn groups_are_added_scaled_refused_and_deleted() {
     assert_eq!(listed["instance_groups"][0]["efa_only"], true, "{listed:#}");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         use k8s_openapi::api::core::v1::Node;
-        let client = crate::create::kube_client(&world, "grp").await;
+        let client = crate::common::cluster::kube_client(&world, "grp").await;
         let nodes = kube::Api::<Node>::all(client)
             .list(
                 &kube::api::ListParams::default()
@@ -341,27 +353,14 @@ fn groups_are_added_scaled_refused_and_deleted() {
 /// next free /20. No block overlaps another, and drift takes it all as meant.
 #[test]
 fn groups_go_where_there_is_room() {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
-    let (status, _) = world.sim.call(
-        Method::PUT,
-        "/_sim/sagemaker/quotas",
-        Some(json!({"ml.g5.8xlarge": 16})),
-    );
-    assert!(status < 300);
-    let (status, started) = hypd.call(
-        &token,
-        Method::POST,
-        "/api/v1/clusters",
-        Some(json!({
+    let (world, hypd, token, op) = world_with_cluster(
+        FAST,
+        json!({"ml.g5.8xlarge": 16}),
+        json!({
             "name": "net", "availability_zone": "us-east-1a",
             "instance_groups": [{"name": "a1", "instance_type": "ml.g5.8xlarge", "instance_count": 1}],
-        })),
+        }),
     );
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
     let cluster_subnet = op["outputs"]["network"]["compute_subnet_id"]
         .as_str()
         .unwrap()

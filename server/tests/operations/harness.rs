@@ -19,8 +19,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::common::{Hypd, World};
-use crate::{FAST, eks_status, fault, get_op, stage, wait_until};
+use crate::common::{Hypd, Tenant, World};
+use crate::{FAST, eks_status, get_op, stage, wait_until};
 
 /// A call a stage makes: the fault is injected into it (a mutating call where the stage
 /// has one, so a lost answer means "done but not told").
@@ -92,10 +92,10 @@ pub const CASES: &[Case] = &[
         given: |_, _, _, _| {},
         request: |_, _, name| {
             let path = "/api/v1/clusters".to_owned();
-            (Method::POST, path, crate::create::small(name))
+            (Method::POST, path, crate::common::cluster::small(name))
         },
         check: |world, _, _, name| {
-            crate::create::assert_complete(&crate::create::count(world, name))
+            crate::common::cluster::assert_complete(&crate::common::cluster::count(world, name))
         },
         calls: &[
             call("network", "ec2", "AuthorizeSecurityGroupEgress"),
@@ -143,7 +143,7 @@ pub const CASES: &[Case] = &[
             (Method::DELETE, path, json!({}))
         },
         check: |world, hypd, token, name| {
-            crate::create::assert_gone(&crate::create::count(world, name));
+            crate::common::cluster::assert_gone(&crate::common::cluster::count(world, name));
             let (status, _) = hypd.call(
                 token,
                 Method::GET,
@@ -172,7 +172,7 @@ pub const CASES: &[Case] = &[
             (Method::POST, path, json!({}))
         },
         check: |world, hypd, token, name| {
-            crate::create::assert_complete(&crate::create::count(world, name));
+            crate::common::cluster::assert_complete(&crate::common::cluster::count(world, name));
             let (status, drift) = hypd.call(
                 token,
                 Method::GET,
@@ -346,8 +346,11 @@ pub const CASES: &[Case] = &[
             }
             let ray = crate::features::feature(hypd, token, name, "kuberay_operator");
             assert_eq!(ray["status"], "installed", "{ray:#}");
-            let described =
-                crate::create::sagemaker(world, "DescribeCluster", json!({"ClusterName": name}));
+            let described = crate::common::cluster::sagemaker(
+                world,
+                "DescribeCluster",
+                json!({"ClusterName": name}),
+            );
             assert_eq!(
                 described["TieredStorageConfig"]["InstanceMemoryAllocationPercentage"], 30,
                 "{described:#}"
@@ -358,7 +361,7 @@ pub const CASES: &[Case] = &[
             );
             // The cluster's three roles, the features' seven and the FSx driver's; the S3
             // and FSx drivers' bindings and the training operator's.
-            let c = crate::create::count(world, name);
+            let c = crate::common::cluster::count(world, name);
             assert_eq!((c.roles, c.pod_identities), (11, 3), "{c:?}");
         },
         // The pre-flight reads each operator's add-on once to see whether it is on. One
@@ -462,7 +465,8 @@ fn spot() -> Value {
 /// HyperPod's groups of cluster `name` (name, target count), as DescribeCluster gives
 /// them.
 pub fn groups(world: &World, name: &str) -> Vec<(String, i32)> {
-    let body = crate::create::sagemaker(world, "DescribeCluster", json!({ "ClusterName": name }));
+    let body =
+        crate::common::cluster::sagemaker(world, "DescribeCluster", json!({ "ClusterName": name }));
     body["InstanceGroups"]
         .as_array()
         .unwrap()
@@ -490,13 +494,19 @@ fn undrifted(hypd: &Hypd, token: &str, name: &str) {
 
 /// Cluster `name`, created through REST and complete.
 fn created(world: &World, hypd: &Hypd, token: &str, name: &str) {
-    created_from(world, hypd, token, name, crate::create::small(name));
+    created_from(
+        world,
+        hypd,
+        token,
+        name,
+        crate::common::cluster::small(name),
+    );
 }
 
 /// [`created`] with a second group, at 0 and without deep health checks: one managed
 /// Karpenter may scale.
 fn created_with_burst(world: &World, hypd: &Hypd, token: &str, name: &str) {
-    let mut body = crate::create::small(name);
+    let mut body = crate::common::cluster::small(name);
     body["instance_groups"]
         .as_array_mut()
         .unwrap()
@@ -505,11 +515,8 @@ fn created_with_burst(world: &World, hypd: &Hypd, token: &str, name: &str) {
 }
 
 fn created_from(world: &World, hypd: &Hypd, token: &str, name: &str, body: Value) {
-    let (status, started) = hypd.call(token, Method::POST, "/api/v1/clusters", Some(body));
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
-    crate::create::assert_complete(&crate::create::count(world, name));
+    crate::common::cluster::created(hypd, token, body);
+    crate::common::cluster::assert_complete(&crate::common::cluster::count(world, name));
 }
 
 /// Changes cluster `name` outside hypd as a person would, with the AWS SDK and a
@@ -598,7 +605,7 @@ pub fn drift(world: &World, name: &str) {
             assert!(start.elapsed().as_secs() < 60, "the drift did not settle");
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        let client = crate::create::kube_client(world, name).await;
+        let client = crate::common::cluster::kube_client(world, name).await;
         Api::<DaemonSet>::namespaced(client.clone(), "aws-hyperpod")
             .delete("health-monitoring-agent", &DeleteParams::default())
             .await
@@ -673,25 +680,22 @@ fn existing_eks(world: &World, name: &str) {
     });
 }
 
-/// A world whose every AWS call goes through the sim (so faults reach EC2, IAM and S3
-/// too), with a hypd in front of it.
-fn world() -> (World, Hypd, String) {
+/// The one world every scenario shares: moto behind the sim, quotas for many clusters
+/// at once.
+fn world() -> World {
     let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
-    // Clusters of two, several per test: above the default cluster-usage quota.
     let (status, _) = world.sim.call(
         Method::PUT,
         "/_sim/sagemaker/quotas",
-        Some(json!({"ml.g5.8xlarge": 200})),
+        Some(json!({"ml.g5.8xlarge": 1000})),
     );
     assert!(status < 300);
-    (world, hypd, token)
+    world
 }
 
 /// The command as a cluster name's start: `delete-instance-group`… (unique: several
 /// commands share a verb); a command's second case on gets its number
-/// (`update-features-2`), since the cases of one test share a world.
+/// (`update-features-2`), since the cases share a world.
 fn short(case: &Case) -> String {
     let base = case.command.replace('_', "-");
     let nth = CASES
@@ -705,272 +709,478 @@ fn short(case: &Case) -> String {
     }
 }
 
-fn name_for(case: &Case, c: &Call, kind: &str) -> String {
-    // A stage with several faulted calls gets a cluster for each.
-    let before = case
-        .calls
-        .iter()
-        .take_while(|x| !std::ptr::eq(*x, c))
-        .filter(|x| x.stage == c.stage)
-        .count();
-    // Stage names may hold underscores, which cluster names may not.
-    let stage = c.stage.replace('_', "-");
-    match before {
-        0 => format!("{}-{kind}-{stage}", short(case)),
-        n => format!("{}-{kind}-{stage}-{}", short(case), n + 1),
+/// What the harness does to a pipeline in one scenario.
+#[derive(Clone, Copy)]
+enum Trial {
+    /// A dry run, then the run: each stage's mutating calls change exactly the kinds of
+    /// objects its part of the plan lists.
+    SameCode,
+    /// The call fails with a provider's refusal: the operation fails in the stage,
+    /// keeping the code and message, and `retry_operation` finishes it.
+    Failure(&'static Call),
+    /// hypd is killed while the call is in flight; a restart on the same store resumes.
+    Crash(&'static Call),
+    /// The call is carried out but its answer lost: the stage runs again and adopts
+    /// what the first run made.
+    LostAnswer(&'static Call),
+}
+
+struct Scenario {
+    case: &'static Case,
+    trial: Trial,
+}
+
+impl Scenario {
+    /// Every scenario of the cases to run: for each pipeline, the same-code run, then
+    /// each of its faulted calls as a failure, a crash and a lost answer.
+    fn all() -> Vec<Scenario> {
+        let mut all = Vec::new();
+        for case in cases() {
+            all.push(Scenario {
+                case,
+                trial: Trial::SameCode,
+            });
+            for trial in [Trial::Failure, Trial::Crash, Trial::LostAnswer] {
+                all.extend(case.calls.iter().map(|c| Scenario {
+                    case,
+                    trial: trial(c),
+                }));
+            }
+        }
+        all
+    }
+
+    fn call(&self) -> Option<&'static Call> {
+        match self.trial {
+            Trial::SameCode => None,
+            Trial::Failure(c) | Trial::Crash(c) | Trial::LostAnswer(c) => Some(c),
+        }
+    }
+
+    /// The cluster it works on, unique in the world: `{command}-{trial}-{stage}`, with a
+    /// number for each call when a stage has several faulted calls (every one numbered:
+    /// no name may start another's, since a cluster's objects are found by the prefix
+    /// `hypd-{name}-`).
+    fn cluster(&self) -> String {
+        let kind = match self.trial {
+            Trial::SameCode => return format!("{}-same", short(self.case)),
+            Trial::Failure(_) => "f",
+            Trial::Crash(_) => "k",
+            Trial::LostAnswer(_) => "l",
+        };
+        let c = self.call().unwrap();
+        let same_stage = || self.case.calls.iter().filter(|x| x.stage == c.stage);
+        let before = same_stage().take_while(|x| !std::ptr::eq(*x, c)).count();
+        // Stage names may hold underscores, which cluster names may not.
+        let stage = c.stage.replace('_', "-");
+        match same_stage().count() {
+            1 => format!("{}-{kind}-{stage}", short(self.case)),
+            _ => format!("{}-{kind}-{stage}-{}", short(self.case), before + 1),
+        }
+    }
+
+    /// How a failure names it: pipeline, stage and what was done to which call.
+    fn describe(&self) -> String {
+        let command = self.case.command;
+        let cluster = self.cluster();
+        match self.trial {
+            Trial::SameCode => format!("{command} (same code as its plan, cluster {cluster})"),
+            Trial::Failure(c) | Trial::Crash(c) | Trial::LostAnswer(c) => {
+                let what = match self.trial {
+                    Trial::Failure(_) => "a provider failure of",
+                    Trial::Crash(_) => "a crash of hypd during",
+                    _ => "a lost answer of",
+                };
+                format!(
+                    "{command} {}: {what} {} {} (cluster {cluster})",
+                    c.stage, c.service, c.operation
+                )
+            }
+        }
+    }
+
+    /// Runs it on a tenant of its own (its own hypd, store and access key), then takes
+    /// its cluster out of the world.
+    fn run(&self, world: &World, key: &str) {
+        let mut t = world.tenant(key);
+        let name = self.cluster();
+        (self.case.given)(world, t.hypd(), &t.token, &name);
+        match self.trial {
+            Trial::SameCode => same_code(self.case, &t, &name),
+            Trial::Failure(c) => failure(self.case, c, &t, &name),
+            Trial::Crash(c) => crash(self.case, c, &mut t, &name),
+            Trial::LostAnswer(c) => lost_answer(self.case, c, &t, &name),
+        }
+        (self.case.check)(world, t.hypd(), &t.token, &name);
+        t.forget_cluster(&name);
     }
 }
 
-fn started(case: &Case, hypd: &Hypd, token: &str, name: &str) -> String {
-    let (method, path, body) = (case.request)(hypd, token, name);
-    let (status, body) = hypd.confirmed(token, method, &path, Some(body));
+fn started(case: &Case, t: &Tenant, name: &str) -> String {
+    let (method, path, body) = (case.request)(t.hypd(), &t.token, name);
+    let (status, body) = t.hypd().confirmed(&t.token, method, &path, Some(body));
     assert_eq!(status, 200, "{}: {body}", case.command);
     body["operation_id"].as_str().unwrap().to_owned()
 }
 
 /// The plan preview of what [`started`] would start.
-fn planned(case: &Case, hypd: &Hypd, token: &str, name: &str) -> Value {
-    let (method, path, mut body) = (case.request)(hypd, token, name);
+fn planned(case: &Case, t: &Tenant, name: &str) -> Value {
+    let (method, path, mut body) = (case.request)(t.hypd(), &t.token, name);
     body["dry_run"] = json!(true);
-    let (status, body) = hypd.call(token, method, &path, Some(body));
+    let (status, body) = t.hypd().call(&t.token, method, &path, Some(body));
     assert_eq!(status, 200, "{} dry run: {body}", case.command);
     body["plan"].clone()
 }
 
-fn clear_faults(world: &World) {
-    let (status, _) = world.sim.call(Method::DELETE, "/_sim/faults", None);
-    assert!(status < 300);
-}
-
-/// The same code, stage by stage: for every pipeline, the mutating calls each stage's
-/// step made (told apart by the user agent every step's calls carry,
-/// `app/hypd.<operation>.<stage>`) change exactly the kinds of objects that stage's part
-/// of the plan preview of the same world lists; a stage planned with no change makes no
-/// mutating call, and nothing outside a step changes anything.
-#[test]
-fn each_stage_changes_exactly_what_its_plan_lists() {
-    let (world, hypd, token) = world();
-    for case in cases() {
-        let name = format!("{}-same", short(case));
-        (case.given)(&world, &hypd, &token, &name);
-        let plan = planned(case, &hypd, &token, &name);
-        world.sim.call(Method::DELETE, "/_sim/calls", None);
-        let id = started(case, &hypd, &token, &name);
-        let op = hypd.finish(&token, &id);
-        assert_eq!(op["state"], "succeeded", "{}: {op:#}", case.command);
-        let calls = crate::create::agents_mutating_calls(&world);
-        let prefix = format!("hypd.{id}.");
-        let mut by_stage = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
-        for (agent, service, operation) in calls {
-            let stage = agent
-                .as_deref()
-                .and_then(|a| a.strip_prefix(&prefix))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "{}: {service} {operation} was called outside a step (agent {agent:?})",
-                        case.command
-                    )
-                });
-            let kind = crate::create::changed_kind(&service, &operation).unwrap_or_else(|| {
+/// The same code, stage by stage: the mutating calls each stage's step made (told
+/// apart by the user agent every step's calls carry, `app/hypd.<operation>.<stage>`)
+/// change exactly the kinds of objects that stage's part of the plan preview of the
+/// same world lists; a stage planned with no change makes no mutating call, and nothing
+/// outside a step changes anything.
+fn same_code(case: &Case, t: &Tenant, name: &str) {
+    let plan = planned(case, t, name);
+    t.clear_calls();
+    let id = started(case, t, name);
+    let op = t.hypd().finish(&t.token, &id);
+    assert_eq!(op["state"], "succeeded", "{}: {op:#}", case.command);
+    let calls = crate::common::cluster::mutating(&t.calls());
+    let prefix = format!("hypd.{id}.");
+    let mut by_stage = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+    for (agent, service, operation) in calls {
+        let stage = agent
+            .as_deref()
+            .and_then(|a| a.strip_prefix(&prefix))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: {service} {operation} was called outside a step (agent {agent:?})",
+                    case.command
+                )
+            });
+        let kind =
+            crate::common::cluster::changed_kind(&service, &operation).unwrap_or_else(|| {
                 panic!(
                     "{} {stage} called {service} {operation}, which no plan change names",
                     case.command
                 )
             });
-            by_stage.entry(stage.to_owned()).or_default().insert(kind);
-        }
-        for s in plan["stages"].as_array().unwrap() {
-            let stage = s["stage"].as_str().unwrap();
-            let listed: BTreeSet<String> = s["changes"]
+        by_stage.entry(stage.to_owned()).or_default().insert(kind);
+    }
+    for s in plan["stages"].as_array().unwrap() {
+        let stage = s["stage"].as_str().unwrap();
+        let listed: BTreeSet<String> = s["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| matches!(c["action"].as_str(), Some("create" | "update" | "delete")))
+            .map(|c| crate::common::cluster::plan_kind(c["kind"].as_str().unwrap()))
+            .filter(|k| !k.starts_with("hypd:"))
+            .collect();
+        let called = by_stage.remove(stage).unwrap_or_default();
+        assert_eq!(
+            called, listed,
+            "{} {stage}: the kinds its calls changed, then the kinds its plan lists: {s:#}",
+            case.command
+        );
+    }
+    assert!(
+        by_stage.is_empty(),
+        "{}: stages the plan does not list made calls: {by_stage:?}",
+        case.command
+    );
+}
+
+fn failure(case: &Case, c: &Call, t: &Tenant, name: &str) {
+    let message = format!("injected into {}", c.operation);
+    // A refusal: Kubernetes' status reasons are a closed set.
+    let (code, status) = match c.service {
+        "kubernetes" => ("Forbidden", 403),
+        _ => ("InjectedFault", 400),
+    };
+    t.fault(
+        json!({"service": c.service, "operation": c.operation, "kind": "error",
+               "code": code, "status": status, "message": message, "after": c.after}),
+    );
+    let (hypd, token) = (t.hypd(), t.token.as_str());
+    let id = started(case, t, name);
+    let op = hypd.finish(token, &id);
+    let at = format!("{} {}", case.command, c.stage);
+    assert_eq!(op["state"], "failed", "{at}: {op:#}");
+    let failed = stage(&op, c.stage);
+    assert_eq!(failed["state"], "failed", "{at}: {op:#}");
+    assert_eq!(failed["error"]["code"], code, "{at}: {op:#}");
+    assert_eq!(failed["error"]["transient"], false, "{at}: {op:#}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&message),
+        "{at}: {op:#}"
+    );
+    // What a retry would do, first: the stages left, the failed one's change among
+    // them; the operation stays failed.
+    let retry = format!("/api/v1/operations/{id}/retry");
+    let (status, dry) = hypd.call(token, Method::POST, &retry, Some(json!({"dry_run": true})));
+    assert_eq!(status, 200, "{at}: {dry}");
+    let left: Vec<&Value> = op["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["state"] != "succeeded")
+        .map(|s| &s["name"])
+        .collect();
+    let planned: Vec<&Value> = dry["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["stage"])
+        .collect();
+    assert_eq!(planned, left, "{at}: {dry:#}");
+    if let Some(kind) = crate::common::cluster::changed_kind(c.service, c.operation) {
+        assert!(
+            dry["plan"]["stages"][0]["changes"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter(|c| matches!(c["action"].as_str(), Some("create" | "update" | "delete")))
-                .map(|c| crate::create::plan_kind(c["kind"].as_str().unwrap()))
-                .filter(|k| !k.starts_with("hypd:"))
-                .collect();
-            let called = by_stage.remove(stage).unwrap_or_default();
-            assert_eq!(
-                called, listed,
-                "{} {stage}: the kinds its calls changed, then the kinds its plan lists: {s:#}",
-                case.command
-            );
-        }
-        assert!(
-            by_stage.is_empty(),
-            "{}: stages the plan does not list made calls: {by_stage:?}",
-            case.command
+                .any(|ch| crate::common::cluster::plan_kind(ch["kind"].as_str().unwrap()) == kind),
+            "{at}: the failed call's {kind} in {dry:#}"
         );
-        (case.check)(&world, &hypd, &token, &name);
     }
+    assert_eq!(get_op(hypd, token, &id)["state"], "failed", "{at}");
+    let (status, _) = hypd.call(token, Method::POST, &retry, Some(json!({})));
+    assert_eq!(status, 200);
+    let op = hypd.finish(token, &id);
+    assert_eq!(op["state"], "succeeded", "{at} after retry: {op:#}");
+}
+
+fn crash(case: &Case, c: &Call, t: &mut Tenant, name: &str) {
+    // The call is held in flight; hypd dies while the stage is running it.
+    t.clear_calls();
+    let hold = t.fault(
+        json!({"service": c.service, "operation": c.operation, "kind": "delay", "seconds": 30,
+               "after": c.after}),
+    );
+    let id = started(case, t, name);
+    let at = format!("{} {}", case.command, c.stage);
+    // The sim logs a call as it takes its fault, before holding it: once the log has
+    // the held call, hypd is inside it.
+    let held = |t: &Tenant| {
+        t.calls()
+            .iter()
+            .filter(|x| x["service"] == c.service && x["operation"] == c.operation)
+            .count()
+            > c.after as usize
+    };
+    wait_until(
+        &format!("{at}: the held call in flight"),
+        std::time::Duration::from_secs(120),
+        || held(t),
+    );
+    let op = get_op(t.hypd(), &t.token, &id);
+    assert!(
+        matches!(
+            stage(&op, c.stage)["state"].as_str(),
+            Some("running" | "waiting")
+        ),
+        "{at}: the held call is the stage's: {op:#}"
+    );
+    t.crash_and_restart();
+    t.remove_fault(hold);
+    let op = t.hypd().finish(&t.token, &id);
+    assert_eq!(op["state"], "succeeded", "{at} after a crash: {op:#}");
+    // What finished before the crash is not run again.
+    let runs = crate::runs_per_stage(&crate::transitions(&crate::sqlite_path(t.hypd()), &id));
+    for s in op["stages"].as_array().unwrap() {
+        let name = s["name"].as_str().unwrap();
+        if name == c.stage {
+            break;
+        }
+        assert_eq!(
+            runs.get(&(name.to_owned(), "succeeded".to_owned())),
+            Some(&1),
+            "{at}: {name} ran again: {runs:?}"
+        );
+    }
+}
+
+fn lost_answer(case: &Case, c: &Call, t: &Tenant, name: &str) {
+    t.clear_calls();
+    t.fault(
+        json!({"service": c.service, "operation": c.operation, "kind": "lost", "after": c.after}),
+    );
+    let id = started(case, t, name);
+    let op = t.hypd().finish(&t.token, &id);
+    let at = format!("{} {}", case.command, c.stage);
+    assert_eq!(op["state"], "succeeded", "{at}: {op:#}");
+    let s = stage(&op, c.stage);
+    assert!(
+        s["attempts"].as_u64().unwrap() >= 2,
+        "{at}: the stage ran again after the lost answer: {s}"
+    );
+    // The call whose answer was lost was carried out: run again, the stage finds it
+    // done (a reboot by the node's new boot id) and does not repeat it.
+    if c.once {
+        let agent = format!("hypd.{id}.{}", c.stage);
+        let repeated = crate::common::cluster::mutating(&t.calls())
+            .into_iter()
+            .filter(|(a, service, operation)| {
+                a.as_deref() == Some(agent.as_str())
+                    && *service == c.service
+                    && *operation == c.operation
+            })
+            .count();
+        assert!(repeated <= 1, "{at}: {} made {repeated} times", c.operation);
+    }
+}
+
+/// A positive number from the environment, else `default`.
+fn setting(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(default)
+}
+
+/// Scenarios run at once (`HYPD_HARNESS_CONCURRENCY`, default 12): each mostly waits on
+/// the sim's clock and hypd's polls, so many at once fill the CPU.
+fn concurrency() -> usize {
+    setting("HYPD_HARNESS_CONCURRENCY", 12)
+}
+
+/// Worlds the scenarios are spread over (`HYPD_HARNESS_WORLDS`, default 4): moto answers
+/// one call at a time (Python's lock), and its filters scan every object it holds, so
+/// each moto serving a quarter of the scenarios keeps it off the critical path (with
+/// two, moto spent a fifth more CPU and the run took 10 % longer).
+fn worlds() -> usize {
+    setting("HYPD_HARNESS_WORLDS", 4)
+}
+
+/// What became of one scenario.
+struct Outcome {
+    trial: &'static str,
+    what: String,
+    took: std::time::Duration,
+    failure: Option<String>,
+}
+
+const SAME_CODE: &str = "same code";
+const FAILURE: &str = "failure";
+const CRASH: &str = "crash";
+const LOST_ANSWER: &str = "lost answer";
+
+impl Trial {
+    fn name(&self) -> &'static str {
+        match self {
+            Trial::SameCode => SAME_CODE,
+            Trial::Failure(_) => FAILURE,
+            Trial::Crash(_) => CRASH,
+            Trial::LostAnswer(_) => LOST_ANSWER,
+        }
+    }
+}
+
+/// Every scenario of every trial, run once for the four tests below, many at once in
+/// shared worlds: whichever test asks first runs them all, the others wait for the
+/// outcomes. Each scenario is isolated by its tenant: its own hypd and store, and its
+/// own access key, by which the sim scopes the faults it is given and the calls it is
+/// shown; its cluster's name is its own, and it takes its cluster out of the world when
+/// done.
+fn outcomes() -> &'static [Outcome] {
+    static OUTCOMES: std::sync::OnceLock<Vec<Outcome>> = std::sync::OnceLock::new();
+    OUTCOMES.get_or_init(run_all)
+}
+
+fn run_all() -> Vec<Outcome> {
+    let worlds: Vec<World> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..worlds()).map(|_| s.spawn(world)).collect();
+        started.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    // The longest first (a features change runs several operators' installs), so the
+    // last scenarios to start are short ones.
+    let mut scenarios = Scenario::all();
+    scenarios.reverse();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..concurrency().min(scenarios.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(scenario) = scenarios.get(i) else {
+                        return;
+                    };
+                    let started = std::time::Instant::now();
+                    let key = format!("AKIDHARNESS{i:09}");
+                    let world = &worlds[i % worlds.len()];
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        scenario.run(world, &key)
+                    }));
+                    let failure = outcome.err().map(|panic| {
+                        panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            .unwrap_or_default()
+                    });
+                    outcomes.lock().unwrap().push(Outcome {
+                        trial: scenario.trial.name(),
+                        what: scenario.describe(),
+                        took: started.elapsed(),
+                        failure,
+                    });
+                }
+            });
+        }
+    });
+    outcomes.into_inner().unwrap()
+}
+
+/// Every failure of `trial`'s scenarios, each naming the pipeline, the stage and what
+/// was done to which call (every one, not only the first), with the slowest shown.
+fn assert_trial(trial: &str) {
+    let mut mine: Vec<&Outcome> = outcomes().iter().filter(|o| o.trial == trial).collect();
+    assert!(
+        !mine.is_empty() || cases().next().is_none(),
+        "no {trial} scenario ran"
+    );
+    mine.sort_by_key(|o| std::cmp::Reverse(o.took));
+    println!("{} {trial} scenarios; the slowest:", mine.len());
+    for o in mine.iter().take(5) {
+        println!("  {:>6.1} s  {}", o.took.as_secs_f64(), o.what);
+    }
+    let failed: Vec<String> = mine
+        .iter()
+        .filter_map(|o| Some(format!("{}: {}", o.what, o.failure.as_ref()?)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} scenarios failed:\n{}",
+        failed.len(),
+        mine.len(),
+        failed.join("\n\n")
+    );
+}
+
+/// The same code, stage by stage: for every pipeline, the mutating calls each stage's
+/// step made change exactly the kinds of objects that stage's part of the plan preview
+/// of the same world lists; a stage planned with no change makes no mutating call, and
+/// nothing outside a step changes anything.
+#[test]
+fn each_stage_changes_exactly_what_its_plan_lists() {
+    assert_trial(SAME_CODE);
 }
 
 #[test]
 fn a_provider_failure_in_each_stage_fails_it_and_retry_finishes() {
-    let (world, hypd, token) = world();
-    for case in cases() {
-        for c in case.calls {
-            let name = name_for(case, c, "f");
-            (case.given)(&world, &hypd, &token, &name);
-            let message = format!("injected into {}", c.operation);
-            // A refusal: Kubernetes' status reasons are a closed set.
-            let (code, status) = match c.service {
-                "kubernetes" => ("Forbidden", 403),
-                _ => ("InjectedFault", 400),
-            };
-            fault(
-                &world,
-                json!({"service": c.service, "operation": c.operation, "kind": "error",
-                       "code": code, "status": status, "message": message, "after": c.after}),
-            );
-            let id = started(case, &hypd, &token, &name);
-            let op = hypd.finish(&token, &id);
-            let at = format!("{} {}", case.command, c.stage);
-            assert_eq!(op["state"], "failed", "{at}: {op:#}");
-            let failed = stage(&op, c.stage);
-            assert_eq!(failed["state"], "failed", "{at}: {op:#}");
-            assert_eq!(failed["error"]["code"], code, "{at}: {op:#}");
-            assert_eq!(failed["error"]["transient"], false, "{at}: {op:#}");
-            assert!(
-                failed["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with(&message),
-                "{at}: {op:#}"
-            );
-            // What a retry would do, first: the stages left, the failed one's change
-            // among them; the operation stays failed.
-            let retry = format!("/api/v1/operations/{id}/retry");
-            let (status, dry) =
-                hypd.call(&token, Method::POST, &retry, Some(json!({"dry_run": true})));
-            assert_eq!(status, 200, "{at}: {dry}");
-            let left: Vec<&Value> = op["stages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|s| s["state"] != "succeeded")
-                .map(|s| &s["name"])
-                .collect();
-            let planned: Vec<&Value> = dry["plan"]["stages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| &s["stage"])
-                .collect();
-            assert_eq!(planned, left, "{at}: {dry:#}");
-            if let Some(kind) = crate::create::changed_kind(c.service, c.operation) {
-                assert!(
-                    dry["plan"]["stages"][0]["changes"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|ch| crate::create::plan_kind(ch["kind"].as_str().unwrap()) == kind),
-                    "{at}: the failed call's {kind} in {dry:#}"
-                );
-            }
-            assert_eq!(get_op(&hypd, &token, &id)["state"], "failed", "{at}");
-            let (status, _) = hypd.call(&token, Method::POST, &retry, Some(json!({})));
-            assert_eq!(status, 200);
-            let op = hypd.finish(&token, &id);
-            assert_eq!(op["state"], "succeeded", "{at} after retry: {op:#}");
-            (case.check)(&world, &hypd, &token, &name);
-        }
-    }
+    assert_trial(FAILURE);
 }
 
 #[test]
 fn a_crash_in_each_stage_resumes_and_makes_nothing_twice() {
-    let (world, mut hypd, token) = world();
-    for case in cases() {
-        for c in case.calls {
-            let name = name_for(case, c, "k");
-            (case.given)(&world, &hypd, &token, &name);
-            // The call is held in flight; hypd dies while the stage is running it.
-            let hold = fault(
-                &world,
-                json!({"service": c.service, "operation": c.operation, "kind": "delay", "seconds": 30,
-                       "after": c.after}),
-            );
-            let id = started(case, &hypd, &token, &name);
-            let at = format!("{} {}", case.command, c.stage);
-            wait_until(
-                &format!("{at} under way"),
-                std::time::Duration::from_secs(120),
-                || {
-                    let op = get_op(&hypd, &token, &id);
-                    matches!(
-                        stage(&op, c.stage)["state"].as_str(),
-                        Some("running" | "waiting")
-                    )
-                },
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1500));
-            let data_dir = hypd.kill();
-            let (status, _) = world
-                .sim
-                .call(Method::DELETE, &format!("/_sim/faults/{hold}"), None);
-            assert!(status < 300);
-            hypd = world.hypd(
-                Some(data_dir),
-                &[("AWS_ENDPOINT_URL", world.sim.url.as_str())],
-            );
-            let op = hypd.finish(&token, &id);
-            assert_eq!(op["state"], "succeeded", "{at} after a crash: {op:#}");
-            // What finished before the crash is not run again.
-            let runs = crate::runs_per_stage(&crate::transitions(&crate::sqlite_path(&hypd), &id));
-            for s in op["stages"].as_array().unwrap() {
-                let name = s["name"].as_str().unwrap();
-                if name == c.stage {
-                    break;
-                }
-                assert_eq!(
-                    runs.get(&(name.to_owned(), "succeeded".to_owned())),
-                    Some(&1),
-                    "{at}: {name} ran again: {runs:?}"
-                );
-            }
-            (case.check)(&world, &hypd, &token, &name);
-        }
-    }
-    clear_faults(&world);
+    assert_trial(CRASH);
 }
 
 #[test]
 fn a_lost_answer_in_each_stage_runs_it_again_and_makes_nothing_new() {
-    let (world, hypd, token) = world();
-    for case in cases() {
-        for c in case.calls {
-            let name = name_for(case, c, "l");
-            (case.given)(&world, &hypd, &token, &name);
-            world.sim.call(Method::DELETE, "/_sim/calls", None);
-            fault(
-                &world,
-                json!({"service": c.service, "operation": c.operation, "kind": "lost", "after": c.after}),
-            );
-            let id = started(case, &hypd, &token, &name);
-            let op = hypd.finish(&token, &id);
-            let at = format!("{} {}", case.command, c.stage);
-            assert_eq!(op["state"], "succeeded", "{at}: {op:#}");
-            let s = stage(&op, c.stage);
-            assert!(
-                s["attempts"].as_u64().unwrap() >= 2,
-                "{at}: the stage ran again after the lost answer: {s}"
-            );
-            // The call whose answer was lost was carried out: run again, the stage
-            // finds it done (a reboot by the node's new boot id) and does not repeat it.
-            if c.once {
-                let agent = format!("hypd.{id}.{}", c.stage);
-                let repeated = crate::create::agents_mutating_calls(&world)
-                    .into_iter()
-                    .filter(|(a, service, operation)| {
-                        a.as_deref() == Some(agent.as_str())
-                            && *service == c.service
-                            && *operation == c.operation
-                    })
-                    .count();
-                assert!(repeated <= 1, "{at}: {} made {repeated} times", c.operation);
-            }
-            (case.check)(&world, &hypd, &token, &name);
-        }
-    }
+    assert_trial(LOST_ANSWER);
 }

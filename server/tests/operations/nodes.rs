@@ -10,8 +10,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::FAST;
-use crate::common::{Hypd, World};
-use crate::create::{agents_mutating_calls, kube_client};
+use crate::common::cluster::{agents_mutating_calls, kube_client, world_with_cluster};
+use crate::common::Hypd;
 use crate::harness::groups;
 
 const UNKNOWN: &str = "i-00000000000000dea";
@@ -38,27 +38,14 @@ fn ids(page: &Value) -> Vec<String> {
 
 #[test]
 fn nodes_are_listed_rebooted_replaced_and_deleted() {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
-    let (status, _) = world.sim.call(
-        Method::PUT,
-        "/_sim/sagemaker/quotas",
-        Some(json!({"ml.g5.8xlarge": 8})),
-    );
-    assert!(status < 300);
-    let (status, started) = hypd.call(
-        &token,
-        Method::POST,
-        "/api/v1/clusters",
-        Some(json!({
+    let (world, hypd, token, _) = world_with_cluster(
+        FAST,
+        json!({"ml.g5.8xlarge": 8}),
+        json!({
             "name": "nod", "availability_zone": "us-east-1a",
             "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 3}],
-        })),
+        }),
     );
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
 
     // Every node, joined with its Kubernetes Node.
     let all = list(&hypd, &token, "");
@@ -250,27 +237,14 @@ fn nodes_are_listed_rebooted_replaced_and_deleted() {
 /// node ends on the release, Ready; a group the cluster does not have is refused by field.
 #[test]
 fn software_rolls_batch_by_batch() {
-    let world = World::start_checked(FAST);
-    let hypd = world.hypd(None, &[("AWS_ENDPOINT_URL", world.sim.url.as_str())]);
-    let token = hypd.admin_token();
-    let (status, _) = world.sim.call(
-        Method::PUT,
-        "/_sim/sagemaker/quotas",
-        Some(json!({"ml.g5.8xlarge": 8})),
-    );
-    assert!(status < 300);
-    let (status, started) = hypd.call(
-        &token,
-        Method::POST,
-        "/api/v1/clusters",
-        Some(json!({
+    let (world, hypd, token, _) = world_with_cluster(
+        FAST,
+        json!({"ml.g5.8xlarge": 8}),
+        json!({
             "name": "nod", "availability_zone": "us-east-1a",
             "instance_groups": [{"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 4}],
-        })),
+        }),
     );
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
     let newest = list(&hypd, &token, "")["nodes"][0]["image_release"].clone();
 
     let path = "/api/v1/clusters/nod/software-update";
