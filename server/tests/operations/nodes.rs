@@ -10,8 +10,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::FAST;
-use crate::common::cluster::{agents_mutating_calls, kube_client, world_with_cluster};
 use crate::common::Hypd;
+use crate::common::cluster::{agents_mutating_calls, kube_client, world_with_cluster};
 use crate::harness::groups;
 
 const UNKNOWN: &str = "i-00000000000000dea";
