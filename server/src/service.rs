@@ -58,7 +58,7 @@ pub struct Service {
     /// What the account offers (regions, zones, instance types), cached.
     pub catalogue: Inspector,
     /// The cluster list as last rendered.
-    pub clusters: crate::cluster::ListCache,
+    pub clusters: crate::cluster::rows::ListCache,
 }
 
 impl Service {

@@ -13,6 +13,7 @@ use app::api::{ApiError, Command};
 use serde::{Deserialize, Serialize};
 
 use super::dependencies::DEFAULT_KUBERNETES_VERSION;
+use super::managed::{self, Desired, Managed};
 use super::network::{self, Network};
 use super::{access, addons, components, hyperpod, identity, storage};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
@@ -99,8 +100,12 @@ impl Pipeline for CreateCluster {
     /// being refused for the taken name. Any other request is planned as a creation.
     async fn plan_preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
         let request = with_defaults(self, cx).await?;
-        if let Some(super::reconcile::Desired::Created(made)) =
-            super::reconcile::desired(cx.store, request.name.as_str()).await?
+        let made = match Managed::load(cx.store, request.name.as_str()).await {
+            Ok(cluster) => cluster.desired().cloned(),
+            Err(ApiError::NotFound { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(Desired::Created(made)) = made
             && made
                 == (CreateCluster {
                     idempotency_key: made.idempotency_key.clone(),
@@ -111,6 +116,22 @@ impl Pipeline for CreateCluster {
         }
         check_free_and_fitting(&request, cx).await?;
         Ok(request)
+    }
+
+    /// The request is what the cluster is meant to be from now on, with what it made.
+    async fn settle(&self, cx: &Context, out: &Outputs, succeeded: bool) -> Result<(), ApiError> {
+        if succeeded {
+            let desired = Desired::Created(self.clone());
+            managed::made(
+                &cx.store,
+                self.name.as_str(),
+                &cx.operation_id,
+                &desired,
+                out,
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// The record says the creation failed (the operation says where and why).

@@ -11,6 +11,7 @@ use aws_sdk_eks::types::ClusterStatus;
 use serde::{Deserialize, Serialize};
 
 use super::access::{self, Access};
+use super::managed::{self, Desired};
 use crate::aws::{Aws, SdkResultExt};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::eks::cluster::{self as eks, State};
@@ -73,6 +74,22 @@ impl Pipeline for ImportCluster {
         }
         self.region = Some(region);
         Ok(self)
+    }
+
+    /// The request is what the cluster is meant to be from now on.
+    async fn settle(&self, cx: &Context, out: &Outputs, succeeded: bool) -> Result<(), ApiError> {
+        if succeeded {
+            let desired = Desired::Imported(self.clone());
+            managed::made(
+                &cx.store,
+                self.name.as_str(),
+                &cx.operation_id,
+                &desired,
+                out,
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn step(

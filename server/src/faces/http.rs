@@ -52,6 +52,8 @@ pub enum ServeError {
     },
     #[error("cannot create the first admin token: {0}")]
     FirstToken(ApiError),
+    #[error("cannot read what the stored clusters are meant to be: {0}")]
+    Desired(ApiError),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -75,6 +77,18 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
             path.display()
         );
         tracing::info!(file = %path.display(), "created the first admin token");
+    }
+
+    // A store written before hypd kept each cluster's desired state gets it from its
+    // operations, before an operation that finishes changes it.
+    let filled = crate::cluster::replay::fill_missing(&store)
+        .await
+        .map_err(ServeError::Desired)?;
+    if filled > 0 {
+        tracing::info!(
+            clusters = filled,
+            "read the desired state of clusters from their operations"
+        );
     }
 
     // Resumes every unfinished operation, then follows new ones.

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::aws::{Aws, failed_state};
-use crate::node::Where;
+use crate::cluster::managed::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
 use crate::resources::kube::karpenter::{HyperpodNodeClass, NodePool, condition};

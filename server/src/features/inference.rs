@@ -18,7 +18,7 @@ use sha2::Digest;
 use super::Oidc;
 use crate::aws::Aws;
 use crate::cluster::dependencies::INFERENCE_OPERATOR;
-use crate::node::Where;
+use crate::cluster::managed::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::eks::addon::{Addon, State as AddonState};
 use crate::resources::iam::role::{Role, RoleSpec, Trust};

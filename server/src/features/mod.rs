@@ -20,7 +20,7 @@ use app::api::features::{ComponentState, Feature, FeatureState, Features, GetFea
 use crate::auth::Actor;
 use crate::aws::Aws;
 use crate::cluster::dependencies::{ADDONS, Addon, FEATURE_COMPONENTS};
-use crate::node::Where;
+use crate::cluster::managed::Where;
 use crate::resources::Resource;
 use crate::resources::Want;
 use crate::resources::eks::addon::{self, Addon as AddonResource};
@@ -78,6 +78,9 @@ pub(crate) fn addon(aws: &Aws, at: &Where, a: &Addon, want: Want<String>) -> Add
 }
 
 const POLL: Duration = Duration::from_secs(15);
+
+/// What reading or changing features needs of the cluster.
+const NEEDS: &str = "its features change in an active or imported cluster";
 
 /// The suffixes (`role_name`) of the roles features make, besides those of the shared
 /// add-ons (`AddonRole`); teardown removes each. Names of roles already made depend on
@@ -342,7 +345,7 @@ pub(crate) async fn read(
 
 impl Handler<GetFeatures> for Service {
     async fn handle(&self, _: &Actor, r: GetFeatures) -> Result<Features, ApiError> {
-        let at = crate::node::locate(&self.store, r.name.as_str()).await?;
+        let at = crate::cluster::managed::locate(&self.store, r.name.as_str(), NEEDS).await?;
         let fetched_at = crate::clock::now();
         let (features, components) = read(&self.aws, &self.store, &at).await?;
         Ok(Features {

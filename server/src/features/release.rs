@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::POLL;
 use crate::aws::Aws;
-use crate::node::Where;
+use crate::cluster::managed::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::kube::manifest::{self, Manifest, Release};
 use crate::resources::{Resource, Want, converge, is_planning};

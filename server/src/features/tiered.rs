@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use serde_json::{Value, json};
 
 use crate::aws::Aws;
-use crate::node::Where;
+use crate::cluster::managed::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
 use crate::resources::kube::object::Applied;

@@ -10,7 +10,7 @@ use app::api::features::{Feature, FeatureState};
 use crate::aws::Aws;
 use crate::cluster::dependencies::TRAINING_OPERATOR;
 use crate::cluster::identity::POD_IDENTITY_SERVICE;
-use crate::node::Where;
+use crate::cluster::managed::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::eks::addon::State as AddonState;
 use crate::resources::eks::pod_identity::PodIdentity;

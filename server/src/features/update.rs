@@ -19,7 +19,7 @@ use super::tiered::Tiered;
 use super::training::TrainingOperator;
 use super::{POLL, addon, component_identity, components};
 use crate::cluster::dependencies::INFERENCE_OPERATOR;
-use crate::node::{Where, locate};
+use crate::cluster::managed::{Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::{Want, converge, missing};
 
@@ -100,7 +100,7 @@ impl Pipeline for UpdateFeatures {
     /// The groups autoscaling is turned on for are settled here and stored with the
     /// request, so a resumed or retried run scales the ones the plan showed.
     async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-        let at = locate(cx.store, self.name.as_str()).await?;
+        let at = locate(cx.store, self.name.as_str(), super::NEEDS).await?;
         for (feature, on) in self.named() {
             match feature {
                 Feature::TrainingOperator => {
@@ -213,7 +213,7 @@ impl Pipeline for UpdateFeatures {
         stage: Stage,
         _: &mut Outputs,
     ) -> Result<Progress, ApiError> {
-        let at = locate(&cx.store, self.name.as_str()).await?;
+        let at = locate(&cx.store, self.name.as_str(), super::NEEDS).await?;
         match stage {
             Stage::Components => {
                 let (ensure, _) = components(&BTreeSet::new(), &self.turning(true), &[]);

@@ -3,8 +3,8 @@
 //! of the cluster, and each sends HyperPod only what it decides: the groups it names,
 //! with every other group sent back as DescribeCluster gave it (`Unlisted::Keep`), so
 //! no group loses a setting hypd does not manage. What the cluster's groups are meant to
-//! be is its creation's request with every group change that succeeded applied
-//! ([`applied`]): drift and reconcile hold the cluster to that.
+//! be is kept in `cluster::managed`: each change that succeeds applies itself there from
+//! its `settle` hook, and drift and reconcile hold the cluster to that.
 
 pub mod list;
 
@@ -18,11 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::create::{self, Outputs as Created};
 use crate::cluster::hyperpod;
-use crate::cluster::reconcile::{Desired, desired};
+use crate::cluster::managed::{self, Desired, Managed};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
-use crate::resources::missing;
 use crate::resources::sagemaker::cluster::{self as hyperpod_cluster, Unlisted};
-use crate::store::{StoreError, on_pool};
 
 stages! {
     pub enum Stage {
@@ -55,7 +53,7 @@ trait GroupChange: Pipeline {
 }
 
 /// The cluster's groups after the stored request of `command` (a group change) is
-/// applied to `groups`.
+/// applied to `groups`: how `cluster::replay` reads stores older than the kept state.
 pub fn applied(
     command: &str,
     spec: &str,
@@ -92,48 +90,29 @@ struct Made {
 }
 
 async fn made(store: &crate::store::Store, name: &ClusterName) -> Result<Made, ApiError> {
-    let field = |message: String| ApiError::field("name", message);
-    let Some(cluster) = crate::cluster::get(store, name.as_str()).await? else {
-        return Err(ApiError::NotFound {
-            resource: "cluster".into(),
-            name: name.to_string(),
-        });
-    };
-    let request = match desired(store, name.as_str()).await? {
-        Some(Desired::Created(r)) => r,
+    let cluster = Managed::load(store, name.as_str()).await?;
+    let request = match cluster.desired() {
+        Some(Desired::Created(r)) => r.clone(),
         Some(Desired::Imported(_)) => {
-            return Err(field(format!(
-                "{name} was imported: its instance groups are managed where it was created"
-            )));
+            return Err(ApiError::field(
+                "name",
+                format!(
+                    "{name} was imported: its instance groups are managed where it was created"
+                ),
+            ));
         }
         None => {
-            return Err(field(format!(
-                "{name} is {}: its groups change once its creation has finished",
-                cluster.status
-            )));
+            return Err(ApiError::field(
+                "name",
+                format!(
+                    "{name} is {}: its groups change once its creation has finished",
+                    cluster.summary.status
+                ),
+            ));
         }
     };
-    if cluster.status != "active" {
-        return Err(field(format!(
-            "{name} is {}: only an active cluster's groups change",
-            cluster.status
-        )));
-    }
-    let outputs: Option<(String,)> = on_pool!(store, |pool| sqlx::query_as(
-        "SELECT outputs FROM operations WHERE target = $1 AND state = 'succeeded' \
-         AND command = 'create_cluster' ORDER BY created_at DESC LIMIT 1"
-    )
-    .bind(crate::cluster::target(name.as_str()))
-    .fetch_optional(pool)
-    .await)
-    .map_err(StoreError::from)?;
-    let created: Created = outputs
-        .map(|(o,)| serde_json::from_str(&o))
-        .transpose()
-        .map_err(|e| {
-            ApiError::internal(format!("the stored creation outputs are unreadable: {e}"))
-        })?
-        .ok_or_else(|| missing("the cluster's creation"))?;
+    cluster.in_status(&["active"], "only an active cluster's groups change")?;
+    let created: Created = cluster.created()?;
     let region = crate::cluster::stored_region(request.region.as_ref(), CreateCluster::SPEC.name)?;
     Ok(Made {
         request,
@@ -267,6 +246,31 @@ macro_rules! group_pipeline {
                 out: &mut Outputs,
             ) -> Result<Progress, ApiError> {
                 step(self, cx, stage, out).await
+            }
+
+            /// The cluster's groups are meant to be as this change left them.
+            async fn settle(
+                &self,
+                cx: &Context,
+                _: &Outputs,
+                succeeded: bool,
+            ) -> Result<(), ApiError> {
+                if !succeeded {
+                    return Ok(());
+                }
+                managed::change(
+                    &cx.store,
+                    self.name.as_str(),
+                    &cx.operation_id,
+                    |d| match d {
+                        Desired::Created(mut r) => {
+                            r.instance_groups = self.after(&r.instance_groups)?;
+                            Ok(Desired::Created(r))
+                        }
+                        imported => Ok(imported),
+                    },
+                )
+                .await
             }
         }
     };

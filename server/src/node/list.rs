@@ -172,7 +172,7 @@ async fn kubernetes_view(
 /// boot), by instance id; none while the cluster's API cannot be reached.
 pub(crate) async fn boot_ids(
     aws: &crate::aws::Aws,
-    at: &super::Where,
+    at: &crate::cluster::managed::Where,
 ) -> Result<BTreeMap<String, String>, ApiError> {
     let view = kubernetes_view(aws, &at.region, &at.eks, &at.hyperpod, false).await?;
     Ok(view

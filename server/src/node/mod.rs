@@ -3,7 +3,7 @@
 //! change of the cluster. The batch calls answer per node, and a node HyperPod refuses
 //! does not fail the others: the accepted ones are seen through, then the operation fails
 //! naming each refused node with HyperPod's code and message. Deleted nodes lower their
-//! groups' counts, as HyperPod does: [`deleted_per_group`] folds them into what the
+//! groups' counts, as HyperPod does: each deletion's `settle` folds them into what the
 //! cluster is meant to be, so drift does not bring them back.
 
 pub mod list;
@@ -17,6 +17,7 @@ use app::api::{ApiError, Command};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::components;
+use crate::cluster::managed::{self, Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::sagemaker::nodes::{Answer, NodeBatch, Seen, seen};
 use crate::resources::{converge, is_planning, kube};
@@ -48,42 +49,8 @@ pub struct Outputs {
 
 const POLL: Duration = Duration::from_secs(20);
 
-/// Where the cluster is, from hypd's record of it.
-pub(crate) struct Where {
-    pub region: String,
-    /// hypd's name for it, which is its EKS cluster's.
-    pub eks: String,
-    pub hyperpod: String,
-}
-
-/// Where cluster `name` is: one hypd created or imported, with a HyperPod cluster.
-pub(crate) async fn locate(store: &crate::store::Store, name: &str) -> Result<Where, ApiError> {
-    let cluster = crate::cluster::get(store, name)
-        .await?
-        .ok_or_else(|| ApiError::NotFound {
-            resource: "cluster".into(),
-            name: name.to_owned(),
-        })?;
-    if !matches!(cluster.status.as_str(), "active" | "imported") {
-        return Err(ApiError::field(
-            "name",
-            format!(
-                "{name} is {}: nodes are acted on in an active or imported cluster",
-                cluster.status
-            ),
-        ));
-    }
-    let hyperpod = cluster
-        .hyperpod_cluster_arn
-        .as_deref()
-        .map(|arn| arn.rsplit('/').next().unwrap_or(arn).to_owned())
-        .ok_or_else(|| ApiError::field("name", format!("{name} has no HyperPod cluster")))?;
-    Ok(Where {
-        region: cluster.region,
-        eks: name.to_owned(),
-        hyperpod,
-    })
-}
+/// What a node operation needs of its cluster.
+const NEEDS: &str = "nodes are acted on in an active or imported cluster";
 
 async fn step<R: NodeRequest>(
     request: &R,
@@ -91,7 +58,7 @@ async fn step<R: NodeRequest>(
     stage: Stage,
     out: &mut Outputs,
 ) -> Result<Progress, ApiError> {
-    let at = locate(&cx.store, request.cluster().as_str()).await?;
+    let at = locate(&cx.store, request.cluster().as_str(), NEEDS).await?;
     let sm = cx.aws.sagemaker(&at.region);
     match stage {
         Stage::Nodes => {
@@ -268,13 +235,17 @@ pub fn deleted_per_group(outputs: &str) -> Result<BTreeMap<String, u32>, ApiErro
             DeleteNodes::SPEC.name
         ))
     })?;
+    Ok(deleted(&out))
+}
+
+fn deleted(out: &Outputs) -> BTreeMap<String, u32> {
     let mut per_group = BTreeMap::new();
     for id in out.answer.iter().flat_map(|a| &a.accepted) {
         if let Some(Some(s)) = out.found.get(id) {
             *per_group.entry(s.group.clone()).or_insert(0) += 1;
         }
     }
-    Ok(per_group)
+    per_group
 }
 
 macro_rules! node_pipeline {
@@ -294,7 +265,7 @@ macro_rules! node_pipeline {
             /// The cluster is hypd's and has a HyperPod cluster; which nodes exist is
             /// HyperPod's to answer, node by node.
             async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-                locate(cx.store, self.name.as_str()).await?;
+                locate(cx.store, self.name.as_str(), NEEDS).await?;
                 Ok(self)
             }
 
@@ -305,6 +276,24 @@ macro_rules! node_pipeline {
                 out: &mut Outputs,
             ) -> Result<Progress, ApiError> {
                 step(self, cx, stage, out).await
+            }
+
+            /// Nodes deleted leave their groups' counts lower (HyperPod lowers them), so
+            /// drift does not bring them back: also when not every node went.
+            async fn settle(
+                &self,
+                cx: &Context,
+                out: &Outputs,
+                _succeeded: bool,
+            ) -> Result<(), ApiError> {
+                if <$t as NodeRequest>::ACTION != NodeAction::Delete {
+                    return Ok(());
+                }
+                let per_group = deleted(out);
+                managed::change(&cx.store, self.name.as_str(), &cx.operation_id, |d| {
+                    d.without_nodes(&per_group)
+                })
+                .await
             }
         }
     };

@@ -79,6 +79,6 @@ impl Handler<RetryOperation> for Service {
 
 impl Handler<CancelOperation> for Service {
     async fn handle(&self, actor: &Actor, r: CancelOperation) -> Result<Operation, ApiError> {
-        control::cancel(&self.store, &self.wake, actor, &r.operation_id).await
+        control::cancel(&self.store, &self.aws, &self.wake, actor, &r.operation_id).await
     }
 }

@@ -1,15 +1,18 @@
 //! Retrying and cancelling operations. Both are commands like any other; both change
 //! stored state only, and leave the calls to the worker, which holds the lease.
 
+use std::sync::Arc;
+
 use app::api::ApiError;
 use app::api::operations::{Operation, OperationRef, OperationState};
 use app::api::plan::Plan;
 
-use super::pipeline::Preflight;
+use super::pipeline::{Context, Preflight};
 use super::preview::Stored;
 use super::submit::STATUS_COMMAND;
 use super::worker::Wake;
 use crate::auth::Actor;
+use crate::aws::Aws;
 use crate::clock;
 use crate::store::{Store, StoreError, on_pool};
 
@@ -146,6 +149,7 @@ pub async fn retry(
 /// step right now, it cancels the operation as soon as that step's call returns.
 pub async fn cancel(
     store: &Store,
+    aws: &Arc<Aws>,
     wake: &Wake,
     actor: &Actor,
     id: &str,
@@ -176,7 +180,7 @@ pub async fn cancel(
         });
     }
     let now = clock::now();
-    let written: Result<(), sqlx::Error> = on_pool!(store, |pool| {
+    let written: Result<u64, sqlx::Error> = on_pool!(store, |pool| {
         async {
         let mut tx = pool.begin().await?;
         sqlx::query("UPDATE operations SET cancel_requested = 1, updated_at = $1 WHERE id = $2")
@@ -215,11 +219,32 @@ pub async fn cancel(
         )
         .execute(&mut *tx)
         .await?;
-        tx.commit().await
+        tx.commit().await.map(|()| n)
     }
     .await
     });
-    written.map_err(StoreError::from)?;
+    if written.map_err(StoreError::from)? == 1 {
+        // Cancelled here, no worker sees it again: what it changed before it stopped
+        // (nodes a deletion took) is recorded as its worker would have.
+        let row: Option<(String, String, String, String)> = on_pool!(store, |pool| sqlx::query_as(
+            "SELECT command, spec, outputs, requested_by FROM operations WHERE id = $1"
+        )
+        .bind(id)
+        .fetch_optional(pool)
+        .await)
+        .map_err(StoreError::from)?;
+        if let Some((command, spec, outputs, requested_by)) = row {
+            let cx = Context {
+                aws: aws.clone(),
+                store: store.clone(),
+                operation_id: id.to_owned(),
+                requested_by,
+            };
+            if let Err(e) = super::pipeline::settle(&cx, &command, &spec, &outputs, false).await {
+                tracing::warn!(operation = id, error = %e, "could not record what the cancelled operation changed");
+            }
+        }
+    }
     wake.now();
     super::get(store, id).await?.ok_or_else(|| not_found(id))
 }

@@ -204,6 +204,20 @@ pub trait Pipeline: Command<Output: From<OperationRef>> + Clone {
         outputs: &mut Self::Outputs,
     ) -> impl Future<Output = Result<Progress, ApiError>> + Send;
 
+    /// Records what this operation, finished, makes its cluster meant to be (through
+    /// `cluster::managed`); most change nothing. It runs before the operation is stored
+    /// as finished, so hypd stopping between the two runs it again, and what it records
+    /// must then change nothing (`managed` applies an operation's change once).
+    /// `succeeded` is false when a stage failed for good.
+    fn settle(
+        &self,
+        _cx: &Context,
+        _outputs: &Self::Outputs,
+        _succeeded: bool,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        async { Ok(()) }
+    }
+
     /// Called once the operation has failed for good (the failure is stored first), so
     /// the domain's own record can say so; an error here is logged, not raised.
     fn failed(&self, _cx: &Context) -> impl Future<Output = Result<(), ApiError>> + Send {
@@ -282,6 +296,41 @@ pub async fn run_stage(
                     Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
                     None,
                 ),
+            }
+        };
+    }
+    for_each_pipeline!(by_command)
+}
+
+/// Lets the pipeline of command `command` record what its finished operation makes its
+/// cluster meant to be, from its stored spec and outputs.
+pub async fn settle(
+    cx: &Context,
+    command: &str,
+    spec: &str,
+    outputs: &str,
+    succeeded: bool,
+) -> Result<(), ApiError> {
+    async fn typed<P: Pipeline>(
+        cx: &Context,
+        spec: &str,
+        outputs: &str,
+        succeeded: bool,
+    ) -> Result<(), ApiError> {
+        let request = P::from_stored(spec).map_err(|e| {
+            ApiError::internal(format!(
+                "stored {} request is unreadable: {e}",
+                P::SPEC.name
+            ))
+        })?;
+        let out: P::Outputs = serde_json::from_str(outputs).unwrap_or_default();
+        request.settle(cx, &out, succeeded).await
+    }
+    macro_rules! by_command {
+        ($($p:ty),* $(,)?) => {
+            match command {
+                $(c if c == <$p as Command>::SPEC.name => typed::<$p>(cx, spec, outputs, succeeded).await,)*
+                other => Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
             }
         };
     }

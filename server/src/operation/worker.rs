@@ -175,6 +175,9 @@ impl Worker {
                     Halt::Store(e) => {
                         tracing::error!(operation = id, error = %e, "worker: store failed; the operation resumes when its lease expires")
                     }
+                    Halt::Settle(e) => {
+                        tracing::error!(operation = id, error = %e, "worker: could not record what the operation made its cluster; it finishes when its lease expires")
+                    }
                 }
                 None
             }
@@ -194,6 +197,10 @@ impl Worker {
         };
         loop {
             if op.cancel_requested {
+                // A cancelled operation may have changed part of what it was asked to.
+                pipeline::settle(&cx, &op.command, &op.spec, &op.outputs, false)
+                    .await
+                    .map_err(Halt::Settle)?;
                 op.cancel();
                 return op
                     .save(&self.store, &self.owner, None, true)
@@ -205,6 +212,9 @@ impl Worker {
                 .iter()
                 .position(|s| s.state != OperationState::Succeeded)
             else {
+                pipeline::settle(&cx, &op.command, &op.spec, &op.outputs, true)
+                    .await
+                    .map_err(Halt::Settle)?;
                 op.state = OperationState::Succeeded;
                 let note = op
                     .stages
@@ -322,6 +332,9 @@ impl Worker {
                         .map(|()| Some(after));
                 }
                 Err(e) => {
+                    pipeline::settle(&cx, &op.command, &op.spec, &op.outputs, false)
+                        .await
+                        .map_err(Halt::Settle)?;
                     let json = serde_json::to_string(&e).ok();
                     s.state = OperationState::Failed;
                     s.finished_at = Some(clock::now());
@@ -392,6 +405,8 @@ async fn renew(store: &Store, owner: &str, id: &str) -> bool {
 enum Halt {
     LostLease,
     Store(StoreError),
+    /// What the finished operation makes its cluster meant to be could not be recorded.
+    Settle(ApiError),
 }
 
 impl From<StoreError> for Halt {

@@ -12,7 +12,8 @@ use app::api::values::IdempotencyKey;
 use aws_sdk_sagemaker::types::ClusterStatus;
 use serde::{Deserialize, Serialize};
 
-use crate::node::{Where, kubernetes_behind, locate};
+use crate::cluster::managed::{Where, locate};
+use crate::node::kubernetes_behind;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::converge;
 use crate::resources::sagemaker::software::{Rolling, Software};
@@ -36,6 +37,9 @@ pub struct Outputs {
 }
 
 const POLL: Duration = Duration::from_secs(30);
+
+/// What a software update needs of the cluster.
+const NEEDS: &str = "its software is updated in an active or imported cluster";
 
 /// The groups the request names, or every group of the cluster; each named one must be
 /// the cluster's.
@@ -98,7 +102,7 @@ impl Pipeline for UpdateClusterSoftware {
     /// The cluster has a HyperPod cluster and the groups named are its own; whether the
     /// release exists is HyperPod's to say.
     async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-        let at = locate(cx.store, self.name.as_str()).await?;
+        let at = locate(cx.store, self.name.as_str(), NEEDS).await?;
         groups(&self, cx.aws, &at).await?;
         Ok(self)
     }
@@ -109,7 +113,7 @@ impl Pipeline for UpdateClusterSoftware {
         stage: Stage,
         out: &mut Outputs,
     ) -> Result<Progress, ApiError> {
-        let at = locate(&cx.store, self.name.as_str()).await?;
+        let at = locate(&cx.store, self.name.as_str(), NEEDS).await?;
         match stage {
             Stage::Update => {
                 let groups = groups(self, &cx.aws, &at).await?;
