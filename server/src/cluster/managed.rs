@@ -228,7 +228,8 @@ pub async fn made(
 
 /// Applies operation `operation`'s change to what cluster `name` is meant to be, once:
 /// run again (hypd stopped before the operation was stored as finished), it changes
-/// nothing. A cluster with no desired state yet (its creation has not finished) is left.
+/// nothing. A change that leaves the state as it was records nothing. A cluster with no
+/// desired state yet (its creation has not finished) is left.
 pub async fn change(
     store: &Store,
     name: &str,
@@ -250,7 +251,14 @@ pub async fn change(
     if last == operation {
         return Ok(());
     }
-    let changed = apply(Desired::decode(&made_by, &request)?)?.request()?;
+    let before = Desired::decode(&made_by, &request)?;
+    let after = apply(before.clone())?;
+    // Nothing changed (a deletion that failed before HyperPod took a node): nothing is
+    // recorded, so a retry of the same operation that does change it still applies.
+    if after == before {
+        return Ok(());
+    }
+    let changed = after.request()?;
     let now = crate::clock::now();
     on_pool!(store, |pool| sqlx::query(
         "UPDATE desired_clusters SET request = $2, operation = $3, updated_at = $4 WHERE name = $1"
