@@ -16,6 +16,7 @@
 
 mod cargo;
 mod config;
+mod features;
 mod front;
 mod site;
 
@@ -129,7 +130,19 @@ fn build_server(cfg: &Config, args: &Args) -> Result<()> {
     if args.release {
         cmd.arg("--release");
     }
-    cargo::run(&mut cmd, "the server build (cargo build)")
+    let exe = cfg.target_dir.join("debug").join(&cfg.bin_target);
+    let linked_before = modified(&exe);
+    cargo::run(&mut cmd, "the server build (cargo build)")?;
+    // Only a dev build shares its artifacts with `cargo test`, and only one that
+    // compiled something can have drifted: a warm run skips the check (~1 s).
+    if !args.release && modified(&exe) != linked_before {
+        features::warn_if_tests_differ(cfg)?;
+    }
+    Ok(())
+}
+
+fn modified(path: &std::path::Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 #[cfg(test)]
