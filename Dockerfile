@@ -7,24 +7,21 @@ ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-20261110-slim
 
 FROM ${RUST_IMAGE} AS build
-ARG CARGO_LEPTOS_VERSION=0.3.10
-# Must equal the wasm-bindgen version in Cargo.lock.
-ARG WASM_BINDGEN_VERSION=0.2.130
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# binaryen from npm provides wasm-opt, so cargo-leptos downloads nothing. (Debian's
-# binaryen 108 breaks the split bundle: it points the externref table's export at the
-# function table.)
+# binaryen from npm provides the wasm-opt console-build runs on the release bundle.
+# (Debian's binaryen 108 breaks the split bundle: it points the externref table's export
+# at the function table.)
 RUN apt-get update \
     && apt-get install -y --no-install-recommends nodejs=18.20.4+dfsg-1~deb12u3 npm=9.2.0~ds1-1 \
     && rm -rf /var/lib/apt/lists/* \
     && npm install --global --no-audit --no-fund binaryen@132.0.0
-RUN rustup target add wasm32-unknown-unknown \
-    && cargo install --locked cargo-leptos --version "${CARGO_LEPTOS_VERSION}" \
-    && cargo install wasm-bindgen-cli --version "${WASM_BINDGEN_VERSION}"
+RUN rustup target add wasm32-unknown-unknown
 WORKDIR /src
 COPY . .
 ENV CARGO_TARGET_DIR=/src/target
-RUN cargo leptos build --release --split \
+# console-build (a crate of the workspace, wasm-bindgen pinned by Cargo.lock) builds the
+# split console bundle into target/site and the release server.
+RUN cargo run -q -p console-build -- --release \
     && mkdir -p /out \
     && cp target/release/hypd /out/hypd \
     && cp -r target/site /out/site

@@ -1,8 +1,8 @@
 // What a browser downloads to hydrate each console page: opens every page, signed in, in
 // a fresh headless Chromium context (empty cache), waits until it is hydrated, and sums
 // the gzip -9 size of each wasm and JS file it fetched from /pkg/ (and, for reference,
-// the uncompressed size). The console is built with `cargo leptos build --split`, so a
-// page costs the entry bundle plus its own chunks.
+// the uncompressed size). console-build splits the console per page, so a page costs
+// the entry bundle plus its own chunks.
 //
 //   node end2end/measure-bundle.mjs        (run by scripts/measure-console)
 import { readFileSync } from 'node:fs';

@@ -96,7 +96,7 @@ async function fillForm(page, name) {
 
 test('an admin creates a cluster through the form and watches it succeed live', async () => {
   const { page, errors } = await newPage();
-  // The console is split per page (`cargo leptos build --split`): what this page fetched.
+  // The console is split per page (by console-build): what this page fetched.
   const fetched = [];
   page.on('request', (r) => fetched.push(new URL(r.url()).pathname));
   await signIn(page, admin);

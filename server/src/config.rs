@@ -161,6 +161,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "HYPD_SIM_BIN",
     // Read by scripts/, not by hypd; known so they are not reported as typos.
     "HYPD_VENV",
+    "HYPD_BINARYEN",
     "HYPD_RELEASE",
 ];
 

@@ -22,10 +22,10 @@ use crate::api::inspect::WhoamiOutput;
 use crate::api::{ApiError, CommandSpec};
 use crate::session::{ErrorPanel, IfRole, use_me};
 
-/// Declares a page as a lazily loaded route: built with `cargo leptos build --split`, its
-/// code (and the types only it decodes) ships as a separate wasm chunk that the browser
-/// fetches when the route is first shown, so no page pays for every other page's code.
-/// Without `--split` the page is compiled in as usual. The page still creates its own
+/// Declares a page as a lazily loaded route: console-build splits the wasm (wasm-split),
+/// so its code (and the types only it decodes) ships as a separate wasm chunk that the
+/// browser fetches when the route is first shown, so no page pays for every other page's
+/// code. An unsplit build compiles the page in as usual. The page still creates its own
 /// resources while it renders, so the server's data reaches it through hydration.
 macro_rules! lazy_page {
     ($route:ident => $page:path) => {

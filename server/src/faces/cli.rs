@@ -305,7 +305,7 @@ impl ServeArgs {
 }
 
 /// `site/` beside the binary (release archives and the container), else the workspace's
-/// `target/site` where cargo-leptos writes it.
+/// `target/site` where console-build writes it.
 fn default_site_root() -> PathBuf {
     let beside = std::env::current_exe()
         .ok()

@@ -205,7 +205,7 @@ fn check_site_root(site_root: &Path) {
     if !js.is_file() {
         tracing::warn!(
             site_root = %site_root.display(),
-            "console bundle not found (pkg/hypd.js): pages render but do not hydrate; build it with `cargo leptos build` or set HYPD_SITE_ROOT"
+            "console bundle not found (pkg/hypd.js): pages render but do not hydrate; build it with `cargo run -p console-build` or set HYPD_SITE_ROOT"
         );
     }
 }
