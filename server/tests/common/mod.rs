@@ -239,6 +239,26 @@ impl Hypd {
         req.send().unwrap()
     }
 
+    /// `/readyz` once it says ready, or its last answer after 90 s. Ready means AWS (moto)
+    /// answered a first call, which a loaded machine can hold past the probe's own 10 s
+    /// limit; until then the probe says not ready, which is its job.
+    pub fn ready(&self, anonymous: bool) -> reqwest::blocking::Response {
+        let get = || {
+            if anonymous {
+                self.get_anonymous("/readyz")
+            } else {
+                self.get("/readyz")
+            }
+        };
+        let start = std::time::Instant::now();
+        let mut answer = get();
+        while answer.status() != 200 && start.elapsed() < Duration::from_secs(90) {
+            std::thread::sleep(Duration::from_millis(500));
+            answer = get();
+        }
+        answer
+    }
+
     pub fn get_anonymous(&self, path: &str) -> reqwest::blocking::Response {
         reqwest::blocking::Client::new()
             .get(format!("{}{path}", self.url))

@@ -677,7 +677,7 @@ fn last_use_of_a_token_is_recorded() {
 #[test]
 fn readiness_details_need_a_token() {
     let api = Api::start();
-    let r = api.hypd.get_anonymous("/readyz");
+    let r = api.hypd.ready(true);
     assert_eq!(r.status().as_u16(), 200);
     let anonymous: Value = r.json().unwrap();
     assert_eq!(anonymous, json!({"ready": true}));

@@ -33,7 +33,7 @@ fn probes_metrics_and_console_against_moto() {
         .unwrap();
     assert_eq!(check.status.code(), Some(1));
 
-    let ready = hypd.get("/readyz");
+    let ready = hypd.ready(false);
     assert_eq!(ready.status(), 200);
     let body: Value = ready.json().unwrap();
     assert_eq!(body["ready"], true, "{body}");
@@ -126,7 +126,7 @@ fn json_logs_never_carry_secrets() {
     let mut env = with_moto(&moto);
     env.push(("HYPD_LOG_FORMAT", "json".into()));
     let hypd = Hypd::start(&[], &envs(&env));
-    assert_eq!(hypd.get("/readyz").status(), 200);
+    assert_eq!(hypd.ready(false).status(), 200);
     let log = hypd.stderr();
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty());
@@ -149,7 +149,7 @@ fn postgres_store_is_used_when_configured() {
     let mut env = with_moto(&moto);
     env.push(("HYPD_DATABASE_URL", pg.url.clone()));
     let hypd = Hypd::start(&[], &envs(&env));
-    let body: Value = hypd.get("/readyz").json().unwrap();
+    let body: Value = hypd.ready(false).json().unwrap();
     assert_eq!(body["store"]["backend"], "postgres", "{body}");
     assert_eq!(body["store"]["ok"], true, "{body}");
     assert!(!hypd.data_dir.path().join("hypd.db").exists());

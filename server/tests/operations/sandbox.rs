@@ -31,14 +31,7 @@ fn closes_within(port: u16, limit: Duration) -> bool {
 fn sandbox_serves_announces_and_dies_with_hypd() {
     let mut hypd = Hypd::start(&["--sandbox"], &[]);
 
-    // Ready once moto answers its first call, which a loaded machine can hold past the
-    // probe's own 10 s limit: a probe says not ready until then, which is its job.
-    let start = Instant::now();
-    let mut ready = hypd.get("/readyz");
-    while ready.status() != 200 && start.elapsed() < Duration::from_secs(90) {
-        std::thread::sleep(Duration::from_millis(500));
-        ready = hypd.get("/readyz");
-    }
+    let ready = hypd.ready(false);
     assert_eq!(ready.status(), 200);
     let body: Value = ready.json().unwrap();
     assert_eq!(body["sandbox"], true);
