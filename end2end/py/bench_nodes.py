@@ -1,6 +1,6 @@
 """What a cluster of 1,000 HyperPod nodes costs hypd: a hypd (HYPD_BIN, a release build
 for real figures) against moto and hypd-sim (a fast clock), one cluster `bench` created
-through REST with two instance groups of 500 ml.g5.8xlarge, then sequential requests,
+through REST with two instance groups of 500 ml.g5.8xlarge, then requests (sequential, or from --callers concurrent callers),
 after a warm-up, to the node list (the default page of 100, a page of 500, a filtered
 page) and to the cluster page's server render, signed in as the console is (a session
 cookie from POST /auth/login). Prints p50/p90/p99/max per endpoint and hypd's memory
@@ -291,8 +291,9 @@ def get(client, path):
     return (time.perf_counter() - t) * 1000, r.status_code, r
 
 
-def measure(client, path, check, requests, warmup, budget, hypd, sim, interrupted):
-    """A first request (checked), a warm-up, then up to `requests` sequential GETs, all
+def measure(client, path, check, requests, warmup, budget, hypd, sim, interrupted, callers=1):
+    """A first request (checked), a warm-up, then up to `requests` GETs from `callers`
+    concurrent callers (each sends its next request when its last is answered), all
     within `budget` seconds (0: no limit): latencies, statuses, CPU and memory. A signal
     during the measured requests ends them (noted in `interrupted`) with what was measured."""
     hypd_pid, sim_pid = hypd.pid, sim.pid
@@ -317,17 +318,36 @@ def measure(client, path, check, requests, warmup, budget, hypd, sim, interrupte
     times, statuses = [], {}
     cpu_hypd, cpu_sim = cpu_seconds(hypd_pid), cpu_seconds(sim_pid)
     run_began = time.monotonic()
-    with Sampler(hypd_pid) as sampler:
-        try:
-            while len(times) < requests and (left(1.0) or not times):
-                if exited(hypd) or exited(sim):
-                    break
-                ms, status, _ = get(client, path)
+    lock = threading.Lock()
+    started = [0]
+
+    def caller():
+        """Sends requests until the run has its count (taken before sending, so
+        `callers` threads never send more than `requests` between them)."""
+        while not interrupted and not exited(hypd) and not exited(sim):
+            with lock:
+                if started[0] >= requests or not (left(1.0) or not times):
+                    return
+                started[0] += 1
+            ms, status, _ = get(client, path)
+            with lock:
                 times.append(ms)
                 statuses[status] = statuses.get(status, 0) + 1
+
+    with Sampler(hypd_pid) as sampler:
+        threads = [threading.Thread(target=caller, daemon=True) for _ in range(callers)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                # Joined with a timeout, so a signal reaches this (main) thread.
+                while t.is_alive():
+                    t.join(0.2)
         except Interrupted as e:
             interrupted.append(f"interrupted by {e}")
             problems.append(f"interrupted by {e} after {len(times)} measured requests")
+            for t in threads:
+                t.join()
     wall = time.monotonic() - run_began
     cpu_hypd, cpu_sim = cpu_seconds(hypd_pid) - cpu_hypd, cpu_seconds(sim_pid) - cpu_sim
     after = memory(hypd_pid)
@@ -377,7 +397,8 @@ def main():
         "1,000 HyperPod nodes (moto + hypd-sim). Prints a table, then a JSON summary on the last line.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    ap.add_argument("--requests", "-n", type=int, default=200, help="measured sequential requests per endpoint")
+    ap.add_argument("--requests", "-n", type=int, default=200, help="measured requests per endpoint, from all callers")
+    ap.add_argument("--callers", "-c", type=int, default=1, help="concurrent callers (1: sequential requests)")
     ap.add_argument("--warmup", type=int, default=10, help="unmeasured requests per endpoint before the measured ones")
     ap.add_argument("--groups", type=int, default=2, help="instance groups (named a, b, …)")
     ap.add_argument("--per-group", type=int, default=500, help="ml.g5.8xlarge nodes per instance group")
@@ -473,7 +494,8 @@ def main():
                     print(f"measuring {label}: {args.warmup} + {args.requests} requests", file=sys.stderr, flush=True)
                     try:
                         results[label] = measure(
-                            client, path, check, args.requests, args.warmup, args.budget_seconds, hypd, sim, interrupted
+                            client, path, check, args.requests, args.warmup, args.budget_seconds, hypd, sim, interrupted,
+                            args.callers,
                         )
                     except Interrupted as e:
                         interrupted.append(f"interrupted by {e}")
@@ -498,6 +520,7 @@ def main():
             "create_seconds": round(create_seconds, 1),
             "create_stage_seconds": stage_seconds(op),
             "requests": args.requests,
+            "callers": args.callers,
             "warmup": args.warmup,
             "gzip": args.gzip,
             "page_auth": args.page_auth,
@@ -512,7 +535,8 @@ def main():
         }
 
         print(f"\n== {total} HyperPod nodes in {args.groups} groups, created in {create_seconds:.1f} s "
-              f"(sim x{args.time_scale}); up to {args.requests} sequential requests per endpoint after {args.warmup} warm-up ({HYPD})")
+              f"(sim x{args.time_scale}); up to {args.requests} requests per endpoint from {args.callers} "
+              f"caller(s) after {args.warmup} warm-up ({HYPD})")
         print("   stages (s): " + ", ".join(f"{k} {v}" for k, v in summary["create_stage_seconds"].items()))
         head = (f"{'endpoint':<34} {'n':>4} {'bytes':>8} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'max ms':>9} "
                 f"{'hypd cpu':>9} {'sim cpu':>9} {'RSS peak':>9}  statuses")

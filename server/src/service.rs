@@ -59,10 +59,13 @@ pub struct Service {
     pub catalogue: Inspector,
     /// The cluster list as last rendered.
     pub clusters: crate::cluster::rows::ListCache,
+    /// Each read cluster's nodes, kept current by watches.
+    pub nodes: crate::node::view::Views,
 }
 
 impl Service {
-    pub fn new(store: Store, aws: Arc<Aws>, sandbox: bool) -> Self {
+    /// `fresh`: how young a read of AWS must be to answer from (`--min-poll-interval`).
+    pub fn new(store: Store, aws: Arc<Aws>, sandbox: bool, fresh: std::time::Duration) -> Self {
         Self {
             auth: Auth::new(store.clone()),
             store,
@@ -71,6 +74,7 @@ impl Service {
             wake: Wake::default(),
             catalogue: Inspector::default(),
             clusters: Default::default(),
+            nodes: crate::node::view::Views::new(fresh),
         }
     }
 

@@ -214,7 +214,7 @@ pub struct NodeCounts {
 }
 
 impl NodeCounts {
-    pub fn of(nodes: &[NodeInfo]) -> Self {
+    pub fn of<'a>(nodes: impl IntoIterator<Item = &'a NodeInfo>) -> Self {
         let mut c = NodeCounts::default();
         for n in nodes {
             c.total += 1;

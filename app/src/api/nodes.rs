@@ -17,7 +17,8 @@ use super::values::{
 };
 
 // Filters and the page: a group, a health, at most `limit` nodes (default 100) after the
-// `page_token` an earlier page returned. Plain comments keep tools/list short.
+// `page_token` an earlier page returned; `refresh` reads HyperPod now instead of
+// answering from a read up to a few seconds old. Plain comments keep tools/list short.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListNodes {
@@ -31,6 +32,8 @@ pub struct ListNodes {
     pub limit: Option<PageSize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_token: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refresh: bool,
 }
 
 /// Nodes on a page when the request names no limit.

@@ -177,7 +177,8 @@ struct ServeArgs {
     #[arg(long, value_name = "DAYS")]
     event_retention_days: Option<String>,
 
-    /// Shortest wait before a waiting operation stage looks at AWS again (10ms to 60s)
+    /// Shortest wait before a waiting operation stage looks at AWS again, and the age of
+    /// a node list's HyperPod read that is answered without reading again (10ms to 60s)
     /// [env: HYPD_MIN_POLL_INTERVAL] [default: 1s]
     #[arg(long, value_name = "DURATION")]
     min_poll_interval: Option<String>,

@@ -64,7 +64,12 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
     let store = Store::open(&cfg.database).await?;
     tracing::info!(store = %cfg.database.describe(), "store ready");
     let aws = Arc::new(Aws::from_env().await);
-    let service = Arc::new(Service::new(store.clone(), aws.clone(), sandbox.is_some()));
+    let service = Arc::new(Service::new(
+        store.clone(),
+        aws.clone(),
+        sandbox.is_some(),
+        cfg.pace.min_poll,
+    ));
     if let Some((secret, path)) = service
         .auth
         .ensure_first_admin(&crate::sandbox::state_dir(&cfg.data_dir, cfg.sandbox))

@@ -7,6 +7,7 @@
 //! cluster is meant to be, so drift does not bring them back.
 
 pub mod list;
+pub mod view;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -197,6 +197,17 @@ pub async fn get(store: &Store, id: &str) -> Result<Option<Operation>, StoreErro
 }
 
 /// Operations changed at or after `cursor` (an RFC 3339 timestamp), oldest change first.
+/// When an operation on `target` last changed (RFC 3339), if one ever ran.
+pub async fn changed_at(store: &Store, target: &str) -> Result<Option<String>, StoreError> {
+    let at: Option<(Option<String>,)> = on_pool!(store, |pool| sqlx::query_as(
+        "SELECT max(updated_at) FROM operations WHERE target = $1"
+    )
+    .bind(target)
+    .fetch_optional(pool)
+    .await)?;
+    Ok(at.and_then(|(at,)| at))
+}
+
 pub async fn changed_since(store: &Store, cursor: &str) -> Result<Vec<Operation>, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM operations WHERE updated_at >= $1 ORDER BY updated_at, id LIMIT $2"

@@ -88,7 +88,15 @@ fn nodes_are_listed_rebooted_replaced_and_deleted() {
             .await
             .unwrap();
     });
-    let used = list(&hypd, &token, "");
+    // The node view learns of the pod from its watch: within moments, not at once.
+    let mut used = list(&hypd, &token, "");
+    for _ in 0..100 {
+        if used["nodes"][0]["gpus_allocated"] == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        used = list(&hypd, &token, "");
+    }
     assert_eq!(used["nodes"][0]["gpus_allocated"], 1, "{used:#}");
 
     // Pages of two, then the rest; filters.

@@ -27,9 +27,37 @@ pub const FIELD_MANAGER: &str = "hypd";
 /// EKS accepts tokens for at most 15 minutes; a client lives for one stage step.
 const TOKEN_LIFETIME: Duration = Duration::from_secs(14 * 60);
 
+/// How long a [`connect_watching`] client is used before its watches start again with a
+/// new one: within its token's life.
+pub const WATCH_SESSION: Duration = Duration::from_secs(13 * 60);
+
+/// A read of a client for requests that answer at once.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A read of a watching client: longer than the API server keeps a quiet watch open
+/// (kube's watcher asks for 290 s), so a cluster where nothing happens is not an error.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
+
 /// A client for EKS cluster `cluster` in `region`, authenticated as hypd. In a plan that
 /// creates the cluster, a client of a cluster with nothing in it yet ([`EmptyCluster`]).
 pub async fn connect(aws: &Aws, region: &str, cluster: &str) -> Result<kube::Client, ApiError> {
+    connect_with(aws, region, cluster, READ_TIMEOUT).await
+}
+
+/// A client for long watches of cluster `cluster`; use it for at most [`WATCH_SESSION`].
+pub async fn connect_watching(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+) -> Result<kube::Client, ApiError> {
+    connect_with(aws, region, cluster, WATCH_READ_TIMEOUT).await
+}
+
+async fn connect_with(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+    read_timeout: Duration,
+) -> Result<kube::Client, ApiError> {
     let c = super::eks::cluster::describe(&aws.eks(region), cluster).await?;
     if c.is_none() && super::eks::cluster::made_by_this_plan(cluster) {
         return Ok(kube::Client::new(EmptyCluster, "default"));
@@ -51,7 +79,7 @@ pub async fn connect(aws: &Aws, region: &str, cluster: &str) -> Result<kube::Cli
         .as_deref()
         .ok_or_else(|| ApiError::internal(format!("EKS cluster {cluster} has no CA data")))?;
     let token = token(aws, region, cluster, SystemTime::now()).await?;
-    client(endpoint, ca, &token, &aws.user_agent())
+    client(endpoint, ca, &token, &aws.user_agent(), read_timeout)
 }
 
 /// The API of a cluster a plan creates, as it is when first up: no object of any kind.
@@ -132,6 +160,7 @@ fn client(
     ca_base64: &str,
     token: &str,
     user_agent: &str,
+    read_timeout: Duration,
 ) -> Result<kube::Client, ApiError> {
     // The AWS SDK and kube both link rustls; with more than one crypto provider compiled
     // in, rustls needs the process default chosen once. A second call is a no-op error.
@@ -151,7 +180,7 @@ fn client(
     let mut config = kube::Config::new(url);
     config.root_cert = Some(vec![der]);
     config.auth_info.token = Some(token.to_owned().into());
-    config.read_timeout = Some(Duration::from_secs(30));
+    config.read_timeout = Some(read_timeout);
     config.default_retry = false;
     // The audit log's userAgent: which hypd step made a call.
     if let Ok(agent) = http::HeaderValue::from_str(user_agent) {
