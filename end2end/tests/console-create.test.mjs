@@ -475,6 +475,16 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await shot(page, 'nodes-after-replace');
   // The platform image, moved to a pinned release half the nodes at a time.
   await settled(page);
+  // A bad value is refused in the page by the request's own type, with REST's words.
+  await page.fill('input.software-batch', '0');
+  await page.click('button.update-software');
+  await page.waitForSelector('.software-update [role="alert"][data-error="validation"]');
+  const [badStatus, bad] = await rest(server, admin, 'POST', '/api/v1/clusters/e2e-ml/software-update', { batch_percent: 0 });
+  assert.equal(badStatus, 422, JSON.stringify(bad));
+  const [{ field, message }] = bad.error.errors;
+  assert.equal(field, 'batch_percent');
+  const refused = await page.textContent('.software-update [role="alert"]');
+  assert.ok(refused.includes(field) && refused.includes(message), `${refused} | ${field}: ${message}`);
   await page.fill('input.software-release', '2025.09.15');
   await page.fill('input.software-batch', '50');
   await page.click('button.update-software');
@@ -509,10 +519,13 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   });
   assert.equal(fault.status, 200, await fault.text());
   await settled(page);
-  await page.click('button:text("Refresh")');
-  // Both facts from one answer: a list read in flight when the fault landed can carry
-  // HyperPod's status from before it and the label from after it.
+  // Both facts from one answer: Refresh reads HyperPod again, and the label reaches the
+  // node view through its watch, moments after the fault (so Refresh until both show).
   const marked = `tr[data-node="${sick}"][data-health="unhealthy"] td.health-label .badge:text-is("UnschedulablePendingReplacement")`;
+  for (let i = 0; i < 20 && (await page.locator(marked).count()) === 0; i++) {
+    await page.click('button:text("Refresh")');
+    await page.waitForTimeout(250);
+  }
   await page.waitForSelector(marked);
   await shot(page, 'nodes-health-label');
   assert.equal((await clock(600)).status, 200);

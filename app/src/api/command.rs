@@ -131,6 +131,10 @@ pub trait Command: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'st
     /// Drops `dry_run` and `confirmation`: what is left is the request a confirmation is
     /// bound to, and what an operation stores.
     fn clear_gate(&mut self) {}
+
+    /// Sets `dry_run` and `confirmation` where the request has them: how the console
+    /// sends one request for its plan first and to run second.
+    fn set_gate(&mut self, _dry_run: bool, _confirmation: Option<super::values::Confirmation>) {}
 }
 
 /// The `Command` methods of a request with `dry_run: bool` and `confirmation:
@@ -149,6 +153,15 @@ macro_rules! gated_request {
             self.dry_run = false;
             self.confirmation = None;
         }
+
+        fn set_gate(
+            &mut self,
+            dry_run: bool,
+            confirmation: Option<$crate::api::values::Confirmation>,
+        ) {
+            self.dry_run = dry_run;
+            self.confirmation = confirmation;
+        }
     };
 }
 pub(crate) use gated_request;
@@ -163,6 +176,10 @@ macro_rules! dry_run_request {
 
         fn clear_gate(&mut self) {
             self.dry_run = false;
+        }
+
+        fn set_gate(&mut self, dry_run: bool, _: Option<$crate::api::values::Confirmation>) {
+            self.dry_run = dry_run;
         }
     };
 }

@@ -12,9 +12,10 @@ use leptos_router::hooks::{use_navigate, use_params_map};
 
 use super::drift::DriftPanel;
 use super::features::FeaturesPanel;
+use super::gate::{Gate, text};
 use super::groups::{AddGroup, AddGroupForm, GroupActions};
 use super::nodes::{NodesPanel, NodesView};
-use super::{PlanView, StateBadge, Table, loading};
+use super::{StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
     ClusterDescription, ClusterSummary, DeleteCluster, DescribeCluster, GetCluster, ListClusters,
@@ -23,8 +24,7 @@ use crate::api::clusters::{
 use crate::api::instance_groups::{AddInstanceGroup, UpdateInstanceGroup};
 use crate::api::nodes::NodeList;
 use crate::api::operations::{ListOperations, Operation, OperationState, RetryOperation};
-use crate::api::plan::{ConfirmationRequired, Gated};
-use crate::api::values::{ClusterName, Confirmation, EksClusterName};
+use crate::api::values::{ClusterName, EksClusterName};
 use crate::api::{ApiError, Command};
 use crate::live::{Live, use_live};
 use crate::pages::create::CreateButton;
@@ -290,6 +290,9 @@ pub fn ClusterDetail() -> impl IntoView {
     let refreshed = RwSignal::new(0u32);
     let add_group = AddGroupForm::default();
     let nodes = NodesView::default();
+    // The Refresh button has HyperPod read now; the other reasons to ask again (a filter,
+    // a page, an operation that moved: the server sees that one itself) take the view.
+    let refreshes_seen = StoredValue::new(0u32);
     let node_page = Resource::new(
         move || {
             (
@@ -299,7 +302,12 @@ pub fn ClusterDetail() -> impl IntoView {
                 refreshed.get(),
             )
         },
-        |(request, ..)| async move { call(&request?).await },
+        move |(request, _, _, refreshes)| async move {
+            let mut request = request?;
+            request.refresh = refreshes != refreshes_seen.get_value();
+            refreshes_seen.set_value(refreshes);
+            call(&request).await
+        },
     );
     let described = Resource::new(
         move || (name(), live.epoch.get(), moved.get(), refreshed.get()),
@@ -448,7 +456,7 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
     let busy = RwSignal::new(false);
     let problem = RwSignal::new(None::<String>);
     let id = failure.operation_id.clone();
-    // Either way the page to follow is an operation's: the retried one, or the deletion.
+    // The retried operation's page is where to follow it.
     let follow = move |started: Result<String, ApiError>| match started {
         Ok(operation_id) => navigate(&format!("/operations/{operation_id}"), Default::default()),
         Err(e) => {
@@ -477,54 +485,11 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
     };
     // Deleting is two calls: the first answers with the plan and a confirmation, shown
     // here; the second, sent with that confirmation, starts the deletion.
-    let planned = RwSignal::new(None::<ConfirmationRequired>);
-    let delete_request = StoredValue::new(EksClusterName::parse(&name));
-    let send = move |confirmation: Option<Confirmation>| async move {
-        let name = delete_request
-            .get_value()
-            .map_err(|m| ApiError::field("name", m))?;
-        call(&DeleteCluster {
-            name,
-            idempotency_key: None,
-            dry_run: false,
-            confirmation,
-        })
-        .await
-    };
-    let ask = Callback::new(move |()| {
-        busy.set(true);
-        problem.set(None);
-        leptos::task::spawn_local(async move {
-            let answer = send(None).await;
-            busy.set(false);
-            match answer {
-                Ok(Gated::ConfirmationRequired(c)) => planned.set(Some(c)),
-                Ok(_) => problem.set(Some("the server did not ask for a confirmation".into())),
-                Err(e) => problem.set(Some(e.to_string())),
-            }
-        });
+    let deletion = Gate::default();
+    let delete_request = StoredValue::new([text("name", name.clone())]);
+    let delete = Callback::new(move |()| {
+        deletion.start::<DeleteCluster>(&delete_request.get_value());
     });
-    let delete = {
-        let follow = follow.clone();
-        Callback::new(move |()| {
-            let follow = follow.clone();
-            let Some(confirmation) =
-                planned.with_untracked(|p| p.as_ref().map(|c| c.confirmation.clone()))
-            else {
-                return;
-            };
-            busy.set(true);
-            problem.set(None);
-            leptos::task::spawn_local(async move {
-                let started = send(Some(confirmation)).await;
-                follow(started.and_then(|g| {
-                    g.done()
-                        .map(|r| r.operation_id)
-                        .ok_or_else(|| ApiError::internal("the deletion was not started"))
-                }));
-            });
-        })
-    };
     let what = command_title(&failure.command);
     let question = StoredValue::new(format!("Delete {name} and everything hypd created for it?"));
     let heading = match &failure.stage {
@@ -548,20 +513,22 @@ fn FailurePanel(name: String, failure: Failure, recorded: bool) -> impl IntoView
                 })}
                 {recorded.then(|| view! {
                     <IfRole role=DeleteCluster::SPEC.role>
-                        {move || match planned.get() {
-                            None => view! {
-                                <button class="danger" type="button" on:click=move |_| ask.run(()) disabled=move || busy.get()>"Delete"</button>
-                            }
-                            .into_any(),
-                            Some(c) => view! {
+                        {move || if deletion.reviewing() {
+                            view! {
                                 <div class="confirm" role="group" aria-label="Confirm deletion">
                                     <p>{question.get_value()}</p>
-                                    <PlanView plan=c.plan/>
-                                    <button class="danger" type="button" on:click=move |_| delete.run(()) disabled=move || busy.get()>"Delete cluster"</button>
-                                    <button type="button" on:click=move |_| planned.set(None)>"Keep it"</button>
+                                    {deletion.view()}
+                                    <button class="danger" type="button" on:click=move |_| delete.run(()) disabled=move || deletion.busy()>"Delete cluster"</button>
+                                    <button type="button" on:click=move |_| deletion.reset()>"Keep it"</button>
                                 </div>
                             }
-                            .into_any(),
+                            .into_any()
+                        } else {
+                            view! {
+                                <button class="danger" type="button" on:click=move |_| delete.run(()) disabled=move || deletion.busy()>"Delete"</button>
+                                {deletion.view()}
+                            }
+                            .into_any()
                         }}
                     </IfRole>
                 })}

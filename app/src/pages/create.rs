@@ -6,9 +6,9 @@
 //! the account offers is offered.
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_navigate;
 
-use super::{CommandLink, CommandPage, Review, ReviewActions, loading};
+use super::gate::{Gate, GateActions};
+use super::{CommandLink, CommandPage, loading};
 use crate::api::call::call;
 use crate::api::clusters::CreateCluster;
 use crate::api::inspect::{
@@ -221,36 +221,15 @@ fn CreateForm() -> impl IntoView {
         added.value(GROUP_NAME.path).set(next_group_name(&taken));
     };
 
-    let navigate = use_navigate();
-    let review = Review::default();
+    let gate = Gate::default();
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        form.clear();
-        let input = form.request();
-        form.busy.set(true);
-        let navigate = navigate.clone();
-        leptos::task::spawn_local(async move {
-            // The same decoding and rules as the server: most mistakes never leave the page.
-            let outcome = match check_create(input).await {
-                Ok(request) => review.send(request, |r| r.dry_run = true).await,
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(Some(started)) => navigate(
-                    &format!("/operations/{}", started.operation_id),
-                    Default::default(),
-                ),
-                Ok(None) => form.busy.set(false),
-                Err(e) => {
-                    form.busy.set(false);
-                    form.show(e);
-                }
-            }
-        });
+        // The same decoding and rules as the server: most mistakes never leave the page.
+        gate.submit(form, check_create(form.request()));
     };
 
     view! {
-        <form class="panel form" on:submit=submit on:input=move |_| review.reset() on:change=move |_| review.reset() novalidate aria-describedby="create-intro">
+        <form class="panel form" on:submit=submit on:input=move |_| gate.reset() on:change=move |_| gate.reset() novalidate aria-describedby="create-intro">
             <p id="create-intro" class="muted">
                 "hypd creates a VPC, IAM roles, the EKS control plane with its add-ons, the HyperPod cluster with automatic node recovery, and the shared bucket. It takes 15 to 30 minutes on AWS; the operation's page follows it live."
             </p>
@@ -306,7 +285,7 @@ fn CreateForm() -> impl IntoView {
                 <FieldInput form record=top field=&VERSION/>
             </details>
             <FormAlert form/>
-            <ReviewActions form review run="Create cluster" running="Creating…" cancel="/clusters"/>
+            <GateActions gate run="Create cluster" running="Creating…" cancel="/clusters"/>
         </form>
     }
 }

@@ -4,12 +4,11 @@
 
 use leptos::either::Either;
 use leptos::prelude::*;
-use leptos_router::hooks::use_navigate;
 
-use super::{PlanView, loading};
+use super::gate::{Gate, text};
+use super::loading;
 use crate::api::call::call;
 use crate::api::clusters::{DriftReport, DriftState, Drifted, GetDrift, ReconcileCluster};
-use crate::api::plan::{Gated, Plan};
 use crate::api::values::EksClusterName;
 use crate::api::{ApiError, Command};
 use crate::session::{ErrorPanel, IfRole};
@@ -123,44 +122,13 @@ fn Row(d: Drifted) -> impl IntoView {
 /// Reconcile in two steps: the plan (what putting it back changes), then the run.
 #[component]
 fn Reconcile(name: String) -> impl IntoView {
-    let plan = RwSignal::new(None::<Plan>);
-    let error = RwSignal::new(None::<ApiError>);
-    let busy = RwSignal::new(false);
-    let navigate = use_navigate();
-    let name = StoredValue::new(name);
-    let send = move |_| {
-        let dry_run = plan.with_untracked(Option::is_none);
-        let navigate = navigate.clone();
-        busy.set(true);
-        leptos::task::spawn_local(async move {
-            let outcome = match EksClusterName::parse(&name.get_value()) {
-                Ok(name) => {
-                    call(&ReconcileCluster {
-                        name,
-                        idempotency_key: None,
-                        dry_run,
-                    })
-                    .await
-                }
-                Err(m) => Err(ApiError::field("name", m)),
-            };
-            busy.set(false);
-            match outcome {
-                Ok(Gated::Done(op)) => navigate(
-                    &format!("/operations/{}", op.operation_id),
-                    Default::default(),
-                ),
-                Ok(Gated::DryRun(d)) => plan.set(Some(d.plan)),
-                Ok(Gated::ConfirmationRequired(c)) => plan.set(Some(c.plan)),
-                Err(e) => error.set(Some(e)),
-            }
-        });
-    };
+    let gate = Gate::default();
+    let name = StoredValue::new([text("name", name)]);
+    let send = move |_| gate.start::<ReconcileCluster>(&name.get_value());
     view! {
-        {move || plan.get().map(|plan| view! { <PlanView plan/> }.into_any())}
-        {move || error.get().map(|error| view! { <ErrorPanel error/> })}
-        <button type="button" class="primary reconcile" disabled=move || busy.get() on:click=send>
-            {move || if plan.with(Option::is_some) { "Run reconcile" } else { "Reconcile" }}
+        {gate.view()}
+        <button type="button" class="primary reconcile" disabled=move || gate.busy() on:click=send>
+            {move || if gate.reviewing() { "Run reconcile" } else { "Reconcile" }}
         </button>
     }
     .into_any()

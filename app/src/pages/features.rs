@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 
 use leptos::either::Either;
 use leptos::prelude::*;
-use serde_json::json;
 
-use super::groups::Step;
+use super::gate::{Gate, flag, integer, text};
 use super::loading;
 use crate::api::ApiError;
 use crate::api::call::call;
@@ -62,37 +61,28 @@ pub fn FeaturesPanel(
     // The groups autoscaling may scale, as typed (empty: those it scales now, or on
     // first use every group it supports).
     let groups = RwSignal::new(String::new());
-    let step = Step::new();
+    let gate = Gate::default();
     let apply = move |()| {
-        let mut input = json!({ "name": name.get_value() });
-        for (f, on) in touched.get_untracked() {
-            input[f.as_str()] = json!(on);
+        let touched = touched.get_untracked();
+        let mut inputs = vec![text("name", name.get_value())];
+        inputs.extend(touched.iter().map(|(f, on)| flag(f.as_str(), *on)));
+        // Sent only with the feature they belong to, turned on.
+        if touched.get(&Feature::TieredCheckpointing) == Some(&true) {
+            inputs.push(integer("tiered_memory_percent", percent.get_untracked()));
         }
-        let typed = percent.get_untracked();
-        if touched.with_untracked(|t| t.get(&Feature::TieredCheckpointing) == Some(&true))
-            && !typed.trim().is_empty()
-        {
-            // Not a number is sent as typed: the request type names the rule.
-            input["tiered_memory_percent"] = typed
-                .trim()
-                .parse::<u64>()
-                .map_or_else(|_| json!(typed), |n| json!(n));
+        if touched.get(&Feature::Autoscaling) == Some(&true) {
+            let groups = groups.get_untracked();
+            let named = groups.split([',', ' ']).filter(|g| !g.is_empty());
+            inputs.extend(
+                named
+                    .enumerate()
+                    .map(|(i, g)| text(format!("autoscaling_groups[{i}]"), g)),
+            );
         }
-        let named: Vec<String> = groups
-            .get_untracked()
-            .split([',', ' '])
-            .filter(|g| !g.is_empty())
-            .map(str::to_owned)
-            .collect();
-        if touched.with_untracked(|t| t.get(&Feature::Autoscaling) == Some(&true))
-            && !named.is_empty()
-        {
-            input["autoscaling_groups"] = json!(named);
-        }
-        step.send::<UpdateFeatures>(input);
+        gate.start::<UpdateFeatures>(&inputs);
     };
     let refresh = Callback::new(move |()| {
-        step.reset();
+        gate.reset();
         reads.update(|n| *n += 1);
     });
     let apply = Callback::new(apply);
@@ -103,12 +93,12 @@ pub fn FeaturesPanel(
                     <p class="muted">"Read from AWS and Kubernetes once the cluster is active."</p>
                 }),
                 Some(Ok(f)) => Either::Right(Either::Left(view! {
-                    <Shown f touched percent groups step/>
-                    <Actions touched step apply refresh/>
+                    <Shown f touched percent groups gate/>
+                    <Actions touched gate apply refresh/>
                 })),
                 Some(Err(e)) => Either::Right(Either::Right(view! {
                     <ErrorPanel error=e/>
-                    <Actions touched step apply refresh/>
+                    <Actions touched gate apply refresh/>
                 })),
             }
         })
@@ -128,22 +118,22 @@ pub fn FeaturesPanel(
 #[component]
 fn Actions(
     touched: RwSignal<BTreeMap<Feature, bool>>,
-    step: Step,
+    gate: Gate,
     apply: Callback<()>,
     refresh: Callback<()>,
 ) -> impl IntoView {
     let role = <UpdateFeatures as crate::api::Command>::SPEC.role;
     view! {
-        {step.view()}
+        {gate.view()}
         <div class="actions">
             <IfRole role>
                 <button
                     type="button"
                     class="primary apply-features"
-                    disabled=move || step.busy.get() || touched.with(BTreeMap::is_empty)
+                    disabled=move || gate.busy() || touched.with(BTreeMap::is_empty)
                     on:click=move |_| apply.run(())
                 >
-                    {move || if step.plan.with(Option::is_some) { "Apply" } else { "Review changes" }}
+                    {move || if gate.reviewing() { "Apply" } else { "Review changes" }}
                 </button>
             </IfRole>
             <button type="button" class="refresh-features" on:click=move |_| refresh.run(())>
@@ -159,12 +149,12 @@ fn Shown(
     touched: RwSignal<BTreeMap<Feature, bool>>,
     percent: RwSignal<String>,
     groups: RwSignal<String>,
-    step: Step,
+    gate: Gate,
 ) -> impl IntoView {
     let rows = f
         .features
         .into_iter()
-        .map(|s| view! { <FeatureRow s touched percent groups step/> })
+        .map(|s| view! { <FeatureRow s touched percent groups gate/> })
         .collect_view();
     let components = f
         .components
@@ -192,7 +182,7 @@ fn FeatureRow(
     touched: RwSignal<BTreeMap<Feature, bool>>,
     percent: RwSignal<String>,
     groups: RwSignal<String>,
-    step: Step,
+    gate: Gate,
 ) -> impl IntoView {
     let feature = s.feature;
     let live = s.enabled;
@@ -208,7 +198,7 @@ fn FeatureRow(
                 t.insert(feature, on);
             }
         });
-        step.reset();
+        gate.reset();
     };
     let label = format!("Turn {} on", s.title);
     let state = if s.enabled { "on" } else { "off" };
@@ -236,7 +226,7 @@ fn FeatureRow(
                     t.remove(&feature);
                 }
             });
-            step.reset();
+            gate.reset();
         }
     };
     let memory = (feature == Feature::TieredCheckpointing).then(|| {

@@ -3,9 +3,9 @@
 //! `list_regions`; every check is the request type's own.
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_navigate;
 
-use super::{CommandLink, CommandPage, Review, ReviewActions, loading};
+use super::gate::{Gate, GateActions};
+use super::{CommandLink, CommandPage, loading};
 use crate::api::Command;
 use crate::api::call::call;
 use crate::api::clusters::ImportCluster;
@@ -45,36 +45,17 @@ pub fn ImportButton() -> impl IntoView {
 fn ImportForm() -> impl IntoView {
     let (form, record) = FormState::declared(FIELDS);
     let regions = Resource::new(|| (), |_| call(&ListRegions { refresh: false }));
-    let navigate = use_navigate();
-    let review = Review::default();
+    let gate = Gate::default();
 
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        form.clear();
         // The same decoding and rules as the server: most mistakes never leave the page.
-        let request = match check::<ImportCluster>(form.request()) {
-            Ok(r) => r,
-            Err(e) => return form.show(e),
-        };
-        form.busy.set(true);
-        let navigate = navigate.clone();
-        leptos::task::spawn_local(async move {
-            match review.send(request, |r| r.dry_run = true).await {
-                Ok(Some(started)) => navigate(
-                    &format!("/operations/{}", started.operation_id),
-                    Default::default(),
-                ),
-                Ok(None) => form.busy.set(false),
-                Err(e) => {
-                    form.busy.set(false);
-                    form.show(e);
-                }
-            }
-        });
+        let checked = check::<ImportCluster>(form.request());
+        gate.submit(form, std::future::ready(checked));
     };
 
     view! {
-        <form class="panel form" on:submit=submit on:input=move |_| review.reset() on:change=move |_| review.reset() novalidate aria-describedby="import-intro">
+        <form class="panel form" on:submit=submit on:input=move |_| gate.reset() on:change=move |_| gate.reset() novalidate aria-describedby="import-intro">
             <p id="import-intro" class="muted">
                 "hypd adopts an existing, ACTIVE EKS cluster: it grants its own IAM principal cluster-admin through an EKS access entry, finds the HyperPod cluster the EKS cluster orchestrates, and records it. Nothing else changes."
             </p>
@@ -99,7 +80,7 @@ fn ImportForm() -> impl IntoView {
                 <FieldInput form record field=&HYPERPOD/>
             </details>
             <FormAlert form/>
-            <ReviewActions form review run="Import cluster" running="Importing…" cancel="/clusters"/>
+            <GateActions gate run="Import cluster" running="Importing…" cancel="/clusters"/>
         </form>
     }
 }

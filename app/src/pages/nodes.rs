@@ -9,9 +9,8 @@ use std::collections::BTreeSet;
 
 use leptos::either::Either;
 use leptos::prelude::*;
-use serde_json::json;
 
-use super::groups::Step;
+use super::gate::{Gate, integer, text};
 use super::loading;
 use crate::api::nodes::{DeleteNodes, ListNodes, NodeDetail, NodeList, RebootNodes, ReplaceNodes};
 use crate::api::software::UpdateClusterSoftware;
@@ -28,10 +27,10 @@ pub struct NodesView {
     pages: RwSignal<Vec<String>>,
     sort: RwSignal<(Column, bool)>,
     selected: RwSignal<BTreeSet<String>>,
-    reboot: Step,
-    replace: Step,
-    delete: Step,
-    software: Step,
+    reboot: Gate,
+    replace: Gate,
+    delete: Gate,
+    software: Gate,
     release: RwSignal<String>,
     batch_percent: RwSignal<String>,
 }
@@ -45,10 +44,10 @@ impl Default for NodesView {
             pages: RwSignal::new(Vec::new()),
             sort: RwSignal::new((Column::Group, true)),
             selected: RwSignal::new(BTreeSet::new()),
-            reboot: Step::new(),
-            replace: Step::new(),
-            delete: Step::new(),
-            software: Step::new(),
+            reboot: Gate::default(),
+            replace: Gate::default(),
+            delete: Gate::default(),
+            software: Gate::default(),
             release: RwSignal::new(String::new()),
             batch_percent: RwSignal::new("25".to_owned()),
         }
@@ -59,19 +58,16 @@ impl NodesView {
     /// The `list_nodes` request for cluster `name`'s page as filtered now (tracked: the
     /// page's resource asks again when a filter or the page changes).
     pub fn request(self, name: &str) -> Result<ListNodes, ApiError> {
-        let mut input = json!({ "name": name });
-        let group = self.group.get();
-        if !group.is_empty() {
-            input["group"] = json!(group);
-        }
-        let health = self.health.get();
-        if !health.is_empty() {
-            input["health"] = json!(health);
-        }
+        // Empty filters are left out of the request.
+        let mut inputs = vec![
+            text("name", name),
+            text("group", self.group.get()),
+            text("health", self.health.get()),
+        ];
         if let Some(t) = self.pages.with(|p| p.last().cloned()) {
-            input["page_token"] = json!(t);
+            inputs.push(text("page_token", t));
         }
-        decode::<ListNodes>(input)
+        decode::<ListNodes>(crate::form::request(&inputs))
     }
 
     /// The actions' plans are for the nodes selected when they were asked for.
@@ -344,18 +340,22 @@ fn gpus(n: &NodeDetail) -> String {
 #[component]
 fn NodeActions(cluster: String, view: NodesView) -> impl IntoView {
     let cluster = StoredValue::new(cluster);
-    let input = move || {
-        json!({
-            "name": cluster.get_value(),
-            "node_ids": view.selected.get_untracked().into_iter().collect::<Vec<_>>(),
-        })
+    let inputs = move || {
+        let selected = view.selected.get_untracked();
+        let ids = selected
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| text(format!("node_ids[{i}]"), id));
+        std::iter::once(text("name", cluster.get_value()))
+            .chain(ids)
+            .collect::<Vec<_>>()
     };
     let count = move || view.selected.with(BTreeSet::len);
     let none = move || count() == 0;
-    let label = move |step: Step, first: &'static str, then: &'static str| {
+    let label = move |gate: Gate, first: &'static str, then: &'static str| {
         move || {
             let n = count();
-            if step.plan.with(Option::is_some) {
+            if gate.reviewing() {
                 format!("{then} {n} node{}", if n == 1 { "" } else { "s" })
             } else {
                 first.to_owned()
@@ -368,16 +368,16 @@ fn NodeActions(cluster: String, view: NodesView) -> impl IntoView {
         delete,
         ..
     } = view;
-    let reboot_them = move |_| reboot.send::<RebootNodes>(input());
-    let replace_them = move |_| replace.send::<ReplaceNodes>(input());
-    let delete_them = move |_| delete.send::<DeleteNodes>(input());
+    let reboot_them = move |_| reboot.start::<RebootNodes>(&inputs());
+    let replace_them = move |_| replace.start::<ReplaceNodes>(&inputs());
+    let delete_them = move |_| delete.start::<DeleteNodes>(&inputs());
     view! {
         <div class="node-actions">
             <span class="muted">{move || format!("{} selected", count())}</span>
             <button
                 type="button"
                 class="reboot-nodes"
-                disabled=move || none() || reboot.busy.get()
+                disabled=move || none() || reboot.busy()
                 on:click=reboot_them
             >
                 {label(reboot, "Reboot", "Reboot")}
@@ -385,7 +385,7 @@ fn NodeActions(cluster: String, view: NodesView) -> impl IntoView {
             <button
                 type="button"
                 class="danger replace-nodes"
-                disabled=move || none() || replace.busy.get()
+                disabled=move || none() || replace.busy()
                 on:click=replace_them
             >
                 {label(replace, "Replace", "Replace")}
@@ -393,13 +393,13 @@ fn NodeActions(cluster: String, view: NodesView) -> impl IntoView {
             <button
                 type="button"
                 class="danger delete-nodes"
-                disabled=move || none() || delete.busy.get()
+                disabled=move || none() || delete.busy()
                 on:click=delete_them
             >
                 {label(delete, "Delete", "Delete")}
             </button>
             {move || {
-                let reviewing = [reboot, replace, delete].iter().any(|s| s.plan.with(Option::is_some));
+                let reviewing = [reboot, replace, delete].iter().any(|g| g.reviewing());
                 reviewing.then(|| view! {
                     <button type="button" class="keep-nodes" on:click=move |_| view.reset_actions()>"Cancel"</button>
                 })
@@ -422,21 +422,14 @@ fn SoftwareUpdate(cluster: String, view: NodesView) -> impl IntoView {
         ..
     } = view;
     let cluster = StoredValue::new(cluster);
-    let input = move || {
-        let mut input = json!({ "name": cluster.get_value() });
-        let r = release.get_untracked();
-        if !r.trim().is_empty() {
-            input["image_release"] = json!(r.trim());
-        }
-        let p = batch_percent.get_untracked();
-        // Sent as typed when it is not a number: the request type names the rule.
-        input["batch_percent"] = p
-            .trim()
-            .parse::<u64>()
-            .map_or_else(|_| json!(p), |n| json!(n));
-        input
+    let update = move |_| {
+        software.start::<UpdateClusterSoftware>(&[
+            text("name", cluster.get_value()),
+            // Empty: the newest release.
+            text("image_release", release.get_untracked()),
+            integer("batch_percent", batch_percent.get_untracked()),
+        ])
     };
-    let update = move |_| software.send::<UpdateClusterSoftware>(input());
     view! {
         <div class="node-actions software-update">
             <label>
@@ -469,10 +462,10 @@ fn SoftwareUpdate(cluster: String, view: NodesView) -> impl IntoView {
             <button
                 type="button"
                 class="update-software"
-                disabled=move || software.busy.get()
+                disabled=move || software.busy()
                 on:click=update
             >
-                {move || if software.plan.with(Option::is_some) { "Start the update" } else { "Update software" }}
+                {move || if software.reviewing() { "Start the update" } else { "Update software" }}
             </button>
             {software.view()}
         </div>

@@ -5,12 +5,11 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
-use super::{PlanView, StateBadge, loading};
+use super::gate::{Gate, text};
+use super::{StateBadge, loading};
 use crate::api::call::call;
-use crate::api::plan::{ConfirmationRequired, Gated};
 use crate::api::tokens::{CreateToken, ListTokens, RevokeToken};
-use crate::api::values::{Confirmation, TokenName};
-use crate::form::{Field, FieldInput, FormAlert, FormState, check};
+use crate::form::{Field, FieldInput, FormAlert, FormState, check, request};
 use crate::session::ErrorPanel;
 use crate::time::short;
 
@@ -22,33 +21,29 @@ pub fn TokensPage() -> impl IntoView {
         move || changed.get(),
         |_| async move { call(&ListTokens {}).await },
     );
-    let revoke_error = RwSignal::new(None::<String>);
     // Revoking is two calls: the first answers with what will be revoked and a
     // confirmation, shown above the list; the second, with it, revokes.
-    let pending = RwSignal::new(None::<(TokenName, ConfirmationRequired)>);
-    let send = move |name: TokenName, confirmation: Option<Confirmation>| {
-        revoke_error.set(None);
+    let revoking = Gate::default();
+    // Whose revocation the shown plan is.
+    let pending = RwSignal::new(None::<String>);
+    let revoke = move |name: String| {
+        if pending.get_untracked().as_ref() != Some(&name) {
+            revoking.reset();
+        }
         leptos::task::spawn_local(async move {
-            let confirming = confirmation.is_some();
-            let request = RevokeToken {
-                name: name.clone(),
-                dry_run: false,
-                confirmation,
+            let sent = match check::<RevokeToken>(request(&[text("name", name.clone())])) {
+                Ok(r) => revoking.send(r).await,
+                Err(e) => Err(e),
             };
-            match call(&request).await {
-                Ok(Gated::ConfirmationRequired(c)) if !confirming => pending.set(Some((name, c))),
-                Ok(Gated::Done(_)) => {
+            match sent {
+                Ok(Some(_)) => {
                     pending.set(None);
                     changed.update(|n| *n += 1);
                 }
-                Ok(_) => revoke_error.set(Some("the token was not revoked".into())),
-                Err(e) => revoke_error.set(Some(e.to_string())),
+                Ok(None) => pending.set(Some(name)),
+                Err(e) => revoking.fail(e),
             }
         });
-    };
-    let revoke = move |name: String| match TokenName::parse(&name) {
-        Ok(name) => send(name, None),
-        Err(m) => revoke_error.set(Some(crate::api::ApiError::field("name", m).to_string())),
     };
     view! {
         <section class="page">
@@ -58,25 +53,28 @@ pub fn TokensPage() -> impl IntoView {
             <CreateTokenForm changed/>
             <div class="panel">
                 <h2>"Tokens"</h2>
-                {move || revoke_error.get().map(|e| view! { <div class="form-alert" role="alert">{e}</div> })}
-                {move || pending.get().map(|(name, c)| {
-                    let again = name.clone();
-                    view! {
-                        <div class="confirm" role="group" aria-label="Confirm revocation">
-                            <p>{format!("Revoke {name}? Whoever holds it is signed out at once.")}</p>
-                            <PlanView plan=c.plan.clone()/>
-                            <button
-                                class="danger"
-                                type="button"
-                                on:click=move |_| send(again.clone(), Some(c.confirmation.clone()))
-                            >
-                                "Revoke token"
-                            </button>
-                            <button type="button" on:click=move |_| pending.set(None)>"Keep it"</button>
-                        </div>
+                {move || match pending.get().filter(|_| revoking.reviewing()) {
+                    Some(name) => {
+                        let again = name.clone();
+                        view! {
+                            <div class="confirm" role="group" aria-label="Confirm revocation">
+                                <p>{format!("Revoke {name}? Whoever holds it is signed out at once.")}</p>
+                                {revoking.view()}
+                                <button
+                                    class="danger"
+                                    type="button"
+                                    disabled=move || revoking.busy()
+                                    on:click=move |_| revoke(again.clone())
+                                >
+                                    "Revoke token"
+                                </button>
+                                <button type="button" on:click=move |_| { revoking.reset(); pending.set(None); }>"Keep it"</button>
+                            </div>
+                        }
+                        .into_any()
                     }
-                    .into_any()
-                })}
+                    None => revoking.view().into_any(),
+                }}
                 <Transition fallback=loading>
                     {move || Suspend::new(async move {
                         match tokens.await {
