@@ -550,6 +550,9 @@ async def nodes_through_mcp(server, hypd, sim):
         labels = json.loads(kubectl(sim, "mcp-gpu", "get", "node", node["kubernetes_node"], "-o", "json"))["metadata"]["labels"]
         assert node["health_label"] == labels["sagemaker.amazonaws.com/node-health-status"] == "Schedulable", labels
         assert node["gpus"] >= 1, node
+        # The list answers from a recent read of HyperPod; `refresh` asks for a new one.
+        again = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu", "refresh": True}))
+        assert again["fetched_at"] > listed["fetched_at"] and again["nodes"] == listed["nodes"], (listed, again)
 
         bad = await client.call_tool("reboot_nodes", {"name": "mcp-gpu", "node_ids": ["i-XYZ"]})
         assert bad.is_error

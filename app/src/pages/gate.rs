@@ -44,7 +44,6 @@ impl Default for Gate {
 }
 
 impl Gate {
-
     /// A plan is shown: the next send runs it (tracked).
     pub fn reviewing(self) -> bool {
         self.plan.with(Option::is_some)

@@ -99,6 +99,14 @@ fn nodes_are_listed_rebooted_replaced_and_deleted() {
     }
     assert_eq!(used["nodes"][0]["gpus_allocated"], 1, "{used:#}");
 
+    // A recent read of HyperPod answers; `refresh` asks for one that began after the call.
+    let fresh = list(&hypd, &token, "?refresh=true");
+    assert!(
+        fresh["fetched_at"].as_str() > used["fetched_at"].as_str(),
+        "{fresh:#} after {used:#}"
+    );
+    assert_eq!(ids(&fresh), nodes);
+
     // Pages of two, then the rest; filters.
     let first = list(&hypd, &token, "?limit=2");
     assert_eq!(ids(&first), nodes[..2]);
