@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::components;
 use crate::cluster::managed::{self, Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
-use crate::resources::sagemaker::nodes::{Answer, NodeBatch, Seen, seen};
+use crate::resources::sagemaker::nodes::{Answer, DoneFuture, NodeBatch, Seen, seen};
 use crate::resources::{converge, is_planning, kube};
 
 stages! {
@@ -83,19 +83,23 @@ async fn step<R: NodeRequest>(
             if out.answer.is_some() {
                 return Ok(Progress::Done);
             }
-            let rebooted = if out.boots.is_empty() {
-                BTreeSet::new()
-            } else {
-                let now = list::boot_ids(&cx.aws, &at).await?;
-                out.boots
-                    .iter()
-                    .filter(|(id, then)| now.get(*id).is_some_and(|b| b != *then))
-                    .map(|(id, _)| id.clone())
-                    .collect()
+            let (boots, aws, place) = (&out.boots, &cx.aws, &at);
+            let rebooted = move || -> DoneFuture<'_> {
+                Box::pin(async move {
+                    if boots.is_empty() {
+                        return Ok(BTreeSet::new());
+                    }
+                    let now = list::boot_ids(aws, place).await?;
+                    Ok(boots
+                        .iter()
+                        .filter(|(id, then)| now.get(*id).is_some_and(|b| b != *then))
+                        .map(|(id, _)| id.clone())
+                        .collect())
+                })
             };
             let batch = NodeBatch {
                 sagemaker: sm,
-                cluster: at.hyperpod,
+                cluster: at.hyperpod.clone(),
                 action: R::ACTION,
                 asked: &out.found,
                 done: &rebooted,

@@ -139,16 +139,32 @@ pub fn count(world: &World, name: &str) -> Counts {
             (endpoints.vpc_endpoints().len(), sgs.security_groups().len())
         };
         let iam = aws_sdk_iam::Client::new(&conf);
-        // Every page: the harness's clusters share one moto, past IAM's 100 a page.
-        let roles: Vec<aws_sdk_iam::types::Role> = iam
-            .list_roles()
-            .into_paginator()
-            .items()
-            .send()
-            .collect::<Result<_, _>>()
-            .await
-            .unwrap();
         let prefix = format!("hypd-{name}-");
+        // Every page: the harness's clusters share one moto, past IAM's 100 a page. IAM
+        // pages by position, so a role another test deletes between two pages moves one
+        // of ours onto the page already read: ours stay put while this runs, so listings
+        // are read until one finds none the others missed.
+        let mut roles = std::collections::BTreeSet::new();
+        for listing in 0..5 {
+            let listed: Vec<aws_sdk_iam::types::Role> = iam
+                .list_roles()
+                .into_paginator()
+                .items()
+                .send()
+                .collect::<Result<_, _>>()
+                .await
+                .unwrap();
+            let before = roles.len();
+            roles.extend(
+                listed
+                    .iter()
+                    .map(|r| r.role_name().to_owned())
+                    .filter(|n| n.starts_with(&prefix)),
+            );
+            if listing > 0 && roles.len() == before {
+                break;
+            }
+        }
         let oidc = iam.list_open_id_connect_providers().send().await.unwrap();
         let mut oidc_providers = 0;
         for p in oidc.open_id_connect_provider_list() {
@@ -189,14 +205,9 @@ pub fn count(world: &World, name: &str) -> Counts {
             route_tables: rts.route_tables().len(),
             s3_endpoints: endpoints,
             security_groups: sgs,
-            // By name: IAM pages by position, so a role another test made between two
-            // pages can show one of ours twice.
-            roles: roles
-                .iter()
-                .map(|r| r.role_name())
-                .filter(|n| n.starts_with(&prefix))
-                .collect::<std::collections::BTreeSet<_>>()
-                .len(),
+            // By name: a role another test made between two pages can show one of ours
+            // twice.
+            roles: roles.len(),
             oidc_providers,
             lifecycle_scripts: scripts,
             eks_clusters,

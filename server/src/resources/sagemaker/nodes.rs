@@ -97,14 +97,27 @@ pub struct NodeBatch<'a> {
     pub action: NodeAction,
     pub asked: &'a BTreeMap<String, Option<Seen>>,
     /// Asked nodes an earlier run is known to have acted on by other means (a reboot
-    /// seen in the node's Kubernetes boot id): never sent again.
-    pub done: &'a BTreeSet<String>,
+    /// seen in the node's Kubernetes boot id): never sent again. Asked for after
+    /// HyperPod's statuses are read, so a reboot that ended before that read (Running
+    /// again) is seen by its new boot id, not taken for one never sent.
+    pub done: &'a (dyn Fn() -> DoneFuture<'a> + std::marker::Send + Sync),
 }
+
+/// What [`NodeBatch::done`] answers with.
+pub type DoneFuture<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<BTreeSet<String>, ApiError>>
+            + std::marker::Send
+            + 'a,
+    >,
+>;
 
 /// The nodes now, and what this run's call answered (none before it is made).
 #[derive(Debug, Default)]
 pub struct Observed {
     pub nodes: BTreeMap<String, Seen>,
+    /// Asked nodes acted on by other means (see [`NodeBatch::done`]).
+    pub done: BTreeSet<String>,
     pub answer: Answer,
 }
 
@@ -139,8 +152,10 @@ impl Resource for NodeBatch<'_> {
     type Op = Send;
 
     async fn observe(&self) -> Result<Observed, ApiError> {
+        let nodes = seen(&self.sagemaker, &self.cluster).await?;
         Ok(Observed {
-            nodes: seen(&self.sagemaker, &self.cluster).await?,
+            nodes,
+            done: (self.done)().await?,
             answer: Answer::default(),
         })
     }
@@ -150,7 +165,7 @@ impl Resource for NodeBatch<'_> {
             .asked
             .iter()
             .filter(|(id, then)| {
-                !self.done.contains(*id) && self.to_send(then.as_ref(), observed.nodes.get(*id))
+                !observed.done.contains(*id) && self.to_send(then.as_ref(), observed.nodes.get(*id))
             })
             .map(|(id, _)| id.clone())
             .collect();
