@@ -24,6 +24,7 @@ use crate::cluster::managed::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
 use crate::resources::kube::karpenter::{HyperpodNodeClass, NodePool, condition};
+use crate::resources::kube::kind_not_served;
 use crate::resources::kube::object::Applied;
 use crate::resources::sagemaker::autoscaling::{self, AutoScaling};
 use crate::resources::{Resource, Want, converge, is_planning, missing, plan, tags};
@@ -338,8 +339,20 @@ impl<'a> Autoscaling<'a> {
                 return Ok(self.wait(&now, "installing managed Karpenter"));
             }
             let client = self.client().await?;
-            converge(&Self::class(client, Some(groups))).await?;
-            converge(&Self::pool(client, true)).await?;
+            let applied = async {
+                converge(&Self::class(client, Some(groups))).await?;
+                converge(&Self::pool(client, true)).await
+            };
+            match applied.await {
+                Err(e) if kind_not_served(&e) => {
+                    return Ok(Progress::wait(
+                        POLL,
+                        "waiting for the API server to serve managed Karpenter's \
+                         HyperpodNodeClass and NodePool",
+                    ));
+                }
+                other => drop(other?),
+            }
             if is_planning() {
                 return Ok(Progress::Done);
             }

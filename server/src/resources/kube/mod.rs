@@ -291,6 +291,18 @@ where
     }
 }
 
+/// Whether `e` is a server-side apply refused because the API server serves no such
+/// kind: an apply makes a missing object, so its 404 can only mean a missing kind. A kind
+/// another party installs (HyperPod's managed Karpenter) is served some time after that
+/// party reports it installed, so a step meeting this waits instead of failing.
+pub fn kind_not_served(e: &ApiError) -> bool {
+    matches!(
+        e,
+        ApiError::Upstream { service, call, code: Some(code), .. }
+            if service == "kubernetes" && call.starts_with("apply ") && code == "NotFound"
+    )
+}
+
 /// Status reasons with which the API server says "not now" rather than "no".
 const TRANSIENT_REASONS: &[&str] = &[
     "TooManyRequests",
