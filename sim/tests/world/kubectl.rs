@@ -112,11 +112,21 @@ impl Watch {
         let mut child = k
             .command(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
+        // kubectl's complaints come on the same channel, so a watch that ends says why.
+        let complaints = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if complaints.send(format!("stderr: {line}")).is_err() {
+                    return;
+                }
+            }
+        });
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if tx.send(line).is_err() {
@@ -134,8 +144,8 @@ impl Watch {
             let line = self
                 .lines
                 .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| {
-                    panic!("the watch never printed the awaited line; saw {seen:?}")
+                .unwrap_or_else(|e| {
+                    panic!("the watch never printed the awaited line ({e}); saw {seen:?}")
                 });
             let stop = done(&line);
             seen.push(line);
