@@ -38,7 +38,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light dark"/>
-                <link rel="icon" type="image/svg+xml" href="/favicon.svg"/>
+                <link rel="icon" type="image/svg+xml" href=icon_href()/>
                 <AutoReload options=options.clone()/>
                 <HydrationScripts options/>
                 <MetaTags/>
@@ -202,4 +202,23 @@ fn NotFound() -> impl IntoView {
             <p>"There is no page at this address. " <a href="/">"Back to the console"</a></p>
         </section>
     }
+}
+
+/// The console's icon (public/favicon.svg) as a data URL: through a tunnel a linked icon
+/// costs a round trip on every cold page, and Chromium asks for it again after each
+/// navigation inside the console.
+fn icon_href() -> String {
+    let svg = include_str!("../../public/favicon.svg").trim();
+    let mut href = String::from("data:image/svg+xml,");
+    for c in svg.chars() {
+        match c {
+            '#' => href.push_str("%23"),
+            '%' => href.push_str("%25"),
+            '<' => href.push_str("%3C"),
+            '>' => href.push_str("%3E"),
+            '"' => href.push('\''),
+            _ => href.push(c),
+        }
+    }
+    href
 }

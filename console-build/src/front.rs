@@ -111,6 +111,17 @@ pub fn bundle(cfg: &Config, release: bool) -> Result<()> {
         );
     }
 
+    let t = Instant::now();
+    let packed = crate::pack::pack(&staging, SPLIT_LOADER, SPLIT_MANIFEST)?;
+    crate::site::precompress(&staging)?;
+    eprintln!(
+        "console-build: {} chunks in {} packs (largest {} kB), compressed in {:.1} s",
+        packed.chunks,
+        packed.packs.len(),
+        packed.packs.values().map(|(_, n)| n).max().unwrap_or(&0) / 1000,
+        t.elapsed().as_secs_f64()
+    );
+
     let stamp = Stamp {
         key,
         files: hash_tree(&staging)?,

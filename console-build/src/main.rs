@@ -18,6 +18,7 @@ mod cargo;
 mod config;
 mod features;
 mod front;
+mod pack;
 mod site;
 
 use std::process::ExitCode;

@@ -96,11 +96,12 @@ async function fillForm(page, name) {
 
 test('an admin creates a cluster through the form and watches it succeed live', async () => {
   const { page, errors } = await newPage();
-  // The console is split per page (by console-build): what this page fetched.
+  // The console is split per page (by console-build), one pack of code per page: what
+  // this page fetched.
   const fetched = [];
   page.on('request', (r) => fetched.push(new URL(r.url()).pathname));
   await signIn(page, admin);
-  assert.ok(fetched.some((p) => /^\/pkg\/split___cluster_list_route_view_\w+\.wasm$/.test(p)));
+  assert.ok(fetched.some((p) => /^\/pkg\/pack_cluster_list_route_view_\w+\.wasm$/.test(p)));
   assert.ok(!fetched.some((p) => p.includes('create_cluster_route')), 'the list loaded the create form\'s code');
   await page.click('a:text("Create cluster")');
   await page.waitForURL(/\/clusters\/new$/);
@@ -130,7 +131,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
     '.field[data-field="instance_groups[0].instance_count"].invalid #instance_groups-0-instance_count-error p',
   );
   const submitted = fetched.slice(before);
-  assert.ok(submitted.some((p) => /^\/pkg\/split_check_create_\w+\.wasm$/.test(p)), submitted.join(' '));
+  assert.ok(submitted.some((p) => /^\/pkg\/pack_check_create_\w+\.wasm$/.test(p)), submitted.join(' '));
   assert.ok(!submitted.some((p) => p.startsWith('/fn/')), 'a browser-checked mistake reached the server');
   assert.match(await page.textContent('#instance_groups-0-instance_count-error'), /at least 1/);
   assert.equal(await page.getAttribute('#instance_groups-0-instance_count', 'aria-invalid'), 'true');

@@ -65,7 +65,7 @@ test('a running operation opened by its address hydrates from the server, then f
     ws.on('framereceived', (f) => frames.push(String(f.payload)));
   });
   let held = false;
-  await page.route(/\/pkg\/split___operation_route_view_\w+\.wasm$/, async (route) => {
+  await page.route(/\/pkg\/pack_operation_route_view_\w+\.wasm$/, async (route) => {
     held = true;
     // A channel opened before hydration says hello within moments; give it the chance.
     const early = await until(() => frames.some((f) => f.includes('"hello"')), 8_000);

@@ -175,6 +175,7 @@ pub fn router(state: AppState) -> Router {
         .route("/auth/logout", post(logout))
         .merge(rest::routes())
         .merge(mcp)
+        .nest_service("/pkg", bundle_files(&state.leptos))
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             shell(leptos.clone())
         })
@@ -194,6 +195,29 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(telemetry::track_http))
         .layer(CompressionLayer::new())
         .with_state(state)
+}
+
+/// The console's bundle (`<site>/pkg`). console-build writes a brotli and a gzip copy of
+/// every file, sent as they are to a browser that accepts them (the compression layer
+/// leaves an encoded answer alone). The names carry no hash, so a browser must ask again
+/// (If-Modified-Since, answered 304) before it reuses a copy: a stale bundle would not
+/// hydrate a newer server's pages.
+fn bundle_files(leptos: &LeptosOptions) -> Router {
+    let dir = Path::new(leptos.site_root.as_ref()).join(leptos.site_pkg_dir.as_ref());
+    Router::new()
+        .fallback_service(
+            tower_http::services::ServeDir::new(dir)
+                .precompressed_br()
+                .precompressed_gzip(),
+        )
+        .layer(axum::middleware::map_response(
+            |mut response: Response| async move {
+                response
+                    .headers_mut()
+                    .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                response
+            },
+        ))
 }
 
 fn leptos_options(site_root: &Path, addr: SocketAddr) -> LeptosOptions {
