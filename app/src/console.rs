@@ -152,7 +152,13 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/clusters") view={Lazy::<pages::ClusterListRoute>::new()}/>
                         <Route path=path!("/clusters/import") view={Lazy::<pages::ImportClusterRoute>::new()}/>
                         <Route path=path!("/clusters/new") view={Lazy::<pages::CreateClusterRoute>::new()}/>
-                        <Route path=path!("/clusters/:name") view={Lazy::<pages::ClusterDetailRoute>::new()}/>
+                        // A cluster's page is in tabs, each its own address and code.
+                        <Route path=path!("/clusters/:name") view={Lazy::<pages::ClusterOverviewRoute>::new()}/>
+                        <Route path=path!("/clusters/:name/nodes") view={Lazy::<pages::ClusterNodesRoute>::new()}/>
+                        <Route path=path!("/clusters/:name/features") view={Lazy::<pages::ClusterFeaturesRoute>::new()}/>
+                        <Route path=path!("/clusters/:name/storage") view={Lazy::<pages::ClusterStorageRoute>::new()}/>
+                        <Route path=path!("/clusters/:name/drift") view={Lazy::<pages::ClusterDriftRoute>::new()}/>
+                        <Route path=path!("/clusters/:name/operations") view={Lazy::<pages::ClusterOperationsRoute>::new()}/>
                         <Route path=path!("/operations") view={Lazy::<pages::OperationListRoute>::new()}/>
                         <Route path=path!("/tokens") view={Lazy::<pages::TokensRoute>::new()}/>
                         <Route

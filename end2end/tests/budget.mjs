@@ -84,10 +84,23 @@ const HYDRATION_CLOCK = () => {
 // Opens `route` in a fresh context (empty cache) signed in with `cookie`, waits until it
 // has hydrated and what it asks for at once; answers its requests, bytes and time to
 // hydrated, with the page still open (close `context` when done).
-export async function coldLoad(browser, baseUrl, route, cookie) {
+// With `link` ({ latencyMs, bytesPerSecond }), Chromium holds each request that long and
+// the transfer to that rate, as a tunnel would (its own network emulation: this machine's
+// kernel has no netem).
+export async function coldLoad(browser, baseUrl, route, cookie, link) {
   const context = await browser.newContext();
   if (cookie) await context.addCookies([cookie]);
   const page = await context.newPage();
+  if (link) {
+    const cdp = await context.newCDPSession(page);
+    await cdp.send('Network.enable');
+    await cdp.send('Network.emulateNetworkConditions', {
+      offline: false,
+      latency: link.latencyMs,
+      downloadThroughput: link.bytesPerSecond,
+      uploadThroughput: link.bytesPerSecond,
+    });
+  }
   await page.addInitScript(HYDRATION_CLOCK);
   const m = meter(page);
   await page.goto(new URL(route, baseUrl).href);

@@ -223,6 +223,11 @@ test('an admin creates a cluster through the form and watches it succeed live', 
 
   await page.click('a:text("Open the cluster")');
   await page.waitForURL(/\/clusters\/e2e-ml$/);
+  await page.waitForSelector('.cluster-facts');
+  // The groups and nodes are a tab of the cluster's page, with an address of its own.
+  await page.click('nav.tabs a:text-is("Instance groups and nodes")');
+  await page.waitForURL(/\/clusters\/e2e-ml\/nodes$/);
+  assert.equal(await page.getAttribute('nav.tabs a[aria-current="page"]', 'href'), '/clusters/e2e-ml/nodes');
   await page.waitForSelector('.instance-groups tr[data-group="accelerated-1"]');
   const group = await page.textContent('.instance-groups tr[data-group="accelerated-1"]');
   assert.match(group, /ml\.g5\.8xlarge/);
@@ -238,13 +243,17 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   assert.match(await page.textContent('.nodes tbody'), /accelerated-1/);
   assert.match(await page.textContent('.nodes tbody'), /spot-1/);
   assert.equal(await page.getAttribute('.node-counts', 'data-healthy'), '3');
-  assert.ok((await page.locator('.addons tr[data-addon]').count()) >= 4);
-  await page.waitForSelector('.cluster-facts');
   await shot(page, 'cluster-detail-live');
   await page.emulateMedia({ colorScheme: 'dark' });
   await shot(page, 'cluster-detail-live-dark');
   await page.emulateMedia({ colorScheme: 'light' });
   await fitsWidth(page, 1024);
+  await page.click('nav.tabs a:text-is("Overview")');
+  await page.waitForURL(/\/clusters\/e2e-ml$/);
+  await page.waitForSelector('.addons tr[data-addon]');
+  assert.ok((await page.locator('.addons tr[data-addon]').count()) >= 4);
+  await page.click('nav.tabs a:text-is("Drift")');
+  await page.waitForURL(/\/clusters\/e2e-ml\/drift$/);
 
   // Drift, asked for: nothing yet. An add-on deleted behind hypd's back (the EKS API,
   // as the AWS CLI would call it) is then named, and Reconcile shows its plan before it
@@ -262,7 +271,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.reconcile');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/drift', server.url).href);
   await hydrated(page);
   await page.click('button.check-drift');
   await page.waitForSelector('.drift .drift-none');
@@ -279,6 +288,8 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   const scaling = '.feature[data-feature="autoscaling"]';
   const ray = '.feature[data-feature="kuberay_operator"]';
   const keda = '.feature[data-feature="keda"]';
+  await page.goto(new URL('/clusters/e2e-ml/features', server.url).href);
+  await hydrated(page);
   await page.waitForSelector(`${training}[data-state="off"]`);
   await settled(page);
   assert.ok(await page.isDisabled('button.apply-features'), 'nothing touched, nothing to send');
@@ -302,7 +313,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.apply-features');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/features', server.url).href);
   await hydrated(page);
   await page.waitForSelector(`${training}[data-state="on"]`);
   await page.waitForSelector(`${inference}[data-state="on"] .feature-details li:text("controller available")`);
@@ -333,7 +344,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.apply-features');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/features', server.url).href);
   await hydrated(page);
   await page.waitForSelector(`${training}[data-state="off"]`);
   await page.waitForSelector(`${inference}[data-state="off"]`);
@@ -352,7 +363,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.apply-features');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/features', server.url).href);
   await hydrated(page);
   await page.waitForSelector(`${keda}[data-state="on"] .feature-details li:text("Deployment keda/keda-operator available")`);
   await settled(page);
@@ -362,12 +373,14 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.apply-features');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/features', server.url).href);
   await hydrated(page);
   await page.waitForSelector(`${keda}[data-state="off"]`);
 
   // The groups change from the page, each plan first: the spot group scaled, a group
   // added, then deleted (its plan comes with the confirmation).
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
+  await hydrated(page);
   const spot = '.group-actions[data-group="spot-1"]';
   await page.waitForSelector(spot);
   await settled(page);
@@ -379,7 +392,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click(`${spot} button.scale-group`);
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
   await hydrated(page);
   await page.waitForSelector('.instance-groups tr[data-group="spot-1"] td.count:text("/ 2")');
   await settled(page);
@@ -416,7 +429,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('form.add-group button[type="submit"]');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
   await hydrated(page);
   const extra = '.group-actions[data-group="extra"]';
   await page.waitForSelector(extra);
@@ -429,7 +442,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click(`${extra} button.delete-group`);
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
   await hydrated(page);
   await page.waitForSelector('.instance-groups tr[data-group="spot-1"]');
   assert.equal(await page.locator('.instance-groups tr[data-group="extra"]').count(), 0);
@@ -456,7 +469,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.reboot-nodes');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
   await hydrated(page);
   await page.waitForSelector(`tr[data-node="${spotNodes[1]}"] input.select-node`);
   await settled(page);
@@ -469,7 +482,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.replace-nodes');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
   await hydrated(page);
   await page.waitForSelector('.node-page-counts[data-healthy="4"]');
   assert.equal(await page.locator(`tr[data-node="${spotNodes[1]}"]`).count(), 0);
@@ -496,7 +509,7 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   await page.click('button.update-software');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
   await hydrated(page);
   await page.waitForSelector('table.nodes tbody tr');
   assert.equal(await page.locator('table.nodes .image-release:text("2025.09.15")').count(), 4);
@@ -573,7 +586,7 @@ test('a viewer is offered no create button, and the server refuses it anyway', a
   assert.equal(await page.locator('form').count(), 0);
   await shot(page, 'create-viewer');
   // The cluster's groups are shown to a viewer, with nothing to change them.
-  await page.goto(new URL('/clusters/e2e-ml', server.url).href);
+  await page.goto(new URL('/clusters/e2e-ml/nodes', server.url).href);
   await page.waitForSelector('.instance-groups tr[data-group="spot-1"]');
   assert.equal(await page.locator('.group-actions').count(), 0);
   assert.equal(await page.locator('form.add-group').count(), 0);

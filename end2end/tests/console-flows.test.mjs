@@ -197,8 +197,10 @@ test('import a cluster through the form and watch it succeed live', async () => 
   const facts = await page.textContent('.cluster-facts');
   assert.match(facts, /us-east-1/);
   assert.ok(facts.includes(eks.arn), facts);
-  await page.waitForSelector('.operations tr[data-state="succeeded"]');
   await shot(page, 'cluster-detail');
+  await page.click('nav.tabs a:text-is("Operations")');
+  await page.waitForURL(new RegExp(`/clusters/${eks.name}/operations$`));
+  await page.waitForSelector('.operations tr[data-state="succeeded"]');
   await fitsWidth(page, 1024);
 
   await page.goto(new URL('/clusters', server.url).href);

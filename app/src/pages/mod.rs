@@ -2,6 +2,7 @@
 //! as REST and MCP) inside a resource, so the server renders it with data and the browser
 //! picks up the same data when it hydrates; pages hold no business rules.
 
+pub mod cluster;
 pub mod clusters;
 pub mod create;
 pub mod drift;
@@ -46,7 +47,12 @@ macro_rules! lazy_page {
 }
 
 lazy_page!(ClusterListRoute => clusters::ClusterList);
-lazy_page!(ClusterDetailRoute => clusters::ClusterDetail);
+lazy_page!(ClusterOverviewRoute => cluster::OverviewTab);
+lazy_page!(ClusterNodesRoute => cluster::NodesTab);
+lazy_page!(ClusterFeaturesRoute => cluster::FeaturesTab);
+lazy_page!(ClusterStorageRoute => cluster::StorageTab);
+lazy_page!(ClusterDriftRoute => cluster::DriftTab);
+lazy_page!(ClusterOperationsRoute => cluster::OperationsTab);
 lazy_page!(CreateClusterRoute => create::CreateClusterPage);
 lazy_page!(ImportClusterRoute => import::ImportClusterPage);
 lazy_page!(OperationListRoute => operations::OperationList);
