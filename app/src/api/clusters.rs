@@ -89,11 +89,15 @@ impl Command for GetCluster {
     };
 }
 
+// `refresh` reads HyperPod's nodes now instead of answering from a read up to a few
+// seconds old (the one `list_nodes` shares). Plain comment: keeps tools/list short.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DescribeCluster {
     /// A managed cluster's name (imported EKS clusters may contain underscores).
     pub name: EksClusterName,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refresh: bool,
 }
 
 /// One managed cluster as AWS and Kubernetes report it now: unlike `get_cluster`, which
@@ -265,7 +269,7 @@ impl Command for DescribeCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "describe_cluster",
         summary: "Show a managed cluster's live state: instance groups, nodes and their health, add-ons",
-        description: "Asks AWS now (not hypd's store) about one managed cluster: the EKS control plane's status and version, the HyperPod cluster's status, each instance group's instance type with current and target counts, every node (instance id, group, type, status, health, launch time) with counts by health, and the EKS add-ons with versions and states. Read-only; fails with not_found for a cluster hypd does not manage. Use get_cluster for hypd's stored record only.",
+        description: "Asks AWS now (not hypd's store) about one managed cluster: the EKS control plane's status and version, the HyperPod cluster's status, each instance group's instance type with current and target counts, every node (instance id, group, type, status, health, launch time) with counts by health (the nodes as list_nodes reads them: at most a few seconds old unless refresh is true, and never older than hypd's last change to the cluster), and the EKS add-ons with versions and states. Read-only; fails with not_found for a cluster hypd does not manage. Use get_cluster for hypd's stored record only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

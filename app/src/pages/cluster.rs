@@ -135,8 +135,10 @@ impl At {
     }
 
     /// What AWS says about the cluster now, asked again when an operation on it moves,
-    /// the live channel reconnects, or `refreshed` counts a Refresh.
+    /// the live channel reconnects, or `refreshed` counts a Refresh (which has HyperPod's
+    /// nodes read now rather than taken from a read a few seconds old).
     fn described(self, refreshed: RwSignal<u32>) -> Resource<Result<ClusterDescription, ApiError>> {
+        let refreshes_seen = StoredValue::new(refreshed.get_untracked());
         Resource::new(
             move || {
                 (
@@ -146,9 +148,11 @@ impl At {
                     refreshed.get(),
                 )
             },
-            |(name, ..)| async move {
+            move |(name, _, _, refreshes)| async move {
                 let name = EksClusterName::parse(&name).map_err(|m| ApiError::field("name", m))?;
-                call(&DescribeCluster { name }).await
+                let refresh = refreshes != refreshes_seen.get_value();
+                refreshes_seen.set_value(refreshes);
+                call(&DescribeCluster { name, refresh }).await
             },
         )
     }

@@ -1,5 +1,7 @@
 //! `describe_cluster`: a managed cluster's live state, asked of EKS and SageMaker on every
-//! call (the store only knows what the last operation recorded). Nothing is changed.
+//! call (the store only knows what the last operation recorded), except its nodes: those
+//! come from the node view `list_nodes` reads too (`node::view`), so a page of 1,000
+//! nodes is not listed again per caller. Nothing is changed.
 
 use std::time::SystemTime;
 
@@ -12,10 +14,22 @@ use tokio::task::JoinSet;
 
 use crate::aws::{Aws, SdkResultExt};
 
+/// Where the HyperPod cluster's nodes come from.
+pub enum Nodes {
+    /// A read of the cluster's node view, made by the caller.
+    Viewed(std::sync::Arc<crate::node::view::Snapshot>),
+    /// Listed here (no view yet: the HyperPod cluster is found by name).
+    Read,
+}
+
 /// Reads everything AWS knows about `cluster` now. A missing EKS or HyperPod cluster is
 /// reported as absent rather than as an error: early in a creation, or for an EKS cluster
 /// imported without HyperPod, that is the truth.
-pub async fn describe(aws: &Aws, cluster: ClusterSummary) -> Result<ClusterDescription, ApiError> {
+pub async fn describe(
+    aws: &Aws,
+    cluster: ClusterSummary,
+    nodes: Nodes,
+) -> Result<ClusterDescription, ApiError> {
     let region = cluster.region.clone();
     let fetched_at = crate::clock::now();
     // hypd names a HyperPod cluster it creates after the cluster itself; its ARN is only
@@ -26,7 +40,7 @@ pub async fn describe(aws: &Aws, cluster: ClusterSummary) -> Result<ClusterDescr
     let (eks, addons, (hyperpod, instance_groups, nodes)) = tokio::try_join!(
         eks_info(aws, &region, &cluster.name),
         addons(aws, &region, &cluster.name),
-        hyperpod(aws, &region, hyperpod_ref.as_deref()),
+        hyperpod(aws, &region, hyperpod_ref.as_deref(), nodes),
     )?;
     // Kubernetes can be asked only once the control plane is up.
     let active = eks.as_ref().and_then(|e| e.status.as_deref()) == Some("ACTIVE");
@@ -170,7 +184,7 @@ async fn addons(aws: &Aws, region: &str, cluster: &str) -> Result<Vec<AddonInfo>
 
 /// The HyperPod cluster's nodes counted by health now (none when it does not exist).
 pub async fn node_counts(aws: &Aws, region: &str, cluster: &str) -> Result<NodeCounts, ApiError> {
-    let (_, _, nodes) = hyperpod(aws, region, Some(cluster)).await?;
+    let (_, _, nodes) = hyperpod(aws, region, Some(cluster), Nodes::Read).await?;
     Ok(NodeCounts::of(&nodes))
 }
 
@@ -180,6 +194,7 @@ async fn hyperpod(
     aws: &Aws,
     region: &str,
     cluster: Option<&str>,
+    nodes: Nodes,
 ) -> Result<HyperPodState, ApiError> {
     let Some(cluster) = cluster else {
         return Ok(HyperPodState::default());
@@ -206,7 +221,10 @@ async fn hyperpod(
             training_plan_arn: g.training_plan_arn().map(str::to_owned),
         })
         .collect();
-    let nodes = list_nodes(&sm, cluster).await?;
+    let nodes = match nodes {
+        Nodes::Viewed(snapshot) => snapshot.nodes.clone(),
+        Nodes::Read => list_nodes(&sm, cluster).await?,
+    };
     let info = HyperPodInfo {
         name: described.cluster_name().map(str::to_owned),
         arn: described.cluster_arn().map(str::to_owned),

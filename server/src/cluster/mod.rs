@@ -65,7 +65,19 @@ impl Handler<GetCluster> for Service {
 impl Handler<DescribeCluster> for Service {
     async fn handle(&self, _: &Actor, r: DescribeCluster) -> Result<ClusterDescription, ApiError> {
         let stored = Managed::load(&self.store, r.name.as_str()).await?.summary;
-        let mut described = describe::describe(&self.aws, stored).await?;
+        // The nodes come from the view list_nodes reads (one HyperPod read shared by every
+        // caller, out of date once an operation on the cluster moves); a cluster whose
+        // HyperPod is not recorded yet (a creation under way) has them read directly.
+        let nodes = match crate::node::view::Place::of(&stored) {
+            Some(place) => describe::Nodes::Viewed(
+                self.nodes
+                    .of(&self.aws, &place)
+                    .hyperpod(&self.store, r.refresh)
+                    .await?,
+            ),
+            None => describe::Nodes::Read,
+        };
+        let mut described = describe::describe(&self.aws, stored, nodes).await?;
         // What the list shows until the next look.
         let observed = observe_nodes(&self.store, r.name.as_str(), &described.node_counts).await?;
         described.cluster.nodes = Some(observed);

@@ -30,7 +30,7 @@ impl Handler<ListNodes> for Service {
                 name: name.to_owned(),
             })?;
         let after = r.page_token.as_deref().map(token).transpose()?;
-        let Some(arn) = cluster.hyperpod_cluster_arn.as_deref() else {
+        let Some(place) = Place::of(&cluster) else {
             return Ok(NodeList {
                 name: name.to_owned(),
                 nodes: Vec::new(),
@@ -39,16 +39,7 @@ impl Handler<ListNodes> for Service {
                 fetched_at: crate::clock::now(),
             });
         };
-        let view = self.nodes.of(
-            &self.aws,
-            &Place {
-                name: name.to_owned(),
-                target: crate::cluster::target(name),
-                region: cluster.region.clone(),
-                eks: name.to_owned(),
-                hyperpod: arn.rsplit('/').next().unwrap_or(arn).to_owned(),
-            },
-        );
+        let view = self.nodes.of(&self.aws, &place);
         let snapshot = view.hyperpod(&self.store, r.refresh).await?;
         let group = r.group.as_ref().map(|g| g.as_str());
         let matching: Vec<&NodeInfo> = snapshot

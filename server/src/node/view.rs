@@ -16,7 +16,7 @@ use ::kube::api::Api;
 use ::kube::runtime::WatchStreamExt;
 use ::kube::runtime::watcher::{self, Config, Event};
 use app::api::ApiError;
-use app::api::clusters::NodeInfo;
+use app::api::clusters::{ClusterSummary, NodeInfo};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -75,6 +75,21 @@ pub struct Place {
     pub region: String,
     pub eks: String,
     pub hyperpod: String,
+}
+
+impl Place {
+    /// Where stored cluster `cluster`'s nodes are; `None` before it has a HyperPod
+    /// cluster (its ARN is recorded once a creation or import has one).
+    pub fn of(cluster: &ClusterSummary) -> Option<Place> {
+        let arn = cluster.hyperpod_cluster_arn.as_deref()?;
+        Some(Place {
+            name: cluster.name.clone(),
+            target: crate::cluster::target(&cluster.name),
+            region: cluster.region.clone(),
+            eks: cluster.name.clone(),
+            hyperpod: arn.rsplit('/').next().unwrap_or(arn).to_owned(),
+        })
+    }
 }
 
 pub struct View {

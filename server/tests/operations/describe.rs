@@ -81,6 +81,30 @@ fn a_created_cluster_shows_its_group_nodes_and_addons() {
         list["clusters"][0]["nodes"], d["cluster"]["nodes"],
         "{list}"
     );
+    // Its nodes are the ones list_nodes answers with (one read shared by both), and
+    // `refresh` reads HyperPod again: the same nodes, from a read that began after the call.
+    let (status, listed) = hypd.call(&token, Method::GET, "/api/v1/clusters/ml-d/nodes", None);
+    assert_eq!(status, 200, "{listed}");
+    let ids = |nodes: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["node_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&listed["nodes"]), ids(&d["nodes"]), "{listed:#}");
+    let (status, fresh) = hypd.call(
+        &token,
+        Method::GET,
+        "/api/v1/clusters/ml-d/describe?refresh=true",
+        None,
+    );
+    assert_eq!(status, 200, "{fresh}");
+    assert_eq!(ids(&fresh["nodes"]), ids(&d["nodes"]), "{fresh:#}");
+    assert_eq!(fresh["node_counts"], d["node_counts"], "{fresh:#}");
     let addons = d["addons"].as_array().unwrap();
     assert!(addons.len() >= 4, "{d:#}");
     for a in addons {
