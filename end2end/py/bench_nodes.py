@@ -480,7 +480,13 @@ def main():
                     f"/api/v1/clusters/{CLUSTER}/nodes?health=healthy&group=a",
                     check_nodes(half, min(100, half)),
                 ),
-                (f"page /clusters/{CLUSTER} ({args.page_auth})", page_client, f"/clusters/{CLUSTER}", check_page(min(100, total), total)),
+                # The cluster page's tab with the node table.
+                (
+                    f"page /clusters/{CLUSTER}/nodes ({args.page_auth})",
+                    page_client,
+                    f"/clusters/{CLUSTER}/nodes",
+                    check_page(min(100, total), total),
+                ),
             ]
             results = {}
             try:

@@ -8,10 +8,10 @@
 export const COLD_REQUESTS = 15;
 export const COLD_BYTES = 300_000;
 export const WARM_REQUESTS = 3;
-// The bytes the test holds pages to today: the largest page (a cluster's, whose nine
-// panels' code loads at once) plus a margin. Not yet the budget above; it comes down to
-// COLD_BYTES when the cluster page is split into tabs of its own (issue 34).
-export const BYTES_NOW = 560_000;
+// The bytes the test holds pages to today: the largest page (the create form, 424 kB)
+// plus a margin. Not yet the budget above: the entry bundle alone is ~234 kB brotli, and
+// this comes down to COLD_BYTES as it shrinks (issue 34).
+export const BYTES_NOW = 450_000;
 
 // Every page of the console, signed in. A name and an id that do not exist still load
 // the page's code, which is what counts.
