@@ -269,7 +269,7 @@ impl Command for DescribeCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "describe_cluster",
         summary: "Show a managed cluster's live state: instance groups, nodes and their health, add-ons",
-        description: "Asks AWS now (not hypd's store) about one managed cluster: the EKS control plane's status and version, the HyperPod cluster's status, each instance group's instance type with current and target counts, every node (instance id, group, type, status, health, launch time) with counts by health (the nodes as list_nodes reads them: at most a few seconds old unless refresh is true, and never older than hypd's last change to the cluster), and the EKS add-ons with versions and states. Read-only; fails with not_found for a cluster hypd does not manage. Use get_cluster for hypd's stored record only.",
+        description: "Asks AWS now (not hypd's store) about one managed cluster: the EKS control plane's status and version, the HyperPod cluster's status, each instance group's instance type with current and target counts, every node (instance id, group, type, status, health, launch time) with counts by health (a few seconds old at most; refresh reads them now), and the EKS add-ons with versions and states. Read-only; fails with not_found for a cluster hypd does not manage. Use get_cluster for hypd's stored record only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
