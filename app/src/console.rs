@@ -38,7 +38,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light dark"/>
-                <link rel="icon" type="image/svg+xml" href=icon_href()/>
+                <link rel="icon" type="image/svg+xml" href=ICON.as_str()/>
                 <AutoReload options=options.clone()/>
                 <HydrationScripts options/>
                 <MetaTags/>
@@ -212,7 +212,9 @@ fn NotFound() -> impl IntoView {
 
 /// The console's icon (public/favicon.svg) as a data URL: through a tunnel a linked icon
 /// costs a round trip on every cold page, and Chromium asks for it again after each
-/// navigation inside the console.
+/// navigation inside the console. Made once, not per page rendered.
+static ICON: std::sync::LazyLock<String> = std::sync::LazyLock::new(icon_href);
+
 fn icon_href() -> String {
     let svg = include_str!("../../public/favicon.svg").trim();
     let mut href = String::from("data:image/svg+xml,");

@@ -13,7 +13,6 @@ use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -188,40 +187,22 @@ fn bindgen(cfg: &Config, main_wasm: &Path, out_dir: &Path) -> Result<()> {
 /// a few seconds a file, and the bundle has over a hundred.
 fn optimize(args: &[String], files: Vec<PathBuf>) -> Result<()> {
     check_wasm_opt()?;
-    let queue = Mutex::new(files);
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| -> Result<()> {
-                    loop {
-                        let next = queue.lock().expect("queue lock").pop();
-                        let Some(file) = next else { return Ok(()) };
-                        let out = Command::new("wasm-opt")
-                            .args(args)
-                            .arg(&file)
-                            .arg("-o")
-                            .arg(&file)
-                            .output()
-                            .context("starting wasm-opt")?;
-                        if !out.status.success() {
-                            // Leave the rest undone: one failure fails the build.
-                            queue.lock().expect("queue lock").clear();
-                            bail!(
-                                "wasm-opt failed on {}:\n{}",
-                                file.display(),
-                                String::from_utf8_lossy(&out.stderr)
-                            );
-                        }
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a wasm-opt worker panicked"))
-            .collect::<Result<Vec<()>>>()
-            .map(drop)
+    crate::cores::each(files, |file| {
+        let out = Command::new("wasm-opt")
+            .args(args)
+            .arg(&file)
+            .arg("-o")
+            .arg(&file)
+            .output()
+            .context("starting wasm-opt")?;
+        if !out.status.success() {
+            bail!(
+                "wasm-opt failed on {}:\n{}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
     })
 }
 

@@ -16,6 +16,7 @@
 
 mod cargo;
 mod config;
+mod cores;
 mod features;
 mod front;
 mod pack;

@@ -35,23 +35,8 @@ pub fn precompress(dir: &Path) -> Result<()> {
     let mut files = Vec::new();
     served_files(dir, &mut files)?;
     files.sort_by_key(|(len, _)| *len);
-    let queue = std::sync::Mutex::new(files);
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| -> Result<()> {
-                    loop {
-                        let next = queue.lock().expect("queue lock").pop();
-                        let Some((_, path)) = next else { return Ok(()) };
-                        write_compressed(&path, &fs::read(&path)?)?;
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().expect("a compressing thread panicked"))
+    crate::cores::each(files, |(_, path)| {
+        write_compressed(&path, &fs::read(&path)?)
     })
 }
 

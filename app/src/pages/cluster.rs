@@ -138,7 +138,7 @@ impl At {
     /// the live channel reconnects, or `refreshed` counts a Refresh (which has HyperPod's
     /// nodes read now rather than taken from a read a few seconds old).
     fn described(self, refreshed: RwSignal<u32>) -> Resource<Result<ClusterDescription, ApiError>> {
-        let refreshes_seen = StoredValue::new(refreshed.get_untracked());
+        let refreshes = Refreshes::new(refreshed);
         Resource::new(
             move || {
                 (
@@ -148,13 +148,31 @@ impl At {
                     refreshed.get(),
                 )
             },
-            move |(name, _, _, refreshes)| async move {
+            move |(name, _, _, count)| async move {
                 let name = EksClusterName::parse(&name).map_err(|m| ApiError::field("name", m))?;
-                let refresh = refreshes != refreshes_seen.get_value();
-                refreshes_seen.set_value(refreshes);
+                let refresh = refreshes.asked(count);
                 call(&DescribeCluster { name, refresh }).await
             },
         )
+    }
+}
+
+/// Whether a read was asked for by Refresh (`refreshed` counts the clicks), rather than
+/// by a filter, a page, the live channel or an operation: only then is HyperPod read now
+/// (`refresh: true`) instead of answered from the node view's recent read.
+#[derive(Clone, Copy)]
+struct Refreshes(StoredValue<u32>);
+
+impl Refreshes {
+    fn new(refreshed: RwSignal<u32>) -> Self {
+        Refreshes(StoredValue::new(refreshed.get_untracked()))
+    }
+
+    /// Whether the count moved since the last read (which `count` now is).
+    fn asked(self, count: u32) -> bool {
+        let asked = count != self.0.get_value();
+        self.0.set_value(count);
+        asked
     }
 }
 
@@ -253,7 +271,7 @@ pub fn NodesTab() -> impl IntoView {
     let nodes = NodesView::default();
     // The Refresh button has HyperPod read now; the other reasons to ask again (a filter,
     // a page, an operation that moved: the server sees that one itself) take the view.
-    let refreshes_seen = StoredValue::new(0u32);
+    let refreshes = Refreshes::new(refreshed);
     let node_page = Resource::new(
         move || {
             (
@@ -263,10 +281,9 @@ pub fn NodesTab() -> impl IntoView {
                 refreshed.get(),
             )
         },
-        move |(request, _, _, refreshes)| async move {
+        move |(request, _, _, count)| async move {
             let mut request = request?;
-            request.refresh = refreshes != refreshes_seen.get_value();
-            refreshes_seen.set_value(refreshes);
+            request.refresh = refreshes.asked(count);
             call(&request).await
         },
     );
