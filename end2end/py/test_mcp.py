@@ -1,6 +1,7 @@
 """The official MCP Python client against hypd: streamable HTTP and stdio (`hypd mcp`),
 each in the client's default mode (server/discover first) and legacy mode (initialize)."""
 
+import base64
 import json
 import time
 
@@ -321,6 +322,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(nodes_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(features_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(keys_through_mcp, http_transport(hypd, hypd.admin_token), hypd)
+    anyio.run(storage_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
@@ -587,6 +589,69 @@ async def nodes_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
         [updated] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu"}))["nodes"]
         assert updated["image_release"] == "2025.09.15", updated
+
+
+async def storage_through_mcp(server, hypd, sim):
+    """A bucket of the user's mounted through MCP (the plan first, then the operation),
+    bound in the API server and mounted by a pod kubectl starts; a file put in and
+    listed at the path the pod sees; deleting the storage refused while the pod runs,
+    then done in two steps, the user's bucket and its data left as they were."""
+    import tempfile
+
+    name = "mcp-gpu"
+    s3 = aws("s3", hypd.env["AWS_ENDPOINT_URL"])
+    s3.create_bucket(Bucket="mcp-user-datasets")
+    async with Client(server) as client:
+        mount = {"name": name, "storage": "datasets", "bucket": "mcp-user-datasets", "mount_path": "/mnt/datasets"}
+        # The same field error as REST, from the same type.
+        bad = await client.call_tool("create_s3_storage", {**mount, "mount_path": "/etc/data"})
+        assert bad.is_error and bad.structured_content["error"]["errors"][0]["field"] == "mount_path", bad
+        status, body = rest_call(hypd, "create_s3_storage", {**mount, "mount_path": "/etc/data"})
+        assert status == 422 and body == bad.structured_content, body
+        dry = structured(await client.call_tool("create_s3_storage", {**mount, "dry_run": True}))
+        planned = [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]]
+        # The bucket exists: nothing is made of it.
+        assert planned == [("create", "k8s:v1/PersistentVolume"), ("create", "k8s:v1/PersistentVolumeClaim")], dry
+        waited = await finished(client, structured(await client.call_tool("create_s3_storage", mount))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        claim = json.loads(kubectl(sim, name, "get", "pvc", "datasets", "-o", "json"))
+        assert claim["status"]["phase"] == "Bound", claim
+
+        put = structured(await client.call_tool("upload_storage_file", {
+            "name": name, "storage": "datasets", "key": "sft/train.jsonl",
+            "content_base64": base64.b64encode(b'{"prompt": "hi", "completion": "hello"}\n').decode()}))
+        assert put["path_in_pods"] == "/mnt/datasets/sft/train.jsonl" and put["size_bytes"] == 40, put
+        inside = structured(await client.call_tool("list_storage_contents", {"name": name, "storage": "datasets", "prefix": "sft/"}))
+        assert [(f["key"], f["path_in_pods"]) for f in inside["files"]] == [("sft/train.jsonl", "/mnt/datasets/sft/train.jsonl")], inside
+
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "trainer", "annotations": {"sim.hypd.dev/run-seconds": "100000000"}},
+               "spec": {"containers": [{"name": "c", "image": "python:3.12",
+                                        "volumeMounts": [{"name": "d", "mountPath": "/mnt/datasets"}]}],
+                        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "datasets"}}]}}
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(pod, f)
+            f.flush()
+            kubectl(sim, name, "apply", "-f", f.name)
+        listed = structured(await client.call_tool("list_storage", {"name": name}))
+        by_name = {x["name"]: x for x in listed["storage"]}
+        assert [u["pod"] for u in by_name["datasets"]["used_by"]] == ["trainer"], listed
+        assert by_name["shared-s3"]["shared"] and by_name["shared-s3"]["mount_path"] == "/s3", listed
+
+        refused = await client.call_tool("delete_storage", {"name": name, "storage": "datasets"})
+        assert refused.is_error, refused
+        error = refused.structured_content["error"]["errors"][0]
+        assert error["field"] == "storage" and "default/trainer" in error["message"], error
+        kubectl(sim, name, "delete", "pod", "trainer", "--wait=false")
+        first = structured(await client.call_tool("delete_storage", {"name": name, "storage": "datasets"}))
+        deleted = {c["kind"] for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete"}
+        assert deleted == {"k8s:v1/PersistentVolume", "k8s:v1/PersistentVolumeClaim"}, first["plan"]
+        confirmed = {"name": name, "storage": "datasets", "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("delete_storage", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        assert waited["operation"]["outputs"]["kept"] == "kept bucket mcp-user-datasets: hypd did not create it", waited
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="mcp-user-datasets").get("Contents", [])]
+    assert keys == ["sft/train.jsonl"], keys
 
 
 async def features_through_mcp(server, hypd, sim):

@@ -574,6 +574,61 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   assert.deepEqual(errors, []);
 });
 
+test('an operator mounts a second bucket, uploads a file into it, finds it where pods see it, and unmounts it', async () => {
+  const { page, errors } = await newPage();
+  await signIn(page, admin, '/clusters/e2e-ml/storage');
+  // The shared bucket, browsed at /s3 until another storage is chosen.
+  await page.waitForSelector('.storage-table tr[data-storage="shared-s3"] .state-bound');
+  await page.waitForSelector('.storage-browser[data-storage="shared-s3"] .in-pods:text-is("/s3")');
+  await settled(page);
+  // Mount a bucket: the plan first (a new bucket, its volume and claim), then the run.
+  await page.fill('form.add-storage input[name="storage"]', 'data');
+  await page.click('form.add-storage button[type="submit"]');
+  await page.waitForSelector('form.add-storage .plan li[data-kind="s3:Bucket"][data-action="create"]');
+  await page.waitForSelector('form.add-storage .plan li[data-kind="k8s:v1/PersistentVolumeClaim"][data-action="create"]');
+  await page.click('form.add-storage button[type="submit"]');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/storage', server.url).href);
+  await hydrated(page);
+  const row = '.storage-table tr[data-storage="data"]';
+  await page.waitForSelector(`${row} .state-bound`);
+  assert.match(await page.textContent(row), /\/mnt\/data/);
+  await settled(page);
+  // Browse it and upload a script into a folder of its own.
+  await page.click(`${row} button.browse-storage`);
+  await page.waitForSelector('.storage-browser[data-storage="data"] .in-pods:text-is("/mnt/data")');
+  await page.setInputFiles('form.upload input[type="file"]', {
+    name: 'train.py',
+    mimeType: 'text/x-python',
+    buffer: Buffer.from("print('hello from the console')\n"),
+  });
+  await page.fill('form.upload input[name="key"]', 'scripts/train.py');
+  await page.click('form.upload button[type="submit"]');
+  await page.waitForSelector('form.upload .plan li[data-kind="s3:Object"][data-action="create"]');
+  await page.click('form.upload button[type="submit"]');
+  await page.waitForSelector('form.upload .done:text("/mnt/data/scripts/train.py")');
+  await page.click('.storage-browser button.folder[data-folder="scripts/"]');
+  await page.waitForSelector('.storage-browser tr[data-key="scripts/train.py"]');
+  assert.match(await page.textContent('.storage-browser tr[data-key="scripts/train.py"]'), /32 B.*\/mnt\/data\/scripts\/train\.py/);
+  await shot(page, 'storage-browser');
+  // REST lists the same file at the same path.
+  const [status, listed] = await rest(server, admin, 'GET', '/api/v1/clusters/e2e-ml/storage/data/contents?prefix=scripts/');
+  assert.equal(status, 200, JSON.stringify(listed));
+  assert.deepEqual(listed.files.map((f) => [f.key, f.size_bytes, f.path_in_pods]), [['scripts/train.py', 32, '/mnt/data/scripts/train.py']]);
+  // Unmount: the plan and its confirmation, then the run; the bucket holds the script,
+  // so it is kept.
+  await page.click(`${row} button.delete-storage`);
+  await page.waitForSelector(`${row} .plan li[data-kind="k8s:v1/PersistentVolumeClaim"][data-action="delete"]`);
+  await page.click(`${row} button.delete-storage`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  const [s2, left] = await rest(server, admin, 'GET', '/api/v1/clusters/e2e-ml/storage');
+  assert.equal(s2, 200, JSON.stringify(left));
+  assert.deepEqual(left.storage.map((x) => x.name), ['shared-s3']);
+  assert.deepEqual(errors, []);
+});
+
 test('a viewer is offered no create button, and the server refuses it anyway', async () => {
   const { page, errors } = await newPage();
   await signIn(page, viewer);
@@ -594,6 +649,11 @@ test('a viewer is offered no create button, and the server refuses it anyway', a
   await page.waitForSelector('table.nodes tbody tr');
   assert.equal(await page.locator('.node-actions').count(), 0);
   assert.equal(await page.locator('input.select-node').count(), 0);
+  // Its storage and files too, with nothing to mount, upload or delete.
+  await page.goto(new URL('/clusters/e2e-ml/storage', server.url).href);
+  await page.waitForSelector('.storage-table tr[data-storage="shared-s3"]');
+  await page.waitForSelector('.storage-browser .where');
+  assert.equal(await page.locator('form.add-storage, form.upload, button.delete-storage').count(), 0);
 
   const request = {
     name: 'e2e-viewer-ml',

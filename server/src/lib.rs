@@ -20,6 +20,7 @@ pub mod retention;
 pub mod sandbox;
 pub mod service;
 pub mod software;
+pub mod storage;
 pub mod store;
 pub mod telemetry;
 pub mod tokens;

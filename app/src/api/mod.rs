@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod operations;
 pub mod plan;
 pub mod software;
+pub mod storage;
 pub mod tokens;
 pub mod values;
 
@@ -47,6 +48,11 @@ macro_rules! for_each_command {
             $crate::api::nodes::ReplaceNodes,
             $crate::api::nodes::DeleteNodes,
             $crate::api::software::UpdateClusterSoftware,
+            $crate::api::storage::ListStorage,
+            $crate::api::storage::CreateS3Storage,
+            $crate::api::storage::DeleteStorage,
+            $crate::api::storage::ListStorageContents,
+            $crate::api::storage::UploadStorageFile,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,

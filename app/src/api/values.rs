@@ -469,6 +469,74 @@ string_value!(
     KubernetesVersion, check_kubernetes_version,
     schema: { "type": "string", "maxLength": 4, "pattern": "^1\\.[0-9]{1,2}$", "examples": ["1.33"] }
 );
+/// A Kubernetes DNS label short enough to name a bucket after it with the cluster's name.
+fn check_storage_name(s: &str) -> Result<(), String> {
+    let ok = (1..=40).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a storage name is 1-40 characters of lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (got {})",
+            shown(s)
+        ))
+    }
+}
+
+/// Where pods must not mount storage: the system's own directories, and `/s3`, which is
+/// the cluster's shared bucket in every pod.
+const RESERVED_MOUNTS: &[&str] = &[
+    "/s3", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin",
+    "/sys", "/tmp", "/usr", "/var",
+];
+
+fn check_mount_path(s: &str) -> Result<(), String> {
+    let segments: Vec<&str> = s.strip_prefix('/').unwrap_or("").split('/').collect();
+    let shape = (2..=128).contains(&s.len())
+        && s.starts_with('/')
+        && segments.iter().all(|seg| {
+            !seg.is_empty()
+                && *seg != "."
+                && *seg != ".."
+                && seg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        });
+    if !shape {
+        return Err(format!(
+            "a mount path is an absolute path of 2-128 characters, its parts letters, digits, '-', '_' and '.' (no '.' or '..' parts, no trailing '/'), e.g. /mnt/data (got {})",
+            shown(s)
+        ));
+    }
+    match RESERVED_MOUNTS
+        .iter()
+        .find(|r| s == **r || s.starts_with(&format!("{r}/")))
+    {
+        Some(r) => Err(format!(
+            "{r} is reserved ({}); choose e.g. /mnt/data",
+            if *r == "/s3" {
+                "the cluster's shared bucket is mounted there"
+            } else {
+                "a system directory"
+            }
+        )),
+        None => Ok(()),
+    }
+}
+
+string_value!(
+    /// A storage's name: the PersistentVolumeClaim workloads mount.
+    StorageName, check_storage_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 40, "pattern": "^[a-z]([a-z0-9-]*[a-z0-9])?$" }
+);
+string_value!(
+    /// Where pods mount a storage (absolute; not /s3 or a system directory).
+    MountPath, check_mount_path,
+    schema: { "type": "string", "minLength": 2, "maxLength": 128, "pattern": "^(/[A-Za-z0-9._-]+)+$", "examples": ["/mnt/data"] }
+);
 string_value!(
     /// A name for an API token, to recognise it in lists and the audit log.
     TokenName, check_token_name,

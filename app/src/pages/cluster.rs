@@ -17,6 +17,7 @@ use super::features::FeaturesPanel;
 use super::gate::{Gate, text};
 use super::groups::{AddGroup, AddGroupForm, GroupActions};
 use super::nodes::{NodesPanel, NodesView};
+use super::storage::StoragePanel;
 use super::{StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
@@ -132,6 +133,17 @@ impl At {
 
     fn target(self) -> String {
         format!("cluster/{}", self.name.get())
+    }
+
+    /// Whether the cluster is active or imported: only then are there features and
+    /// storage to read from it.
+    fn usable(self) -> Signal<bool> {
+        Signal::derive(move || {
+            self.record
+                .get()
+                .and_then(Result::ok)
+                .is_some_and(|c| matches!(c.status.as_str(), "active" | "imported"))
+        })
     }
 
     /// What AWS says about the cluster now, asked again when an operation on it moves,
@@ -301,13 +313,7 @@ pub fn NodesTab() -> impl IntoView {
 #[component]
 pub fn FeaturesTab() -> impl IntoView {
     let at = At::new();
-    // Only an active or imported cluster has features to read.
-    let usable = Signal::derive(move || {
-        at.record
-            .get()
-            .and_then(Result::ok)
-            .is_some_and(|c| matches!(c.status.as_str(), "active" | "imported"))
-    });
+    let usable = at.usable();
     view! {
         <Frame at tab=Tab::Features>
             {move || view! { <FeaturesPanel name=at.name.get() usable/> }}
@@ -315,15 +321,15 @@ pub fn FeaturesTab() -> impl IntoView {
     }
 }
 
-/// The storage the cluster reports (persistent volumes and their claims).
+/// The cluster's storage, its files, and the forms that change them, read from the
+/// browser once the page is up.
 #[component]
 pub fn StorageTab() -> impl IntoView {
     let at = At::new();
-    let refreshed = RwSignal::new(0u32);
-    let described = at.described(refreshed);
+    let usable = at.usable();
     view! {
         <Frame at tab=Tab::Storage>
-            <Described described refreshed show=|d, _| view! { <StorageTable d/> }/>
+            {move || view! { <StoragePanel name=at.name.get() usable/> }}
         </Frame>
     }
 }
@@ -677,36 +683,6 @@ fn AddonsTable(d: ClusterDescription) -> impl IntoView {
                     <td>"Component"</td>
                     <td class="mono">{or_dash(c.version)}</td>
                     <td><StateBadge state=c.state.clone()/></td>
-                </tr>
-            }).collect_view()}
-        </TablePanel>
-    }
-}
-
-/// The storage the cluster reports.
-#[component]
-fn StorageTable(d: ClusterDescription) -> impl IntoView {
-    view! {
-        <TablePanel
-            title="Storage"
-            class="storage"
-            caption="Storage"
-            columns={&["Kind", "Bucket", "Claim", "Phase"]}
-            empty="No storage reported by the cluster yet."
-            is_empty={d.storage.is_empty()}
-        >
-            {d.storage.into_iter().map(|s| view! {
-                <tr>
-                    <th scope="row">{s.kind.clone()}</th>
-                    <td class="mono">{or_dash(s.bucket)}</td>
-                    <td class="mono">
-                        {match (s.namespace, s.pvc) {
-                            (Some(ns), Some(p)) => format!("{ns}/{p}"),
-                            (None, Some(p)) => p,
-                            _ => "—".into(),
-                        }}
-                    </td>
-                    <td><StateBadge state=or_dash(s.phase)/></td>
                 </tr>
             }).collect_view()}
         </TablePanel>

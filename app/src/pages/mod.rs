@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod operations;
 pub mod overview;
 mod progress;
+pub mod storage;
 pub mod tokens;
 
 use leptos::either::EitherOf3;

@@ -15,7 +15,7 @@ use super::network::{self, Network};
 use crate::aws::Aws;
 use crate::inspect;
 use crate::operation::pipeline::Progress;
-use crate::resources::s3::bucket::Bucket;
+use crate::resources::s3::bucket::{Bucket, Files};
 use crate::resources::s3::object::Object;
 use crate::resources::sagemaker::capacity::{self, quota_name};
 use crate::resources::sagemaker::cluster::{
@@ -284,10 +284,11 @@ pub async fn ensure(aws: &Aws, cx: &Context<'_>, made: &mut Made) -> Result<Prog
         region: cx.region.to_owned(),
         cluster: cx.cluster.to_owned(),
         want: Want::Present(()),
-        hypd_prefix: LIFECYCLE_PREFIX.to_owned(),
+        hypd_files: Files::Under(LIFECYCLE_PREFIX.to_owned()),
         field: "storage.s3_bucket",
         // The user may name a bucket of theirs: never take one without hypd's tags.
         adopt: false,
+        harden: false,
     })
     .await?;
     made.bucket_created |= bucket.created;
@@ -422,10 +423,11 @@ pub async fn delete_bucket(
         region: region.to_owned(),
         cluster: cluster.to_owned(),
         want: Want::Absent,
-        hypd_prefix: LIFECYCLE_PREFIX.to_owned(),
+        hypd_files: Files::Under(LIFECYCLE_PREFIX.to_owned()),
         field: "storage.s3_bucket",
         // The user may name a bucket of theirs: never take one without hypd's tags.
         adopt: false,
+        harden: false,
     };
     let after = converge(&b).await?;
     Ok(b.kept(&after))

@@ -15,9 +15,9 @@ use crate::resources::kube::{self as kubernetes};
 use crate::resources::tags::K8S_MANAGED_BY;
 
 /// The claim workloads mount, in this namespace, at `MOUNT_PATH`.
-pub const CLAIM: &str = "shared-s3";
+pub const CLAIM: &str = app::api::storage::SHARED_CLAIM;
 pub const NAMESPACE: &str = "default";
-pub const MOUNT_PATH: &str = "/s3";
+pub const MOUNT_PATH: &str = app::api::storage::SHARED_MOUNT;
 /// Mountpoint's CSI driver name.
 pub const DRIVER: &str = "s3.csi.aws.com";
 
@@ -32,16 +32,33 @@ pub struct Storage {
     pub phase: String,
 }
 
-fn volume_name(bucket: &str) -> String {
+pub fn volume_name(bucket: &str) -> String {
     // PersistentVolumes are cluster-wide; naming it after the bucket keeps two buckets
     // apart and makes a re-run find the same one.
     format!("s3-{bucket}")
 }
 
-/// The PersistentVolume and claim for `bucket` in `region`.
+/// The PersistentVolume and claim of the cluster's shared `bucket` in `region`.
 pub fn manifests(bucket: &str, region: &str) -> (PersistentVolume, PersistentVolumeClaim) {
+    volume(bucket, region, CLAIM, None)
+}
+
+/// The label every storage hypd mounts carries (its value the kind, `s3`): how
+/// `list_storage` finds them.
+pub const STORAGE_LABEL: &str = "hypd/storage";
+/// The claim's annotation saying where pods mount it (the shared claim has none: `/s3`).
+pub const MOUNT_ANNOTATION: &str = "hypd.dev/mount-path";
+
+/// The PersistentVolume for `bucket` in `region` and its claim `claim`, which pods
+/// mount at `mount` (recorded on the claim).
+pub fn volume(
+    bucket: &str,
+    region: &str,
+    claim: &str,
+    mount: Option<&str>,
+) -> (PersistentVolume, PersistentVolumeClaim) {
     let pv_name = volume_name(bucket);
-    let labels = json!({ K8S_MANAGED_BY.0: K8S_MANAGED_BY.1, "hypd/storage": "s3" });
+    let labels = json!({ K8S_MANAGED_BY.0: K8S_MANAGED_BY.1, STORAGE_LABEL: "s3" });
     // Mountpoint ignores capacity; Kubernetes requires one, and the claim must ask for
     // no more than the volume offers.
     let capacity = "1200Gi";
@@ -54,19 +71,24 @@ pub fn manifests(bucket: &str, region: &str) -> (PersistentVolume, PersistentVol
             "persistentVolumeReclaimPolicy": "Retain",
             // Empty: bound only to the claim below, never by a storage class.
             "storageClassName": "",
-            "claimRef": { "namespace": NAMESPACE, "name": CLAIM },
+            "claimRef": { "namespace": NAMESPACE, "name": claim },
             "mountOptions": ["allow-delete", "allow-other", format!("region {region}")],
             "csi": {
                 "driver": DRIVER,
+                // Unique per bucket: two volumes with one handle are mounted as one.
                 "volumeHandle": format!("s3-csi-{bucket}"),
                 "volumeAttributes": { "bucketName": bucket },
             },
         },
     }))
     .expect("the PersistentVolume matches its type");
+    let mut metadata = json!({ "name": claim, "namespace": NAMESPACE, "labels": labels });
+    if let Some(mount) = mount {
+        metadata["annotations"] = json!({ MOUNT_ANNOTATION: mount });
+    }
     let pvc = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": { "name": CLAIM, "namespace": NAMESPACE, "labels": labels },
+        "metadata": metadata,
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "storageClassName": "",

@@ -22,7 +22,7 @@ use crate::cluster::managed::Where;
 use crate::operation::pipeline::Progress;
 use crate::resources::eks::addon::{Addon, State as AddonState};
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
-use crate::resources::s3::bucket::Bucket;
+use crate::resources::s3::bucket::{Bucket, Files};
 use crate::resources::{Resource, Want, converge, is_planning, missing, plan};
 
 /// The controller's Deployment, whose service account the execution role trusts.
@@ -182,10 +182,11 @@ fn bucket(aws: &Aws, region: &str, cluster: &str, name: &str, on: bool) -> Bucke
         cluster: cluster.to_owned(),
         want: if on { Want::Present(()) } else { Want::Absent },
         // Everything in it is the operator's: certificates of its endpoints.
-        hypd_prefix: String::new(),
+        hypd_files: Files::All,
         field: Feature::InferenceOperator.as_str(),
         // Its name is hypd's own (`tls_bucket`).
         adopt: true,
+        harden: false,
     }
 }
 

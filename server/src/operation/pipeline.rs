@@ -253,6 +253,8 @@ macro_rules! for_each_pipeline {
             app::api::nodes::DeleteNodes,
             app::api::software::UpdateClusterSoftware,
             app::api::features::UpdateFeatures,
+            app::api::storage::CreateS3Storage,
+            app::api::storage::DeleteStorage,
         }
     };
 }
@@ -456,7 +458,9 @@ mod tests {
                 "unneeded"
             ]
         );
-        assert_eq!(names.len(), 12, "a new pipeline: add its stored names here");
+        assert_eq!(of("create_s3_storage"), ["bucket", "volume", "bound"]);
+        assert_eq!(of("delete_storage"), ["claim", "volume", "bucket"]);
+        assert_eq!(names.len(), 14, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -465,7 +465,14 @@ pub fn changed_kind(service: &str, operation: &str) -> Option<String> {
             ("eks", "CreatePodIdentityAssociation" | "DeletePodIdentityAssociation") => {
                 "eks:PodIdentityAssociation"
             }
-            ("s3", "CreateBucket" | "PutBucketTagging" | "DeleteBucket") => "s3:Bucket",
+            (
+                "s3",
+                "CreateBucket"
+                | "PutBucketTagging"
+                | "PutPublicAccessBlock"
+                | "PutBucketEncryption"
+                | "DeleteBucket",
+            ) => "s3:Bucket",
             ("s3", "PutObject" | "DeleteObject" | "DeleteObjects") => "s3:Object",
             (
                 "sagemaker",

@@ -407,6 +407,45 @@ pub const CASES: &[Case] = &[
         // Near its end, after the namespace, CRDs and Deployments.
         calls: &[call("keda", "kubernetes", "patch APIService")],
     },
+    Case {
+        command: "create_s3_storage",
+        given: created,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/storage");
+            (Method::POST, path, json!({ "storage": "data" }))
+        },
+        check: |world, hypd, token, name| {
+            crate::storage::assert_storage(world, hypd, token, name, true);
+        },
+        // The pre-flight and the volume stage read the claim before `bound` does.
+        calls: &[
+            call("bucket", "s3", "PutBucketEncryption"),
+            call("volume", "kubernetes", "patch PersistentVolumeClaim"),
+            Call {
+                after: 2,
+                ..call("bound", "kubernetes", "get PersistentVolumeClaim")
+            },
+        ],
+    },
+    Case {
+        command: "delete_storage",
+        given: |world, hypd, token, name| {
+            created(world, hypd, token, name);
+            crate::storage::added(hypd, token, name, "data");
+        },
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/storage/data");
+            (Method::DELETE, path, json!({}))
+        },
+        check: |world, hypd, token, name| {
+            crate::storage::assert_storage(world, hypd, token, name, false);
+        },
+        calls: &[
+            call("claim", "kubernetes", "delete PersistentVolumeClaim"),
+            call("volume", "kubernetes", "delete PersistentVolume"),
+            call("bucket", "s3", "DeleteBucket"),
+        ],
+    },
 ];
 
 /// The cases to run: all, or those `HYPD_HARNESS_CASES` names (comma-separated

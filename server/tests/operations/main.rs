@@ -16,6 +16,7 @@ mod groups;
 mod harness;
 mod nodes;
 mod sandbox;
+mod storage;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -7,7 +7,11 @@
 
 use app::api::ApiError;
 use app::api::plan::{Action, Change};
-use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration, Tag, Tagging};
+use aws_sdk_s3::types::{
+    BucketLocationConstraint, CreateBucketConfiguration, PublicAccessBlockConfiguration,
+    ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
+    ServerSideEncryptionRule, Tag, Tagging,
+};
 use serde_json::json;
 
 use super::Client;
@@ -21,14 +25,39 @@ pub struct Bucket {
     pub name: String,
     pub region: String,
     pub cluster: String,
-    /// Absent: the key prefix of hypd's own objects, which may be deleted with it.
     pub want: Want<()>,
-    pub hypd_prefix: String,
+    /// Absent: which keys are hypd's own, which may be deleted with it.
+    pub hypd_files: Files,
     /// The request field a name taken by another account is blamed on.
     pub field: &'static str,
     /// Only hypd makes a bucket of this name: found untagged in this account, it is
     /// hypd's own, cut off between CreateBucket and PutBucketTagging.
     pub adopt: bool,
+    /// A bucket hypd creates gets public access blocked and default encryption set
+    /// explicitly (new buckets have both in AWS today; a policy or an older default
+    /// must not decide it for a bucket hypd mounts in pods).
+    pub harden: bool,
+}
+
+/// Which keys of a bucket are hypd's own files (so a bucket holding only them may go).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Files {
+    /// Every key: a bucket only hypd's components write to.
+    All,
+    /// Keys under this prefix (the lifecycle scripts); the rest is data.
+    Under(String),
+    /// None: every key is the user's data.
+    None,
+}
+
+impl Files {
+    fn holds(&self, key: &str) -> bool {
+        match self {
+            Files::All => true,
+            Files::Under(prefix) => key.starts_with(prefix.as_str()),
+            Files::None => false,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,11 +73,8 @@ pub struct Observed {
 
 impl Observed {
     /// Keys that are not hypd's own files.
-    pub fn data(&self, hypd_prefix: &str) -> usize {
-        self.keys
-            .iter()
-            .filter(|k| !k.starts_with(hypd_prefix))
-            .count()
+    pub fn data(&self, hypd_files: &Files) -> usize {
+        self.keys.iter().filter(|k| !hypd_files.holds(k)).count()
     }
 }
 
@@ -61,11 +87,11 @@ pub enum Op {
 }
 
 /// The changes for `want` given what was found. Pure.
-pub fn diff(want: &Want<()>, o: &Observed, hypd_prefix: &str, adopt: bool) -> Vec<Op> {
+pub fn diff(want: &Want<()>, o: &Observed, hypd_files: &Files, adopt: bool) -> Vec<Op> {
     match want {
         Want::Present(()) if !o.exists => vec![Op::Create],
         Want::Present(()) if !o.ours && adopt => vec![Op::Tag],
-        Want::Absent if o.exists && (o.ours || adopt) && o.data(hypd_prefix) == 0 => {
+        Want::Absent if o.exists && (o.ours || adopt) && o.data(hypd_files) == 0 => {
             let mut ops: Vec<Op> = o.keys.iter().cloned().map(Op::DeleteObject).collect();
             ops.push(Op::Delete);
             ops
@@ -95,12 +121,57 @@ impl Bucket {
         Ok(())
     }
 
+    /// Blocks public access and sets SSE-S3 default encryption, when `harden`. Both
+    /// calls set the whole configuration, so sending them again changes nothing.
+    async fn secure(&self) -> Result<(), ApiError> {
+        if !self.harden {
+            return Ok(());
+        }
+        let block = PublicAccessBlockConfiguration::builder()
+            .block_public_acls(true)
+            .ignore_public_acls(true)
+            .block_public_policy(true)
+            .restrict_public_buckets(true)
+            .build();
+        self.s3
+            .put_public_access_block()
+            .bucket(&self.name)
+            .public_access_block_configuration(block)
+            .send()
+            .await
+            .upstream("s3", "PutPublicAccessBlock")?;
+        let rule = ServerSideEncryptionRule::builder()
+            .apply_server_side_encryption_by_default(
+                ServerSideEncryptionByDefault::builder()
+                    .sse_algorithm(ServerSideEncryption::Aes256)
+                    .build()
+                    .map_err(ApiError::internal)?,
+            )
+            .build();
+        let encryption = ServerSideEncryptionConfiguration::builder()
+            .rules(rule)
+            .build()
+            .map_err(ApiError::internal)?;
+        self.s3
+            .put_bucket_encryption()
+            .bucket(&self.name)
+            .server_side_encryption_configuration(encryption)
+            .send()
+            .await
+            .upstream("s3", "PutBucketEncryption")?;
+        Ok(())
+    }
+
     /// Why a bucket that teardown leaves in place stays, if it does.
     pub fn kept(&self, o: &Observed) -> Option<String> {
-        let data = o.data(&self.hypd_prefix);
+        let data = o.data(&self.hypd_files);
+        let besides = match self.hypd_files {
+            Files::None => "",
+            _ => " besides hypd's own files",
+        };
         (o.exists && o.ours && data > 0).then(|| {
             format!(
-                "kept bucket {}: it holds {data} objects besides hypd's lifecycle scripts",
+                "kept bucket {}: it holds {data} objects{besides}",
                 self.name
             )
         })
@@ -162,7 +233,7 @@ impl Resource for Bucket {
     }
 
     fn diff(&self, observed: &Observed) -> Result<Vec<Op>, ApiError> {
-        Ok(diff(&self.want, observed, &self.hypd_prefix, self.adopt))
+        Ok(diff(&self.want, observed, &self.hypd_files, self.adopt))
     }
 
     async fn apply(&self, op: &Op, o: &mut Observed) -> Result<(), ApiError> {
@@ -196,6 +267,7 @@ impl Resource for Bucket {
                     }
                     Err(e) => return Err(e),
                 }
+                self.secure().await?;
                 self.tag().await?;
                 *o = Observed {
                     exists: true,
@@ -205,6 +277,8 @@ impl Resource for Bucket {
                 };
             }
             Op::Tag => {
+                // Cut off after CreateBucket: it may have missed its settings as well.
+                self.secure().await?;
                 self.tag().await?;
                 o.ours = true;
             }
@@ -272,6 +346,7 @@ mod tests {
 
     #[test]
     fn a_bucket_with_data_is_kept() {
+        let lifecycle = Files::Under("hypd/lifecycle".into());
         let o = Observed {
             exists: true,
             ours: true,
@@ -279,7 +354,7 @@ mod tests {
             created: false,
         };
         assert_eq!(
-            diff(&Want::Absent, &o, "hypd/lifecycle", false),
+            diff(&Want::Absent, &o, &lifecycle, false),
             [
                 Op::DeleteObject("hypd/lifecycle/on_create.sh".into()),
                 Op::Delete
@@ -289,15 +364,31 @@ mod tests {
             keys: vec!["hypd/lifecycle/on_create.sh".into(), "data/x".into()],
             ..o.clone()
         };
-        assert!(diff(&Want::Absent, &with_data, "hypd/lifecycle", false).is_empty());
-        let theirs = Observed { ours: false, ..o };
-        assert!(diff(&Want::Absent, &theirs, "hypd/lifecycle", false).is_empty());
+        assert!(diff(&Want::Absent, &with_data, &lifecycle, false).is_empty());
+        let theirs = Observed {
+            ours: false,
+            ..o.clone()
+        };
+        assert!(diff(&Want::Absent, &theirs, &lifecycle, false).is_empty());
+        // A storage's bucket: every key is data, so only an empty one goes.
+        assert!(diff(&Want::Absent, &o, &Files::None, false).is_empty());
+        let empty = Observed {
+            keys: Vec::new(),
+            ..o.clone()
+        };
         assert_eq!(
-            diff(&Want::Present(()), &Observed::default(), "", false),
+            diff(&Want::Absent, &empty, &Files::None, false),
+            [Op::Delete]
+        );
+        assert_eq!(
+            diff(&Want::Present(()), &Observed::default(), &Files::All, false),
             [Op::Create]
         );
         // Untagged: the user's, unless only hypd makes a bucket of that name.
-        assert!(diff(&Want::Present(()), &theirs, "", false).is_empty());
-        assert_eq!(diff(&Want::Present(()), &theirs, "", true), [Op::Tag]);
+        assert!(diff(&Want::Present(()), &theirs, &Files::All, false).is_empty());
+        assert_eq!(
+            diff(&Want::Present(()), &theirs, &Files::All, true),
+            [Op::Tag]
+        );
     }
 }

@@ -1,0 +1,393 @@
+//! A cluster's storage: the buckets (and, later, file systems) hypd mounts in it as
+//! PersistentVolumes with claims, what is in them, and small files put into them. One
+//! rule holds every path together: what is at `s3://<bucket>/<key>` is at
+//! `<mount path>/<key>` in every pod that mounts the storage (`/s3/<key>` for the
+//! cluster's shared bucket), so the browser and the jobs name the same file alike.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::error::{ApiError, Problems};
+use super::operations::OperationRef;
+use super::plan::Gated;
+use super::values::{
+    BucketName, ClusterName, Confirmation, EksClusterName, IdempotencyKey, MountPath, StorageName,
+};
+
+/// The shared bucket's claim, made with the cluster and mounted at [`SHARED_MOUNT`].
+pub const SHARED_CLAIM: &str = "shared-s3";
+pub const SHARED_MOUNT: &str = "/s3";
+/// The largest file `upload_storage_file` takes (a request body is at most 1 MiB, and
+/// base64 is 4/3 of its bytes): scripts, configs, a small dataset.
+pub const UPLOAD_MAX_BYTES: usize = 512 * 1024;
+/// The most entries one page of `list_storage_contents` holds.
+pub const CONTENTS_PAGE_MAX: u32 = 1000;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListStorage {
+    /// The cluster's name.
+    pub name: EksClusterName,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StorageList {
+    pub name: String,
+    pub storage: Vec<StorageDetail>,
+    /// When the cluster was asked (RFC 3339, UTC).
+    pub fetched_at: String,
+}
+
+/// One storage as the cluster has it now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StorageDetail {
+    /// The claim's name, which the storage commands take.
+    pub name: String,
+    /// `s3` (Mountpoint for S3).
+    pub kind: String,
+    /// The cluster's shared bucket (made and deleted with the cluster).
+    pub shared: bool,
+    pub bucket: Option<String>,
+    pub persistent_volume: Option<String>,
+    pub namespace: String,
+    pub capacity: Option<String>,
+    /// The claim's phase: `Pending`, `Bound`, `Lost`.
+    pub phase: String,
+    /// Where pods mount it.
+    pub mount_path: String,
+    /// Pods not finished that mount it, with what runs them.
+    pub used_by: Vec<StorageUser>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StorageUser {
+    pub namespace: String,
+    pub pod: String,
+    /// e.g. `Job/llama-sft`, `ReplicaSet/vllm-7d9f`.
+    pub owner: Option<String>,
+    pub phase: String,
+}
+
+impl Command for ListStorage {
+    type Output = StorageList;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_storage",
+        summary: "List the storage hypd mounts in a cluster",
+        description: "Each storage (the shared bucket and those create_s3_storage added): kind, bucket, volume and claim, capacity, phase, where pods mount it, and the pods using it now. What is at s3://bucket/key is at <mount path>/key in every pod. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/storage",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateS3Storage {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub storage: StorageName,
+    // An existing bucket is used as it is and never deleted; omitted, hypd creates
+    // `<cluster>-<storage>-<account>` (tagged, public access blocked, encrypted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<BucketName>,
+    // Default /mnt/<storage>.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_path: Option<MountPath>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl CreateS3Storage {
+    /// Where pods mount it: the path asked for, or `/mnt/<storage>`.
+    pub fn mount(&self) -> String {
+        self.mount_path
+            .as_ref()
+            .map_or_else(|| format!("/mnt/{}", self.storage), |m| m.to_string())
+    }
+}
+
+impl Command for CreateS3Storage {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "create_s3_storage",
+        summary: "Mount another S3 bucket in a cluster",
+        description: "Adds a bucket as a PersistentVolume and claim `storage` (Mountpoint for S3), mounted at mount_path (default /mnt/<storage>). A named bucket that exists is used and never deleted; else hypd creates it (tagged, public access blocked, encrypted). Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/storage",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        if self.storage.as_str() == SHARED_CLAIM {
+            return Err(ApiError::field(
+                "storage",
+                format!("{SHARED_CLAIM} is the cluster's shared bucket; choose another name"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteStorage {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub storage: StorageName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
+}
+
+impl Command for DeleteStorage {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "delete_storage",
+        summary: "Unmount a storage from a cluster",
+        description: "Deletes a storage's claim and volume; refused while a pod mounts it. Its bucket is deleted only if hypd created it and it is empty. Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
+        effect: Effect::Destructive,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Delete,
+        path: "/api/v1/clusters/{name}/storage/{storage}",
+    };
+
+    super::command::gated_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        if self.storage.as_str() == SHARED_CLAIM {
+            return Err(ApiError::field(
+                "storage",
+                format!(
+                    "{SHARED_CLAIM} is the cluster's shared bucket: it goes with delete_cluster"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListStorageContents {
+    /// The cluster's name.
+    pub name: EksClusterName,
+    pub storage: StorageName,
+    // A folder, e.g. `data/` (default: the top).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_token: Option<String>,
+    // 1-1000, default 200.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StorageContents {
+    pub storage: String,
+    pub bucket: String,
+    pub prefix: String,
+    /// Where `prefix` is in pods.
+    pub mount_path: String,
+    /// Folders directly under `prefix`, each ending in `/`.
+    pub folders: Vec<String>,
+    pub files: Vec<StoredFile>,
+    /// Send it back as `page_token` for the next page.
+    pub next_page_token: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StoredFile {
+    pub key: String,
+    pub size_bytes: u64,
+    pub last_modified: Option<String>,
+    /// The file's path in pods.
+    pub path_in_pods: String,
+}
+
+impl Command for ListStorageContents {
+    type Output = StorageContents;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_storage_contents",
+        summary: "List the folders and files of a bucket-backed storage",
+        description: "Folders and files (size, modified, path in pods) directly under `prefix` of a storage's bucket, a page at a time (S3 ListObjectsV2). Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/storage/{storage}/contents",
+    };
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let mut errors = Problems::default();
+        if !self.prefix.is_empty() {
+            key_problems("prefix", self.prefix.trim_end_matches('/'), &mut errors);
+        }
+        if let Some(l) = self.limit
+            && !(1..=CONTENTS_PAGE_MAX).contains(&l)
+        {
+            errors.add(
+                "limit",
+                format!("a page holds 1-{CONTENTS_PAGE_MAX} entries"),
+            );
+        }
+        if self.page_token.as_ref().is_some_and(|t| t.len() > 2048) {
+            errors.add(
+                "page_token",
+                "a page token is the next_page_token an earlier page returned",
+            );
+        }
+        errors.into_result()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UploadStorageFile {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub storage: StorageName,
+    // The file's key, e.g. `scripts/train.py` (at <mount path>/scripts/train.py in pods).
+    pub key: String,
+    // The file's bytes, base64 (at most 512 KiB once decoded).
+    pub content_base64: String,
+    // Write over a file already at `key` (default: refused).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UploadedFile {
+    pub storage: String,
+    pub bucket: String,
+    pub key: String,
+    pub size_bytes: u64,
+    pub path_in_pods: String,
+    /// A file was at `key` before and is now replaced.
+    pub replaced: bool,
+}
+
+impl Command for UploadStorageFile {
+    type Output = Gated<UploadedFile>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "upload_storage_file",
+        summary: "Put a small file (script, config, dataset) into a storage's bucket",
+        description: "Writes `content_base64` (at most 512 KiB) at `key` of a storage's bucket; at <mount path>/<key> in pods. A file already there is replaced only with `replace: true`. `dry_run: true` returns only the plan.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("list_storage_contents"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/storage/{storage}/files",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let mut errors = Problems::default();
+        key_problems("key", &self.key, &mut errors);
+        // Base64 of the largest file, padded.
+        if self.content_base64.len() > UPLOAD_MAX_BYTES.div_ceil(3) * 4 {
+            errors.add(
+                "content_base64",
+                format!(
+                    "at most {} KiB once decoded; copy larger files with `aws s3 cp`",
+                    UPLOAD_MAX_BYTES / 1024
+                ),
+            );
+        }
+        errors.into_result()
+    }
+}
+
+/// Where `key` of a storage mounted at `mount` is in pods.
+pub fn path_in_pods(mount: &str, key: &str) -> String {
+    if key.is_empty() {
+        mount.to_owned()
+    } else {
+        format!("{mount}/{key}")
+    }
+}
+
+/// A key must be a path inside the mount: parts separated by `/`, none empty, `.` or
+/// `..` (Mountpoint could not show them as files), no control characters, at most S3's
+/// 1,024 bytes.
+fn key_problems(field: &str, key: &str, errors: &mut Problems) {
+    let parts_ok = key
+        .split('/')
+        .all(|p| !p.is_empty() && p != "." && p != "..");
+    let chars_ok = !key.chars().any(char::is_control);
+    if key.is_empty() || key.len() > 1024 || !parts_ok || !chars_ok {
+        errors.add(
+            field,
+            "a path inside the storage, e.g. scripts/train.py: 1-1024 bytes, parts separated by '/', none empty, '.' or '..', no leading '/', no control characters",
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(r: Result<(), ApiError>) -> String {
+        match r {
+            Err(ApiError::Validation { errors }) => errors[0].field.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn keys_are_paths_inside_the_mount() {
+        let upload = |key: &str| UploadStorageFile {
+            name: "ml-1".parse().unwrap(),
+            storage: "data".parse().unwrap(),
+            key: key.to_owned(),
+            content_base64: "aGk=".to_owned(),
+            replace: false,
+            dry_run: false,
+        };
+        assert!(upload("scripts/train.py").validate().is_ok());
+        for bad in ["", "/etc/passwd", "a//b", "a/../b", "a/", "./a", "a\nb"] {
+            assert_eq!(field_of(upload(bad).validate()), "key", "{bad:?}");
+        }
+        let mut big = upload("x");
+        big.content_base64 = "A".repeat(UPLOAD_MAX_BYTES / 3 * 4 + 8);
+        assert_eq!(field_of(big.validate()), "content_base64");
+        assert_eq!(path_in_pods("/s3", "data/x.jsonl"), "/s3/data/x.jsonl");
+    }
+
+    #[test]
+    fn the_shared_bucket_is_not_created_or_deleted_here() {
+        let create: CreateS3Storage =
+            serde_json::from_value(serde_json::json!({"name": "ml-1", "storage": "shared-s3"}))
+                .unwrap();
+        assert_eq!(field_of(create.validate()), "storage");
+        let other: CreateS3Storage =
+            serde_json::from_value(serde_json::json!({"name": "ml-1", "storage": "data"})).unwrap();
+        assert_eq!(other.mount(), "/mnt/data");
+        for bad in ["/s3", "/s3/x", "/etc", "relative", "/mnt/../etc", "/mnt/"] {
+            assert!(bad.parse::<MountPath>().is_err(), "{bad}");
+        }
+        assert!("/mnt/data".parse::<MountPath>().is_ok());
+        assert!("/s3data".parse::<MountPath>().is_ok());
+    }
+}

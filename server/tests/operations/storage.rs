@@ -1,0 +1,319 @@
+//! A cluster's storage through REST against moto + hypd-sim: a second bucket mounted
+//! (planned, created hardened, its claim bound in the emulated API server), listed with
+//! the shared one, browsed and written to at the paths pods see, refused with the field
+//! and the rule where it would collide, and deleted only once no pod mounts it — its
+//! bucket kept while it holds data.
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::FAST;
+use crate::common::cluster::{kube_client, small, world_with_cluster};
+use crate::common::{Hypd, World};
+
+/// Adds storage `storage` (a new bucket) to cluster `name` and waits for it.
+pub fn added(hypd: &Hypd, token: &str, name: &str, storage: &str) {
+    let path = format!("/api/v1/clusters/{name}/storage");
+    let (status, started) = hypd.call(
+        token,
+        Method::POST,
+        &path,
+        Some(json!({ "storage": storage })),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+}
+
+/// Cluster `name` has storage `data` (Bound, on exactly one hardened bucket made for
+/// it) beside the shared one, or (`present` false) only the shared one and no bucket
+/// made for `data` is left.
+pub fn assert_storage(world: &World, hypd: &Hypd, token: &str, name: &str, present: bool) {
+    let listed = storage(hypd, token, name);
+    let names: Vec<&str> = listed.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let prefix = format!("{}-data-", name.to_lowercase());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (buckets, hardened) = rt.block_on(async {
+        let conf = world.moto_sdk().await;
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&conf)
+                .force_path_style(true)
+                .build(),
+        );
+        let all = s3.list_buckets().send().await.unwrap();
+        let ours: Vec<String> = all
+            .buckets()
+            .iter()
+            .filter_map(|b| {
+                b.name()
+                    .filter(|n| n.starts_with(&prefix))
+                    .map(str::to_owned)
+            })
+            .collect();
+        let mut hardened = true;
+        for b in &ours {
+            let block = s3.get_public_access_block().bucket(b).send().await.unwrap();
+            let c = block.public_access_block_configuration().unwrap();
+            hardened &=
+                c.block_public_acls() == Some(true) && c.restrict_public_buckets() == Some(true);
+            hardened &= s3.get_bucket_encryption().bucket(b).send().await.is_ok();
+        }
+        (ours, hardened)
+    });
+    if present {
+        assert_eq!(names, ["shared-s3", "data"], "{listed:#?}");
+        assert_eq!(listed[1]["phase"], "Bound", "{listed:#?}");
+        assert_eq!(buckets.len(), 1, "one bucket for data: {buckets:?}");
+        assert_eq!(listed[1]["bucket"], buckets[0], "{listed:#?}");
+        assert!(hardened, "{buckets:?}: public access blocked and encrypted");
+    } else {
+        assert_eq!(names, ["shared-s3"], "{listed:#?}");
+        assert!(
+            buckets.is_empty(),
+            "the empty bucket hypd made is deleted: {buckets:?}"
+        );
+    }
+}
+
+fn field_error(body: &Value) -> (String, String) {
+    let e = &body["error"]["errors"][0];
+    (
+        e["field"].as_str().unwrap_or_default().to_owned(),
+        e["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn storage(hypd: &Hypd, token: &str, name: &str) -> Vec<Value> {
+    let (status, list) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/storage"),
+        None,
+    );
+    assert_eq!(status, 200, "{list}");
+    list["storage"].as_array().unwrap().clone()
+}
+
+/// A pod of cluster `name` that mounts claim `claim` and keeps running.
+fn mounting_pod(world: &World, name: &str, claim: &str, create: bool) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let pods: Api<Pod> = Api::namespaced(kube_client(world, name).await, "default");
+        if !create {
+            pods.delete("reader", &DeleteParams::default()).await.unwrap();
+            return;
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "reader", "annotations": {"sim.hypd.dev/run-seconds": "100000000"}},
+            "spec": {
+                "containers": [{"name": "c", "image": "python:3.12",
+                                "volumeMounts": [{"name": "data", "mountPath": "/mnt/data"}]}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+            },
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    });
+}
+
+#[test]
+fn a_second_bucket_is_mounted_browsed_and_kept_while_used() {
+    let name = "ml-st";
+    let (world, hypd, token, created) = world_with_cluster(FAST, json!({}), small(name));
+    let shared_bucket = created["outputs"]["hyperpod"]["s3_bucket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/api/v1/clusters/{name}/storage");
+
+    // The plan: a new bucket, then its volume and claim.
+    let (status, plan) = hypd.call(
+        &token,
+        Method::POST,
+        &path,
+        Some(json!({"storage": "data", "dry_run": true})),
+    );
+    assert_eq!(status, 200, "{plan}");
+    let stages: Vec<&str> = plan["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["bucket", "volume", "bound"], "{plan:#}");
+    let kinds: Vec<&str> = plan["plan"]["stages"][1]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["k8s:v1/PersistentVolume", "k8s:v1/PersistentVolumeClaim"],
+        "{plan:#}"
+    );
+    assert_eq!(
+        plan["plan"]["stages"][0]["changes"][0]["action"], "create",
+        "{plan:#}"
+    );
+
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        &path,
+        Some(json!({"storage": "data"})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let bucket = op["outputs"]["bucket"].as_str().unwrap().to_owned();
+    assert_eq!(bucket, "ml-st-data-123456789012");
+    assert_eq!(op["outputs"]["bucket_created"], true, "{op:#}");
+
+    let listed = storage(&hypd, &token, name);
+    assert_eq!(listed.len(), 2, "{listed:#?}");
+    assert_eq!(
+        (
+            &listed[0]["name"],
+            &listed[0]["shared"],
+            &listed[0]["mount_path"]
+        ),
+        (&json!("shared-s3"), &json!(true), &json!("/s3"))
+    );
+    assert_eq!(listed[0]["bucket"], shared_bucket);
+    assert_eq!(
+        (
+            &listed[1]["name"],
+            &listed[1]["bucket"],
+            &listed[1]["phase"],
+            &listed[1]["mount_path"],
+            &listed[1]["kind"]
+        ),
+        (
+            &json!("data"),
+            &json!(bucket),
+            &json!("Bound"),
+            &json!("/mnt/data"),
+            &json!("s3")
+        ),
+        "{listed:#?}"
+    );
+
+    // What would make two storages one is refused by field, before anything is made.
+    for (body, field, rule) in [
+        (
+            json!({"storage": "data"}),
+            "storage",
+            "already has storage data",
+        ),
+        (
+            json!({"storage": "more", "bucket": shared_bucket}),
+            "bucket",
+            "already mounted",
+        ),
+        (
+            json!({"storage": "more", "mount_path": "/mnt/data"}),
+            "mount_path",
+            "mounted at /mnt/data",
+        ),
+        (
+            json!({"storage": "more", "mount_path": "/etc/x"}),
+            "mount_path",
+            "system directory",
+        ),
+        (json!({"storage": "shared-s3"}), "storage", "shared bucket"),
+    ] {
+        let (status, refused) = hypd.call(&token, Method::POST, &path, Some(body.clone()));
+        assert_eq!(status, 422, "{body}: {refused}");
+        let (f, message) = field_error(&refused);
+        assert_eq!(f, field, "{refused}");
+        assert!(message.contains(rule), "{refused}");
+    }
+
+    // A file put in, at the path pods see; not written over unless asked.
+    let files = format!("{path}/data/files");
+    let content = base64::engine::general_purpose::STANDARD.encode("print('hi')\n");
+    let upload = json!({"key": "scripts/train.py", "content_base64": content});
+    let (status, put) = hypd.call(&token, Method::POST, &files, Some(upload.clone()));
+    assert_eq!(status, 200, "{put}");
+    assert_eq!(
+        (&put["path_in_pods"], &put["size_bytes"], &put["replaced"]),
+        (
+            &json!("/mnt/data/scripts/train.py"),
+            &json!(12),
+            &json!(false)
+        )
+    );
+    let (status, again) = hypd.call(&token, Method::POST, &files, Some(upload.clone()));
+    assert_eq!(status, 422, "{again}");
+    assert_eq!(field_error(&again).0, "key");
+    let mut replace = upload.clone();
+    replace["replace"] = json!(true);
+    replace["dry_run"] = json!(true);
+    let (status, planned) = hypd.call(&token, Method::POST, &files, Some(replace.clone()));
+    assert_eq!(status, 200, "{planned}");
+    assert_eq!(
+        planned["plan"]["stages"][0]["changes"][0]["action"], "update",
+        "{planned:#}"
+    );
+    replace["dry_run"] = json!(false);
+    let (status, put) = hypd.call(&token, Method::POST, &files, Some(replace));
+    assert_eq!((status, &put["replaced"]), (200, &json!(true)), "{put}");
+
+    let contents = format!("{path}/data/contents");
+    let (status, top) = hypd.call(&token, Method::GET, &contents, None);
+    assert_eq!(status, 200, "{top}");
+    assert_eq!(
+        (&top["folders"], &top["files"]),
+        (&json!(["scripts/"]), &json!([])),
+        "{top:#}"
+    );
+    let (status, inside) = hypd.call(
+        &token,
+        Method::GET,
+        &format!("{contents}?prefix=scripts/"),
+        None,
+    );
+    assert_eq!(status, 200, "{inside}");
+    assert_eq!(inside["files"][0]["key"], "scripts/train.py", "{inside:#}");
+    assert_eq!(inside["files"][0]["size_bytes"], 12);
+    assert_eq!(
+        inside["files"][0]["path_in_pods"],
+        "/mnt/data/scripts/train.py"
+    );
+    assert_eq!(inside["mount_path"], "/mnt/data/scripts");
+
+    // Mounted by a pod: listed as its user, and deleting it is refused.
+    mounting_pod(&world, name, "data", true);
+    let listed = storage(&hypd, &token, name);
+    assert_eq!(listed[1]["used_by"][0]["pod"], "reader", "{listed:#?}");
+    let one = format!("{path}/data");
+    let (status, refused) = hypd.call(&token, Method::DELETE, &one, Some(json!({})));
+    assert_eq!(status, 422, "{refused}");
+    let (f, message) = field_error(&refused);
+    assert_eq!(f, "storage");
+    assert!(message.contains("default/reader"), "{message}");
+
+    mounting_pod(&world, name, "data", false);
+    let (status, started) = hypd.confirmed(&token, Method::DELETE, &one, Some(json!({})));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert!(
+        op["outputs"]["kept"]
+            .as_str()
+            .unwrap()
+            .contains("holds 1 objects"),
+        "{op:#}"
+    );
+    let listed = storage(&hypd, &token, name);
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    // The data is where it was.
+    let (status, refused) = hypd.call(&token, Method::GET, &contents, None);
+    assert_eq!(status, 404, "{refused}");
+}
