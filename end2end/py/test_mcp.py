@@ -610,12 +610,16 @@ async def storage_through_mcp(server, hypd, sim):
         assert status == 422 and body == bad.structured_content, body
         dry = structured(await client.call_tool("create_s3_storage", {**mount, "dry_run": True}))
         planned = [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]]
-        # The bucket exists: nothing is made of it.
-        assert planned == [("create", "k8s:v1/PersistentVolume"), ("create", "k8s:v1/PersistentVolumeClaim")], dry
+        # The bucket exists: nothing is made of it; the driver's role is allowed it.
+        assert planned == [("update", "iam:Role"), ("create", "k8s:v1/PersistentVolume"),
+                           ("create", "k8s:v1/PersistentVolumeClaim")], dry
         waited = await finished(client, structured(await client.call_tool("create_s3_storage", mount))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
         claim = json.loads(kubectl(sim, name, "get", "pvc", "datasets", "-o", "json"))
         assert claim["status"]["phase"] == "Bound", claim
+        checked = structured(await client.call_tool("check_storage", {"name": name}))
+        assert checked["findings"] == [], checked
+        assert any(c.startswith("datasets:") for c in checked["checked"]), checked
 
         put = structured(await client.call_tool("upload_storage_file", {
             "name": name, "storage": "datasets", "key": "sft/train.jsonl",

@@ -595,6 +595,9 @@ test('an operator mounts a second bucket, uploads a file into it, finds it where
   await page.waitForSelector(`${row} .state-bound`);
   assert.match(await page.textContent(row), /\/mnt\/data/);
   await settled(page);
+  // Nothing keeps pods from mounting either storage.
+  await page.click('button.check-storage');
+  await page.waitForSelector('.check-result.ok:text("Every storage can be mounted")');
   // Browse it and upload a script into a folder of its own.
   await page.click(`${row} button.browse-storage`);
   await page.waitForSelector('.storage-browser[data-storage="data"] .in-pods:text-is("/mnt/data")');

@@ -53,6 +53,7 @@ macro_rules! for_each_command {
             $crate::api::storage::DeleteStorage,
             $crate::api::storage::ListStorageContents,
             $crate::api::storage::UploadStorageFile,
+            $crate::api::storage::CheckStorage,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,

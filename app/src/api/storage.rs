@@ -319,6 +319,52 @@ impl Command for UploadStorageFile {
     }
 }
 
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckStorage {
+    /// The cluster's name.
+    pub name: EksClusterName,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StorageCheck {
+    pub name: String,
+    /// What was checked, for each storage and the driver.
+    pub checked: Vec<String>,
+    /// Empty: every storage can be mounted.
+    pub findings: Vec<StorageFinding>,
+    pub fetched_at: String,
+}
+
+/// One thing that would keep pods from mounting a storage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StorageFinding {
+    /// None: the cluster's driver, not one storage.
+    pub storage: Option<String>,
+    /// e.g. `claim_bound`, `driver_access`.
+    pub check: String,
+    /// `error` (pods will hang) or `warning` (hypd could not confirm).
+    pub severity: String,
+    pub message: String,
+    /// The command that would fix it.
+    pub fix: Option<String>,
+}
+
+impl Command for CheckStorage {
+    type Output = StorageCheck;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "check_storage",
+        summary: "Check that pods can mount a cluster's storage",
+        description: "Before pods hang in ContainerCreating: the Mountpoint driver installed with a role, each claim Bound, volume handles unique, each bucket there in the cluster's region, the driver's role allowed it and no bucket policy denying it. Each finding with the command that fixes it. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/storage-check",
+    };
+}
+
 /// Where `key` of a storage mounted at `mount` is in pods.
 pub fn path_in_pods(mount: &str, key: &str) -> String {
     if key.is_empty() {

@@ -15,8 +15,8 @@ use crate::api::ApiError;
 use crate::api::call::call;
 use crate::api::command::Role;
 use crate::api::storage::{
-    CreateS3Storage, DeleteStorage, ListStorage, ListStorageContents, SHARED_CLAIM,
-    StorageContents, StorageDetail, UploadStorageFile, UploadedFile,
+    CheckStorage, CreateS3Storage, DeleteStorage, ListStorage, ListStorageContents, SHARED_CLAIM,
+    StorageCheck, StorageContents, StorageDetail, UploadStorageFile, UploadedFile,
 };
 use crate::api::values::{EksClusterName, StorageName};
 use crate::form::{check, request};
@@ -48,6 +48,16 @@ pub fn StoragePanel(
         }
     });
     let browsing = RwSignal::new(SHARED_CLAIM.to_owned());
+    let checked = RwSignal::new(None::<Result<StorageCheck, ApiError>>);
+    let check = move |_| {
+        leptos::task::spawn_local(async move {
+            let result = match EksClusterName::parse(&cluster.get_value()) {
+                Ok(name) => call(&CheckStorage { name }).await,
+                Err(m) => Err(ApiError::field("name", m)),
+            };
+            checked.set(Some(result));
+        });
+    };
     let refresh = move |_| reads.update(|n| *n += 1);
     let shown = move || {
         Suspend::new(async move {
@@ -71,7 +81,12 @@ pub fn StoragePanel(
             <Transition fallback=loading>{shown}</Transition>
             <div class="actions">
                 <button type="button" class="refresh-storage" on:click=refresh>"Refresh"</button>
+                <button type="button" class="check-storage" on:click=check>"Check mounts"</button>
             </div>
+            {move || checked.get().map(|c| match c {
+                Ok(c) => Either::Left(view! { <Checked c/> }),
+                Err(error) => Either::Right(view! { <ErrorPanel error/> }),
+            })}
         </div>
         {move || {
             let storage = browsing.get();
@@ -140,6 +155,33 @@ fn StorageTable(
             {rows}
         </Table>
     }
+}
+
+/// What `check_storage` found: each finding with the command that fixes it.
+#[component]
+fn Checked(c: StorageCheck) -> impl IntoView {
+    let count = c.checked.len();
+    if c.findings.is_empty() {
+        return Either::Left(view! {
+            <p class="check-result ok" role="status">{format!("Every storage can be mounted ({count} checks).")}</p>
+        });
+    }
+    let findings = c
+        .findings
+        .into_iter()
+        .map(|f| {
+            view! {
+                <li class=format!("finding {}", f.severity) data-check=f.check.clone()>
+                    <span class=format!("badge state state-{}", f.severity)>{f.severity.clone()}</span>
+                    " "
+                    {f.storage.map(|s| format!("{s}: "))}
+                    {f.message}
+                    {f.fix.map(|fix| view! { <pre class="fix"><code>{fix}</code></pre> })}
+                </li>
+            }
+        })
+        .collect_view();
+    Either::Right(view! { <ul class="check-result findings" role="status">{findings}</ul> })
 }
 
 /// Unmounts a storage: the first click shows the plan and asks for the confirmation, the

@@ -458,8 +458,14 @@ mod tests {
                 "unneeded"
             ]
         );
-        assert_eq!(of("create_s3_storage"), ["bucket", "volume", "bound"]);
-        assert_eq!(of("delete_storage"), ["claim", "volume", "bucket"]);
+        assert_eq!(
+            of("create_s3_storage"),
+            ["bucket", "access", "volume", "bound"]
+        );
+        assert_eq!(
+            of("delete_storage"),
+            ["claim", "volume", "access", "bucket"]
+        );
         assert_eq!(names.len(), 14, "a new pipeline: add its stored names here");
     }
 

@@ -26,6 +26,7 @@ stages! {
     pub enum Stage {
         Claim = "claim", "The claim deleted, once no pod mounts it", false;
         Volume = "volume", "The PersistentVolume deleted (the bucket's data stays)", false;
+        Access = "access", "The Mountpoint driver's role no longer allowed the bucket", false;
         Bucket = "bucket", "The bucket deleted if hypd created it and it is empty, else kept", false;
     }
 }
@@ -135,6 +136,20 @@ impl Pipeline for DeleteStorage {
                     POLL,
                     left.then(|| format!("volume {name} is being deleted")),
                 ))
+            }
+            Stage::Access => {
+                if let Some(role) = super::driver_role(&cx.aws, &region, cluster).await? {
+                    converge(&super::driver_access(
+                        &cx.aws,
+                        &region,
+                        cluster,
+                        &role,
+                        storage,
+                        Want::Absent,
+                    ))
+                    .await?;
+                }
+                Ok(Progress::Done)
             }
             Stage::Bucket => {
                 let Some(name) = out.bucket.clone() else {

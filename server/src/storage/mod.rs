@@ -5,6 +5,7 @@
 //! pipelines (`s3`, `delete`); listing a bucket's contents and putting a small file in
 //! it are plain commands here.
 
+pub mod check;
 pub mod delete;
 pub mod s3;
 
@@ -24,12 +25,57 @@ use serde_json::json;
 
 use crate::auth::Actor;
 use crate::aws::{Aws, SdkResultExt};
+use crate::cluster::addons::S3_CSI_SERVICE_ACCOUNT;
 use crate::cluster::managed::Managed;
 use crate::cluster::storage::{CLAIM, MOUNT_ANNOTATION, MOUNT_PATH, NAMESPACE, STORAGE_LABEL};
+use crate::resources::Want;
+use crate::resources::eks::pod_identity::PodIdentity;
+use crate::resources::iam::policy::InlinePolicy;
 use crate::resources::kube as kubernetes;
 use crate::resources::tags::K8S_MANAGED_BY;
 use crate::service::{Handler, Service};
 use crate::store::Store;
+
+/// The Mountpoint for S3 driver's role on cluster `cluster`, as its pod identity
+/// association names it (`None` when the driver has none).
+pub(crate) async fn driver_role(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+) -> Result<Option<String>, ApiError> {
+    let (namespace, service_account) = S3_CSI_SERVICE_ACCOUNT;
+    let found = crate::resources::Resource::observe(&PodIdentity {
+        eks: aws.eks(region),
+        cluster: cluster.to_owned(),
+        namespace: namespace.to_owned(),
+        service_account: service_account.to_owned(),
+        want: Want::Absent,
+    })
+    .await?;
+    // A role's name is the last part of its ARN's path.
+    Ok(found
+        .role_arn
+        .map(|arn| arn.rsplit('/').next().unwrap_or(&arn).to_owned()))
+}
+
+/// The driver role's inline policy for the bucket of storage `storage`: what lets the
+/// driver mount it (the role hypd makes allows the shared bucket only).
+pub(crate) fn driver_access(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+    role: &str,
+    storage: &str,
+    want: Want<serde_json::Value>,
+) -> InlinePolicy {
+    InlinePolicy {
+        iam: aws.iam(region),
+        cluster: cluster.to_owned(),
+        role: role.to_owned(),
+        name: format!("hypd-s3-csi-{storage}"),
+        want,
+    }
+}
 
 /// What asks for a cluster's storage: an active cluster, or an imported one.
 const NEEDS: &str = "its storage is read and changed in an active or imported cluster";

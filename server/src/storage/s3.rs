@@ -12,6 +12,7 @@ use app::api::values::{BucketName, IdempotencyKey};
 use serde::{Deserialize, Serialize};
 
 use super::{find, region_of};
+use crate::cluster::identity::s3_csi_inline_policy;
 use crate::cluster::storage::{NAMESPACE, volume, volume_name};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::kube::object::Applied;
@@ -22,6 +23,7 @@ use crate::resources::{Want, converge, is_planning, missing};
 stages! {
     pub enum Stage {
         Bucket = "bucket", "The bucket: a named one that exists as it is, else created with hypd's tags, public access blocked and encryption on", true;
+        Access = "access", "The Mountpoint driver's role allowed the bucket (an inline policy of its own)", true;
         Volume = "volume", "The PersistentVolume (Mountpoint for S3) and its claim applied", true;
         Bound = "bound", "The claim Bound to its volume", true;
     }
@@ -35,6 +37,12 @@ pub struct Outputs {
     /// hypd created the bucket (else it was there and stays when the storage goes).
     #[serde(default)]
     pub bucket_created: bool,
+    /// The role the Mountpoint driver runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_role: Option<String>,
+    /// Why the driver's role was left as it is (it is not hypd's), when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_note: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +125,11 @@ impl Pipeline for CreateS3Storage {
                 format!("bucket {bucket} is already mounted in {cluster} as storage {by}"),
             ));
         }
+        // What every storage of the cluster needs of the driver, checked as
+        // check_storage does.
+        let mut findings = super::check::Findings::default();
+        super::check::driver(cx.aws, &region, cluster, &mut findings).await?;
+        findings.refuse("name")?;
         let mount = self.mount();
         let listed = super::list(cx.aws, cx.store, cluster).await?;
         if let Some(other) = listed.iter().find(|s| s.mount_path == mount) {
@@ -155,6 +168,28 @@ impl Pipeline for CreateS3Storage {
                 .await?;
                 out.bucket_created |= made.created;
                 out.bucket = Some(bucket);
+                Ok(Progress::Done)
+            }
+            Stage::Access => {
+                let role = super::driver_role(&cx.aws, &region, cluster)
+                    .await?
+                    .ok_or_else(|| missing("the Mountpoint driver's role"))?;
+                let policy = s3_csi_inline_policy(&bucket);
+                let access = super::driver_access(
+                    &cx.aws,
+                    &region,
+                    cluster,
+                    &role,
+                    self.storage.as_str(),
+                    Want::Present(policy),
+                );
+                let found = converge(&access).await?;
+                out.access_note = (found.role_exists && !found.ours).then(|| {
+                    format!(
+                        "the Mountpoint driver's role {role} is not hypd's and was left as it is: it must allow s3:ListBucket on arn:aws:s3:::{bucket} and object reads and writes on arn:aws:s3:::{bucket}/*"
+                    )
+                });
+                out.driver_role = Some(role);
                 Ok(Progress::Done)
             }
             Stage::Volume => {

@@ -420,6 +420,7 @@ pub const CASES: &[Case] = &[
         // The pre-flight and the volume stage read the claim before `bound` does.
         calls: &[
             call("bucket", "s3", "PutBucketEncryption"),
+            call("access", "iam", "PutRolePolicy"),
             call("volume", "kubernetes", "patch PersistentVolumeClaim"),
             Call {
                 after: 2,
@@ -443,6 +444,7 @@ pub const CASES: &[Case] = &[
         calls: &[
             call("claim", "kubernetes", "delete PersistentVolumeClaim"),
             call("volume", "kubernetes", "delete PersistentVolume"),
+            call("access", "iam", "DeleteRolePolicy"),
             call("bucket", "s3", "DeleteBucket"),
         ],
     },

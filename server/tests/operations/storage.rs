@@ -37,8 +37,17 @@ pub fn assert_storage(world: &World, hypd: &Hypd, token: &str, name: &str, prese
     let names: Vec<&str> = listed.iter().map(|s| s["name"].as_str().unwrap()).collect();
     let prefix = format!("{}-data-", name.to_lowercase());
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (buckets, hardened) = rt.block_on(async {
+    let (buckets, hardened, driver_policy) = rt.block_on(async {
         let conf = world.moto_sdk().await;
+        let iam = aws_sdk_iam::Client::new(&conf);
+        let driver_policy = iam
+            .get_role_policy()
+            .role_name(format!("hypd-{name}-s3csi"))
+            .policy_name("hypd-s3-csi-data")
+            .send()
+            .await
+            .ok()
+            .map(|p| hypd::resources::iam::document(p.policy_document()));
         let s3 = aws_sdk_s3::Client::from_conf(
             aws_sdk_s3::config::Builder::from(&conf)
                 .force_path_style(true)
@@ -62,7 +71,7 @@ pub fn assert_storage(world: &World, hypd: &Hypd, token: &str, name: &str, prese
                 c.block_public_acls() == Some(true) && c.restrict_public_buckets() == Some(true);
             hardened &= s3.get_bucket_encryption().bucket(b).send().await.is_ok();
         }
-        (ours, hardened)
+        (ours, hardened, driver_policy)
     });
     if present {
         assert_eq!(names, ["shared-s3", "data"], "{listed:#?}");
@@ -70,6 +79,14 @@ pub fn assert_storage(world: &World, hypd: &Hypd, token: &str, name: &str, prese
         assert_eq!(buckets.len(), 1, "one bucket for data: {buckets:?}");
         assert_eq!(listed[1]["bucket"], buckets[0], "{listed:#?}");
         assert!(hardened, "{buckets:?}: public access blocked and encrypted");
+        // The driver may mount it: its role allows the bucket.
+        let policy = driver_policy.expect("the driver's role has the storage's policy");
+        assert!(
+            policy
+                .to_string()
+                .contains(&format!("arn:aws:s3:::{}/*", buckets[0])),
+            "{policy}"
+        );
     } else {
         assert_eq!(names, ["shared-s3"], "{listed:#?}");
         assert!(
@@ -145,8 +162,12 @@ fn a_second_bucket_is_mounted_browsed_and_kept_while_used() {
         .iter()
         .map(|s| s["stage"].as_str().unwrap())
         .collect();
-    assert_eq!(stages, ["bucket", "volume", "bound"], "{plan:#}");
-    let kinds: Vec<&str> = plan["plan"]["stages"][1]["changes"]
+    assert_eq!(stages, ["bucket", "access", "volume", "bound"], "{plan:#}");
+    assert_eq!(
+        plan["plan"]["stages"][1]["changes"][0]["kind"], "iam:Role",
+        "{plan:#}"
+    );
+    let kinds: Vec<&str> = plan["plan"]["stages"][2]["changes"]
         .as_array()
         .unwrap()
         .iter()
@@ -174,6 +195,8 @@ fn a_second_bucket_is_mounted_browsed_and_kept_while_used() {
     let bucket = op["outputs"]["bucket"].as_str().unwrap().to_owned();
     assert_eq!(bucket, "ml-st-data-123456789012");
     assert_eq!(op["outputs"]["bucket_created"], true, "{op:#}");
+    assert_eq!(op["outputs"]["driver_role"], "hypd-ml-st-s3csi", "{op:#}");
+    assert_storage(&world, &hypd, &token, name, true);
 
     let listed = storage(&hypd, &token, name);
     assert_eq!(listed.len(), 2, "{listed:#?}");
@@ -203,6 +226,79 @@ fn a_second_bucket_is_mounted_browsed_and_kept_while_used() {
         ),
         "{listed:#?}"
     );
+
+    // Nothing keeps pods from mounting either; then the driver's access to the bucket
+    // is taken away and a bucket policy denies it, outside hypd: both found, with fixes.
+    let check = format!("/api/v1/clusters/{name}/storage-check");
+    let (status, checked) = hypd.call(&token, Method::GET, &check, None);
+    assert_eq!(status, 200, "{checked}");
+    assert_eq!(checked["findings"], json!([]), "{checked:#}");
+    assert!(
+        checked["checked"].as_array().unwrap().len() >= 5,
+        "{checked:#}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conf = world.moto_sdk().await;
+        aws_sdk_iam::Client::new(&conf)
+            .delete_role_policy()
+            .role_name("hypd-ml-st-s3csi")
+            .policy_name("hypd-s3-csi-data")
+            .send()
+            .await
+            .unwrap();
+        let deny = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Principal": "*",
+            "Action": "s3:*", "Resource": [format!("arn:aws:s3:::{bucket}"), format!("arn:aws:s3:::{bucket}/*")]}]});
+        aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&conf).force_path_style(true).build())
+            .put_bucket_policy()
+            .bucket(&bucket)
+            .policy(deny.to_string())
+            .send()
+            .await
+            .unwrap();
+    });
+    let (status, checked) = hypd.call(&token, Method::GET, &check, None);
+    assert_eq!(status, 200, "{checked}");
+    let found: Vec<(&str, &str, &str)> = checked["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["storage"].as_str().unwrap(),
+                f["check"].as_str().unwrap(),
+                f["severity"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("data", "driver_access", "error"),
+            ("data", "bucket_policy", "error")
+        ],
+        "{checked:#}"
+    );
+    let fix = checked["findings"][0]["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with(
+            "aws iam put-role-policy --role-name hypd-ml-st-s3csi --policy-name hypd-s3-csi-data"
+        ),
+        "{fix}"
+    );
+    rt.block_on(async {
+        let conf = world.moto_sdk().await;
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&conf)
+                .force_path_style(true)
+                .build(),
+        )
+        .delete_bucket_policy()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    });
 
     // What would make two storages one is refused by field, before anything is made.
     for (body, field, rule) in [

@@ -4,6 +4,7 @@
 //! JSON values.
 
 pub mod oidc_provider;
+pub mod policy;
 pub mod role;
 
 use aws_sdk_iam::types::Tag;
