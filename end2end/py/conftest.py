@@ -72,11 +72,12 @@ def moto():
 
 
 @pytest.fixture(scope="module")
-def sim():
+def sim(moto):
     """hypd-sim for EKS and SageMaker, 600x faster than AWS; it does not check names
-    against moto, so tests can create EKS clusters with made-up subnets."""
+    against moto, so tests can create EKS clusters with made-up subnets, but its
+    containers write to moto's S3 through their volumes (model downloads)."""
     proc = subprocess.Popen(
-        [str(SIM), "--listen", "127.0.0.1:0", "--time-scale", "600"],
+        [str(SIM), "--listen", "127.0.0.1:0", "--time-scale", "600", "--s3-url", moto],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -323,6 +323,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(features_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(keys_through_mcp, http_transport(hypd, hypd.admin_token), hypd)
     anyio.run(storage_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(models_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
@@ -589,6 +590,40 @@ async def nodes_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
         [updated] = structured(await client.call_tool("list_nodes", {"name": "mcp-gpu"}))["nodes"]
         assert updated["image_release"] == "2025.09.15", updated
+
+
+async def models_through_mcp(server, hypd, sim):
+    """A model downloaded through MCP with a token: the operation succeeds, the Job its
+    outputs name exists (kubectl), the files are listed by list_models and the storage
+    browser at the path pods see; the token is in no answer and nowhere in hypd's data
+    directory (store, WAL, token files)."""
+    name = "mcp-gpu"
+    token = "hf_mcpSeCrEt0123456789abcdefghij"
+    async with Client(server) as client:
+        answers = []
+        started = await client.call_tool("download_model", {"name": name, "model": "Qwen/Qwen2.5-0.5B", "hf_token": token})
+        answers.append(started)
+        waited = await finished(client, structured(started)["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        outputs = waited["operation"]["outputs"]
+        job = outputs["job"].removeprefix("default/")
+        found = json.loads(kubectl(sim, name, "get", "job", job, "-o", "json"))
+        assert found["status"]["succeeded"] == 1, found["status"]
+        models = await client.call_tool("list_models", {"name": name})
+        answers.append(models)
+        entry = structured(models)["models"][0]
+        assert entry["model"] == "Qwen/Qwen2.5-0.5B" and entry["complete"] and entry["commit"] == outputs["commit"], entry
+        inside = structured(await client.call_tool("list_storage_contents", {
+            "name": name, "storage": "shared-s3", "prefix": "models/Qwen/Qwen2.5-0.5B/"}))
+        paths = [f["path_in_pods"] for f in inside["files"]]
+        assert "/s3/models/Qwen/Qwen2.5-0.5B/config.json" in paths, paths
+        ops = await client.call_tool("list_operations", {})
+        answers.append(ops)
+    for answer in answers:
+        assert token not in json.dumps([c.model_dump() for c in answer.content]), answer
+    for path in hypd.data_dir.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), f"the token is in {path}"
 
 
 async def storage_through_mcp(server, hypd, sim):

@@ -632,6 +632,33 @@ test('an operator mounts a second bucket, uploads a file into it, finds it where
   assert.deepEqual(errors, []);
 });
 
+test('an operator downloads a model into the shared bucket and finds it listed with its commit', async () => {
+  const { page, errors } = await newPage();
+  await signIn(page, admin, '/clusters/e2e-ml/models');
+  await page.waitForSelector('.models .empty-models');
+  await settled(page);
+  const token = 'hf_consoleSecret0123456789abcdef';
+  await page.fill('form.download-model input[name="model"]', 'Qwen/Qwen2.5-0.5B');
+  await page.fill('form.download-model input[name="hf_token"]', token);
+  await page.click('form.download-model button[type="submit"]');
+  // The plan: the token's Secret and the Job.
+  await page.waitForSelector('form.download-model .plan li[data-kind="k8s:v1/Secret"][data-action="create"]');
+  await page.waitForSelector('form.download-model .plan li[data-kind="k8s:batch/v1/Job"][data-action="create"]');
+  await page.click('form.download-model button[type="submit"]');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/models', server.url).href);
+  await hydrated(page);
+  const row = '.model-table tr[data-model="Qwen/Qwen2.5-0.5B"]';
+  await page.waitForSelector(`${row} .state-complete`);
+  assert.match(await page.textContent(row), /\/s3\/models\/Qwen\/Qwen2\.5-0\.5B/);
+  await shot(page, 'models');
+  const [status, ops] = await rest(server, admin, 'GET', '/api/v1/operations');
+  assert.equal(status, 200);
+  assert.ok(!JSON.stringify(ops).includes(token), 'the token is in no answer');
+  assert.deepEqual(errors, []);
+});
+
 test('a viewer is offered no create button, and the server refuses it anyway', async () => {
   const { page, errors } = await newPage();
   await signIn(page, viewer);

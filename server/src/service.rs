@@ -103,7 +103,11 @@ impl Service {
     {
         let spec = C::SPEC;
         // Only mutations are audited, so only they keep a copy of what was asked.
-        let audited = (spec.effect != Effect::ReadOnly).then(|| input.clone());
+        let audited = (spec.effect != Effect::ReadOnly).then(|| {
+            let mut input = input.clone();
+            C::redact(&mut input);
+            input
+        });
         let mut confirmed = None;
         let result = async {
             authorize(actor, spec.role, spec.name)?;

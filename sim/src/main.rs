@@ -12,6 +12,7 @@
 mod clock;
 mod control;
 mod eks;
+mod hub;
 mod kube;
 mod moto;
 mod proxy;
@@ -45,6 +46,10 @@ struct Args {
     /// moto's endpoint, asked about subnets, roles and buckets that must exist
     #[arg(long)]
     moto_url: Option<String>,
+    /// The S3 (moto) that containers write their output to through their volumes
+    /// (model downloads); defaults to --moto-url
+    #[arg(long)]
+    s3_url: Option<String>,
     /// Simulated seconds per real second (60: a 10-minute EKS creation takes 10 s)
     #[arg(long, default_value_t = 60.0)]
     time_scale: f64,
@@ -69,7 +74,14 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("--time-scale must be a non-negative number");
     }
     let moto = args.moto_url.as_deref().map(moto::Moto::new).transpose()?;
-    let world = World::new(args.time_scale, moto, args.aws_secret_access_key);
+    let s3 = args
+        .s3_url
+        .as_deref()
+        .or(args.moto_url.as_deref())
+        .map(moto::Moto::new)
+        .transpose()?;
+    let mut world = World::new(args.time_scale, moto, args.aws_secret_access_key);
+    world.s3 = s3;
     axum::serve(listener, app(Arc::new(world))).await?;
     Ok(())
 }

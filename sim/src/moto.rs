@@ -50,6 +50,37 @@ impl Moto {
         &self.http
     }
 
+    /// Writes an object into moto's S3 (path-style), as a pod writing through its
+    /// Mountpoint volume would; the error says what S3 answered.
+    pub async fn put_object(
+        &self,
+        region: &str,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+    ) -> Result<(), String> {
+        let auth = format!(
+            "AWS4-HMAC-SHA256 Credential=testing/20260101/{region}/s3/aws4_request, SignedHeaders=host, Signature=0"
+        );
+        let response = self
+            .http
+            .put(format!("{}/{bucket}/{key}", self.url))
+            .header("authorization", auth)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach S3: {e}"))?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            let status = response.status();
+            let text = response.text().await.unwrap_or_default();
+            Err(format!(
+                "S3 answered {status} writing s3://{bucket}/{key}: {text}"
+            ))
+        }
+    }
+
     async fn query(
         &self,
         service: &str,

@@ -184,6 +184,9 @@ pub struct World {
     pub kube: Arc<Kube>,
     /// Fixed at start: a reset keeps it.
     pub moto: Option<Moto>,
+    /// Where containers' writes through bucket volumes land (moto's S3): `--s3-url`,
+    /// else moto. Fixed at start.
+    pub s3: Option<Moto>,
 }
 
 pub type Shared = Arc<World>;
@@ -200,6 +203,7 @@ impl World {
             faults,
             calls: Calls::default(),
             kube,
+            s3: moto.clone(),
             moto,
         }
     }

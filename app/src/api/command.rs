@@ -135,6 +135,11 @@ pub trait Command: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'st
     /// Sets `dry_run` and `confirmation` where the request has them: how the console
     /// sends one request for its plan first and to run second.
     fn set_gate(&mut self, _dry_run: bool, _confirmation: Option<super::values::Confirmation>) {}
+
+    /// Blanks the secrets a request carries (a token) in its JSON, wherever hypd keeps
+    /// or derives something from a request: the audit log and the hash that tells a
+    /// repeated request. Requests with no secret keep everything.
+    fn redact(_request: &mut serde_json::Value) {}
 }
 
 /// The `Command` methods of a request with `dry_run: bool` and `confirmation:

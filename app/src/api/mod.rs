@@ -10,6 +10,7 @@ pub mod features;
 pub mod inspect;
 pub mod instance_groups;
 pub mod listing;
+pub mod models;
 pub mod nodes;
 pub mod operations;
 pub mod plan;
@@ -54,6 +55,8 @@ macro_rules! for_each_command {
             $crate::api::storage::ListStorageContents,
             $crate::api::storage::UploadStorageFile,
             $crate::api::storage::CheckStorage,
+            $crate::api::models::ListModels,
+            $crate::api::models::DownloadModel,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,

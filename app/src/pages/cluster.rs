@@ -16,6 +16,7 @@ use super::drift::DriftPanel;
 use super::features::FeaturesPanel;
 use super::gate::{Gate, text};
 use super::groups::{AddGroup, AddGroupForm, GroupActions};
+use super::models::ModelsPanel;
 use super::nodes::{NodesPanel, NodesView};
 use super::storage::StoragePanel;
 use super::{StateBadge, Table, loading};
@@ -41,16 +42,18 @@ pub enum Tab {
     Nodes,
     Features,
     Storage,
+    Models,
     Drift,
     Operations,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 6] = [
+    pub const ALL: [Tab; 7] = [
         Tab::Overview,
         Tab::Nodes,
         Tab::Features,
         Tab::Storage,
+        Tab::Models,
         Tab::Drift,
         Tab::Operations,
     ];
@@ -62,6 +65,7 @@ impl Tab {
             Tab::Nodes => "/nodes",
             Tab::Features => "/features",
             Tab::Storage => "/storage",
+            Tab::Models => "/models",
             Tab::Drift => "/drift",
             Tab::Operations => "/operations",
         }
@@ -73,6 +77,7 @@ impl Tab {
             Tab::Nodes => "Instance groups and nodes",
             Tab::Features => "Features",
             Tab::Storage => "Storage",
+            Tab::Models => "Models",
             Tab::Drift => "Drift",
             Tab::Operations => "Operations",
         }
@@ -330,6 +335,18 @@ pub fn StorageTab() -> impl IntoView {
     view! {
         <Frame at tab=Tab::Storage>
             {move || view! { <StoragePanel name=at.name.get() usable/> }}
+        </Frame>
+    }
+}
+
+/// The models in the cluster's shared bucket, and the download form.
+#[component]
+pub fn ModelsTab() -> impl IntoView {
+    let at = At::new();
+    let usable = at.usable();
+    view! {
+        <Frame at tab=Tab::Models>
+            {move || view! { <ModelsPanel name=at.name.get() usable/> }}
         </Frame>
     }
 }

@@ -325,7 +325,7 @@ fn Contents(
 }
 
 /// Bytes as people read them (1,024 per step).
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut value = bytes as f64;
     let mut unit = 0;

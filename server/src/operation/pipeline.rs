@@ -196,6 +196,18 @@ pub trait Pipeline: Command<Output: From<OperationRef>> + Clone {
         self.preflight(cx)
     }
 
+    /// Puts the secrets the request carries (a token) where its steps will find them
+    /// (a Secret in the cluster) and takes them out of the request, which is then
+    /// stored: hypd's store never holds one. It runs once the pre-flight passed, right
+    /// before the operation is stored, and is the one write made before an operation
+    /// exists; requests without secrets have nothing to do.
+    fn keep_secrets(
+        &mut self,
+        _cx: &Preflight<'_>,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send {
+        async { Ok(()) }
+    }
+
     /// Runs stage `stage` once.
     fn step(
         &self,
@@ -255,6 +267,7 @@ macro_rules! for_each_pipeline {
             app::api::features::UpdateFeatures,
             app::api::storage::CreateS3Storage,
             app::api::storage::DeleteStorage,
+            app::api::models::DownloadModel,
         }
     };
 }
@@ -466,7 +479,8 @@ mod tests {
             of("delete_storage"),
             ["claim", "volume", "access", "bucket"]
         );
-        assert_eq!(names.len(), 14, "a new pipeline: add its stored names here");
+        assert_eq!(of("download_model"), ["job", "download", "record"]);
+        assert_eq!(names.len(), 15, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub async fn submit<P: Registered>(
     if let Some(found) = again().await? {
         return Ok(found);
     }
+    // The last thing before the request is stored: its secrets go where its steps will
+    // find them, and out of the request.
+    let mut request = request;
+    request.keep_secrets(cx).await?;
     let id = clock::sortable_id("op");
     match insert(store, actor, &request, &id, &target, key.as_deref(), &hash).await {
         Ok(()) => Ok(OperationRef {
@@ -83,6 +87,8 @@ fn request_hash<P: Pipeline>(command: &str, target: &str, request: &P) -> Result
     if let Value::Object(map) = &mut spec {
         map.remove("idempotency_key");
     }
+    // A secret is no part of what a request is: two that differ only in it are one.
+    P::redact(&mut spec);
     let mut h = Sha256::new();
     h.update(command.as_bytes());
     h.update([0]);

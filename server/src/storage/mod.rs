@@ -327,7 +327,7 @@ impl Handler<ListStorage> for Service {
 }
 
 /// A bucket-backed storage of cluster `cluster`: its bucket and mount path.
-async fn bucket_of(
+pub(crate) async fn bucket_of(
     aws: &Aws,
     store: &Store,
     cluster: &str,

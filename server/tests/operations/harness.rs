@@ -448,6 +448,35 @@ pub const CASES: &[Case] = &[
             call("bucket", "s3", "DeleteBucket"),
         ],
     },
+    Case {
+        command: "download_model",
+        given: created,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/models");
+            (Method::POST, path, json!({ "model": "Qwen/Qwen2.5-0.5B" }))
+        },
+        check: |_, hypd, token, name| {
+            let (status, models) = hypd.call(
+                token,
+                Method::GET,
+                &format!("/api/v1/clusters/{name}/models"),
+                None,
+            );
+            assert_eq!(status, 200, "{models}");
+            assert_eq!(models["models"][0]["complete"], true, "{models:#}");
+            assert_eq!(models["models"].as_array().unwrap().len(), 1, "{models:#}");
+        },
+        // The pre-flight and the job stage read the manifest before `record` does; the
+        // job stage reads the Job before `download` does.
+        calls: &[
+            call("job", "kubernetes", "patch Job"),
+            after_preflight("download", "kubernetes", "get Job"),
+            Call {
+                after: 2,
+                ..call("record", "s3", "GetObject")
+            },
+        ],
+    },
 ];
 
 /// The cases to run: all, or those `HYPD_HARNESS_CASES` names (comma-separated

@@ -14,6 +14,7 @@ mod engine;
 mod features;
 mod groups;
 mod harness;
+mod models;
 mod nodes;
 mod sandbox;
 mod storage;

@@ -34,6 +34,8 @@ struct Source {
     start: f64,
     end: Option<f64>,
     interval: f64,
+    /// A model download's container: its model and revision (it prints progress).
+    download: Option<(String, String)>,
 }
 
 impl Source {
@@ -52,19 +54,39 @@ impl Source {
 
     fn line(&self, i: u64, timestamps: bool) -> String {
         let at = self.start + i as f64 * self.interval;
-        let loss = 2.5 * 0.9995_f64.powf(i as f64);
-        let text = format!(
-            "[{}] {} step {i}: loss={loss:.4} tokens/s=41{:03}",
-            self.container,
-            self.pod,
-            i % 1000
-        );
+        let text = match &self.download {
+            Some((model, revision)) => download_line(model, revision, i),
+            None => {
+                let loss = 2.5 * 0.9995_f64.powf(i as f64);
+                format!(
+                    "[{}] {} step {i}: loss={loss:.4} tokens/s=41{:03}",
+                    self.container,
+                    self.pod,
+                    i % 1000
+                )
+            }
+        };
         if timestamps {
             format!("{} {text}\n", rfc3339(at).replace('Z', ".000000000Z"))
         } else {
             format!("{text}\n")
         }
     }
+}
+
+/// Line `i` of a download's output: one file more per line, as the hub lists them,
+/// then the same total again (the container waits for its writes to return).
+fn download_line(model: &str, revision: &str, i: u64) -> String {
+    let snapshot = crate::hub::snapshot(model, revision);
+    let n = snapshot.files.len();
+    let done = (i as usize + 1).min(n);
+    let bytes: usize = snapshot.files[..done].iter().map(|f| f.bytes.len()).sum();
+    let total: usize = snapshot.files.iter().map(|f| f.bytes.len()).sum();
+    format!(
+        "hypd-progress files={done}/{n} bytes={bytes}/{total} commit={} file={}",
+        snapshot.commit,
+        snapshot.files[done - 1].path
+    )
 }
 
 fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
@@ -134,12 +156,15 @@ fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
         .as_str()
         .and_then(parse_rfc3339)
         .or_else(|| super::controllers::run_seconds(pod).map(|run| start + run));
+    let download =
+        super::controllers::download_of(pod).map(|(model, revision, _)| (model, revision));
     Ok(Source {
         pod: name.to_owned(),
         container,
         start,
         end,
         interval,
+        download,
     })
 }
 

@@ -20,6 +20,7 @@ mod addons;
 mod claims;
 mod daemonsets;
 mod deployments;
+mod downloads;
 mod gc;
 mod jobs;
 mod karpenter;
@@ -46,6 +47,7 @@ use crate::sagemaker::instance_types::InstanceType;
 use crate::sagemaker::{Features, Instance};
 use crate::world::{Aws, Shared, World};
 
+pub use downloads::of as download_of;
 pub use pods::run_seconds;
 
 /// The shortest real time between two passes, so that changes that come together (a
@@ -169,6 +171,7 @@ async fn pass(world: &World, api: &ClusterApi) -> f64 {
         let mut store = api.store.lock().await;
         recording(|| reconcile(&mut store, api, &facts, &world.clock))
     };
+    let written_due = write_downloads(world, api).await;
     let mut karpenter_due = f64::INFINITY;
     if let (Some(plan), Some(groups)) = (plan, &facts.karpenter)
         && !plan.is_empty()
@@ -178,7 +181,34 @@ async fn pass(world: &World, api: &ClusterApi) -> f64 {
             karpenter_due = karpenter::apply(&mut aws, groups, plan);
         }
     }
-    aws_due.min(kube_due).min(karpenter_due)
+    aws_due.min(kube_due).min(karpenter_due).min(written_due)
+}
+
+/// Writes the files of the download containers that started, with no lock held while
+/// S3 answers, then lets each container exit; due at once when any did (its pod's next
+/// phase is the next pass's).
+async fn write_downloads(world: &World, api: &ClusterApi) -> f64 {
+    let pending = downloads::pending(&*api.store.lock().await);
+    if pending.is_empty() {
+        return f64::INFINITY;
+    }
+    let now = rfc3339(world.clock.epoch(world.clock.now()));
+    let mut results = Vec::with_capacity(pending.len());
+    for d in &pending {
+        let result = match (&world.s3, &d.target) {
+            (Some(s3), _) => downloads::write(s3, &api.region, d, &now).await,
+            (None, None) => Ok(()),
+            (None, Some((bucket, _))) => Err(format!(
+                "hypd-sim has no S3 to write s3://{bucket} to: start it with --s3-url or --moto-url"
+            )),
+        };
+        results.push(result);
+    }
+    let mut store = api.store.lock().await;
+    for (d, result) in pending.iter().zip(results) {
+        downloads::written(&mut store, d, result.err().as_deref());
+    }
+    0.0
 }
 
 /// One pass of every controller, in the order a change flows: Nodes and add-ons first,

@@ -59,7 +59,8 @@ fn advance(pod: &mut Value, now: f64, scheduler: &Scheduler) {
         .unwrap_or(now);
     let start = scheduled + START_SECS;
     let annotations = &pod["metadata"]["annotations"];
-    let run = run_seconds(pod);
+    // A download's container exits once its files are written (see `downloads`).
+    let run = run_seconds(pod).filter(|_| !super::downloads::writing(pod));
     let exit: i64 = annotations[EXIT_ANNOTATION]
         .as_str()
         .and_then(|s| s.parse().ok())
