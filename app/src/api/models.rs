@@ -3,7 +3,8 @@
 //! pod that mounts it finds it (`/s3/models/<org>/<name>`), with a manifest beside the
 //! files naming the commit the revision resolved to and each file's size and digest;
 //! `list_models` reads those manifests. A Hugging Face token is a secret: hypd keeps it
-//! only as a Kubernetes Secret in the cluster, never in its store, logs or answers.
+//! only as a Kubernetes Secret of the one download in the cluster (deleted once its Job
+//! finished), never in its store, logs or answers.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,129 +16,17 @@ use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::ApiError;
 use super::operations::OperationRef;
 use super::plan::Gated;
-use super::values::{ClusterName, EksClusterName, IdempotencyKey, StorageName, shown};
+use super::values::{
+    ClusterName, EksClusterName, HfModelId, HfRevision, IdempotencyKey, SecretName, StorageName,
+};
 
 /// The key prefix models go under, in every storage.
 pub const MODELS_PREFIX: &str = "models";
 /// The manifest a finished download writes beside the files.
 pub const MANIFEST: &str = ".hypd-model.json";
-/// The Secret a token given with a download is kept in (namespace `default`, key
-/// `token`); later downloads use it when they name none.
+/// The prefix of the Secret a token given with a download is kept in (namespace
+/// `default`, key `token`): one per download, deleted once its Job finished.
 pub const TOKEN_SECRET: &str = "hypd-hf-token";
-
-fn check_model_id(s: &str) -> Result<(), String> {
-    let part = |p: &str| {
-        (1..=96).contains(&p.len())
-            && p.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && p.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-            && !p.contains("--")
-            && !p.contains("..")
-            && !p.ends_with('.')
-    };
-    match s.split_once('/') {
-        Some((org, name)) if part(org) && part(name) => Ok(()),
-        _ => Err(format!(
-            "a model id is <organisation>/<name> as on the Hugging Face hub, e.g. meta-llama/Llama-3.2-1B: letters, digits, '.', '_' and '-', no '--' or '..' (got {})",
-            shown(s)
-        )),
-    }
-}
-
-fn check_revision(s: &str) -> Result<(), String> {
-    let ok = (1..=128).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
-        && !s.contains("..")
-        && !s.starts_with(['/', '-', '.'])
-        && !s.ends_with('/');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "a revision is a branch, tag or commit of the model's repository, e.g. main, v1.0 or a 40-hex commit (got {})",
-            shown(s)
-        ))
-    }
-}
-
-fn check_secret_name(s: &str) -> Result<(), String> {
-    let ok = (1..=63).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "a Secret name is 1-63 lowercase letters, digits and '-' (got {})",
-            shown(s)
-        ))
-    }
-}
-
-macro_rules! model_value {
-    ($(#[$doc:meta])* $name:ident, $check:ident, schema: $schema:tt) => {
-        $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq)]
-        pub struct $name(String);
-
-        impl $name {
-            pub fn parse(s: &str) -> Result<Self, String> {
-                $check(s).map(|()| Self(s.to_owned()))
-            }
-
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(&self.0)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = Cow::<'de, str>::deserialize(d)?;
-                Self::parse(&s).map_err(serde::de::Error::custom)
-            }
-        }
-
-        impl JsonSchema for $name {
-            fn schema_name() -> Cow<'static, str> {
-                stringify!($name).into()
-            }
-            fn json_schema(_: &mut SchemaGenerator) -> Schema {
-                json_schema!($schema)
-            }
-        }
-    };
-}
-
-model_value!(
-    /// A Hugging Face model repository, `<organisation>/<name>`.
-    HfModelId, check_model_id,
-    schema: { "type": "string", "maxLength": 193, "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", "examples": ["meta-llama/Llama-3.2-1B"] }
-);
-model_value!(
-    /// A branch, tag or commit of a model repository.
-    HfRevision, check_revision,
-    schema: { "type": "string", "maxLength": 128, "pattern": "^[A-Za-z0-9_][A-Za-z0-9._/-]*$" }
-);
-model_value!(
-    /// A Kubernetes Secret in namespace `default`.
-    SecretName, check_secret_name,
-    schema: { "type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$" }
-);
 
 /// A Hugging Face access token. Write-only: it is never printed (its `Debug` is
 /// redacted), and a refused one is never quoted back.
@@ -206,7 +95,7 @@ pub struct DownloadModel {
     // Default: the shared bucket (shared-s3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<StorageName>,
-    // For gated models: kept only as the Secret hypd-hf-token in the cluster.
+    // For gated models: kept only as a Secret of this download in the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hf_token: Option<HfToken>,
     // A Secret of yours in default holding key `token`, instead of hf_token.
@@ -237,7 +126,7 @@ impl Command for DownloadModel {
     const SPEC: CommandSpec = CommandSpec {
         name: "download_model",
         summary: "Download a Hugging Face model into a cluster's storage",
-        description: "A Kubernetes Job downloads the model at `revision` (default main) into models/<model>/ of the storage (default the shared bucket: /s3/models/<model> in pods), recording the commit and each file's size and digest; the same commit again finishes at once. Another revision there is replaced only with `replace: true`. A token is kept only as a Secret in the cluster. Returns an operation: follow it with wait_operation.",
+        description: "A Kubernetes Job downloads the model at `revision` (default main) into models/<model>/ of the storage (default the shared bucket: /s3/models/<model> in pods), recording the commit and each file's size and digest; the same commit again finishes at once. Another revision there is replaced only with `replace: true`. A token is kept only in a Secret of the download, in the cluster. Returns an operation: follow it with wait_operation.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -258,9 +147,12 @@ impl Command for DownloadModel {
         Ok(())
     }
 
+    /// The token, and the Secret's name (a token pasted there by mistake), are blanked.
     fn redact(request: &mut serde_json::Value) {
-        if let Some(token) = request.get_mut("hf_token") {
-            *token = serde_json::Value::String("(redacted)".into());
+        for field in ["hf_token", "hf_token_secret"] {
+            if let Some(value) = request.get_mut(field) {
+                *value = serde_json::Value::String("(redacted)".into());
+            }
         }
     }
 }

@@ -489,8 +489,22 @@ fn check_storage_name(s: &str) -> Result<(), String> {
 /// Where pods must not mount storage: the system's own directories, and `/s3`, which is
 /// the cluster's shared bucket in every pod.
 const RESERVED_MOUNTS: &[&str] = &[
-    "/s3", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run", "/sbin",
-    "/sys", "/tmp", "/usr", "/var",
+    "/s3",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/hypd-scratch",
+    "/lib",
+    "/lib64",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
 ];
 
 fn check_mount_path(s: &str) -> Result<(), String> {
@@ -536,6 +550,74 @@ string_value!(
     /// Where pods mount a storage (absolute; not /s3 or a system directory).
     MountPath, check_mount_path,
     schema: { "type": "string", "minLength": 2, "maxLength": 128, "pattern": "^(/[A-Za-z0-9._-]+)+$", "examples": ["/mnt/data"] }
+);
+fn check_model_id(s: &str) -> Result<(), String> {
+    let part = |p: &str| {
+        (1..=96).contains(&p.len())
+            && p.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            && !p.contains("--")
+            && !p.contains("..")
+            && !p.ends_with('.')
+    };
+    match s.split_once('/') {
+        Some((org, name)) if part(org) && part(name) => Ok(()),
+        _ => Err(format!(
+            "a model id is <organisation>/<name> as on the Hugging Face hub, e.g. meta-llama/Llama-3.2-1B: letters, digits, '.', '_' and '-', no '--' or '..' (got {})",
+            shown(s)
+        )),
+    }
+}
+
+fn check_revision(s: &str) -> Result<(), String> {
+    let ok = (1..=128).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
+        && !s.contains("..")
+        && !s.starts_with(['/', '-', '.'])
+        && !s.ends_with('/');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a revision is a branch, tag or commit of the model's repository, e.g. main, v1.0 or a 40-hex commit (got {})",
+            shown(s)
+        ))
+    }
+}
+
+fn check_secret_name(s: &str) -> Result<(), String> {
+    let ok = (1..=63).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        // Never the value: a token pasted into this field must not come back.
+        Err(format!(
+            "a Secret name is 1-63 lowercase letters, digits and '-'; the value given ({} characters) is not one",
+            s.chars().count()
+        ))
+    }
+}
+
+string_value!(
+    /// A Hugging Face model repository, `<organisation>/<name>`.
+    HfModelId, check_model_id,
+    schema: { "type": "string", "maxLength": 193, "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", "examples": ["meta-llama/Llama-3.2-1B"] }
+);
+string_value!(
+    /// A branch, tag or commit of a model repository.
+    HfRevision, check_revision,
+    schema: { "type": "string", "maxLength": 128, "pattern": "^[A-Za-z0-9_][A-Za-z0-9._/-]*$" }
+);
+string_value!(
+    /// A Kubernetes Secret in namespace `default`.
+    SecretName, check_secret_name,
+    schema: { "type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$" }
 );
 string_value!(
     /// A name for an API token, to recognise it in lists and the audit log.

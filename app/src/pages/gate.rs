@@ -143,6 +143,15 @@ impl Gate {
         });
     }
 
+    /// An input handler that keeps the typed value in `signal` and goes back to the
+    /// first step: what runs is what was reviewed.
+    pub fn edit(self, signal: RwSignal<String>) -> impl Fn(leptos::ev::Event) + Copy {
+        move |ev| {
+            signal.set(event_target_value(&ev));
+            self.reset();
+        }
+    }
+
     /// Shows `error` under the gate's plan (for callers that send with [`Gate::send`]).
     pub fn fail(self, error: ApiError) {
         self.error.set(Some(error));

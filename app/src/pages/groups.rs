@@ -133,13 +133,6 @@ pub fn AddGroup(cluster: String, form: AddGroupForm) -> impl IntoView {
         inputs.push(text("group.capacity.type", capacity));
         inputs
     };
-    // Any edit goes back to the plan: what runs is what was reviewed.
-    let edited = move |signal: RwSignal<String>| {
-        move |ev| {
-            signal.set(event_target_value(&ev));
-            gate.reset();
-        }
-    };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         gate.start::<AddInstanceGroup>(&inputs());
@@ -148,20 +141,20 @@ pub fn AddGroup(cluster: String, form: AddGroupForm) -> impl IntoView {
         <form class="add-group" aria-label="Add an instance group" on:submit=submit>
             <h3>"Add an instance group"</h3>
             <div class="add-group-fields">
-                <label>"Name" <input id="add-group-name" required prop:value=move || name.get() on:input=edited(name)/></label>
-                <label>"Instance type" <input id="add-group-type" required prop:value=move || instance_type.get() on:input=edited(instance_type)/></label>
-                <label>"Instances" <input id="add-group-count" type="number" min="0" prop:value=move || count.get() on:input=edited(count)/></label>
+                <label>"Name" <input id="add-group-name" required prop:value=move || name.get() on:input=gate.edit(name)/></label>
+                <label>"Instance type" <input id="add-group-type" required prop:value=move || instance_type.get() on:input=gate.edit(instance_type)/></label>
+                <label>"Instances" <input id="add-group-count" type="number" min="0" prop:value=move || count.get() on:input=gate.edit(count)/></label>
                 <label>"Capacity"
-                    <select id="add-group-capacity" on:change=edited(capacity) prop:value=move || capacity.get()>
+                    <select id="add-group-capacity" on:change=gate.edit(capacity) prop:value=move || capacity.get()>
                         <option value="on_demand">"On-demand"</option>
                         <option value="spot">"Spot"</option>
                         <option value="training_plan">"Training plan"</option>
                     </select>
                 </label>
                 {move || (capacity.get() == "training_plan").then(|| view! {
-                    <label>"Training plan ARN" <input id="add-group-plan" prop:value=move || training_plan.get() on:input=edited(training_plan)/></label>
+                    <label>"Training plan ARN" <input id="add-group-plan" prop:value=move || training_plan.get() on:input=gate.edit(training_plan)/></label>
                 })}
-                <label>"Zone" <input id="add-group-zone" placeholder="the cluster's" prop:value=move || zone.get() on:input=edited(zone)/></label>
+                <label>"Zone" <input id="add-group-zone" placeholder="the cluster's" prop:value=move || zone.get() on:input=gate.edit(zone)/></label>
                 <label class="check">
                     <input
                         id="add-group-dhc"

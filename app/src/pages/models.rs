@@ -117,12 +117,6 @@ fn Download(cluster: String) -> impl IntoView {
     let revision = RwSignal::new(String::new());
     let token = RwSignal::new(String::new());
     let replace = RwSignal::new(false);
-    let edited = move |signal: RwSignal<String>| {
-        move |ev| {
-            signal.set(event_target_value(&ev));
-            gate.reset();
-        }
-    };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         gate.start::<DownloadModel>(&[
@@ -138,11 +132,11 @@ fn Download(cluster: String) -> impl IntoView {
         <form class="panel download-model" aria-label="Download a model" on:submit=submit>
             <h2>"Download a model"</h2>
             <label>"Model "<input type="text" name="model" placeholder="meta-llama/Llama-3.2-1B"
-                prop:value=move || model.get() on:input=edited(model)/></label>
+                prop:value=move || model.get() on:input=gate.edit(model)/></label>
             <label>"Revision "<input type="text" name="revision" placeholder="main"
-                prop:value=move || revision.get() on:input=edited(revision)/></label>
+                prop:value=move || revision.get() on:input=gate.edit(revision)/></label>
             <label>"Token "<input type="password" name="hf_token" autocomplete="off" placeholder="for gated models"
-                prop:value=move || token.get() on:input=edited(token)/></label>
+                prop:value=move || token.get() on:input=gate.edit(token)/></label>
             <label class="check"><input type="checkbox" name="replace"
                 prop:checked=move || replace.get()
                 on:change=move |ev| { replace.set(event_target_checked(&ev)); gate.reset(); }/>

@@ -468,12 +468,6 @@ fn AddStorage(cluster: String) -> impl IntoView {
     let storage = RwSignal::new(String::new());
     let bucket = RwSignal::new(String::new());
     let mount = RwSignal::new(String::new());
-    let edited = move |signal: RwSignal<String>| {
-        move |ev| {
-            signal.set(event_target_value(&ev));
-            gate.reset();
-        }
-    };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         gate.start::<CreateS3Storage>(&[
@@ -488,11 +482,11 @@ fn AddStorage(cluster: String) -> impl IntoView {
         <form class="panel add-storage" aria-label="Mount a bucket" on:submit=submit>
             <h2>"Mount a bucket"</h2>
             <label>"Name "<input type="text" name="storage" placeholder="datasets"
-                prop:value=move || storage.get() on:input=edited(storage)/></label>
+                prop:value=move || storage.get() on:input=gate.edit(storage)/></label>
             <label>"Bucket "<input type="text" name="bucket" placeholder="(hypd creates one)"
-                prop:value=move || bucket.get() on:input=edited(bucket)/></label>
+                prop:value=move || bucket.get() on:input=gate.edit(bucket)/></label>
             <label>"Mount path "<input type="text" name="mount_path" placeholder="/mnt/<name>"
-                prop:value=move || mount.get() on:input=edited(mount)/></label>
+                prop:value=move || mount.get() on:input=gate.edit(mount)/></label>
             <div class="actions">
                 <button class="primary" type="submit" disabled=move || gate.busy()>
                     {move || if gate.reviewing() { "Mount" } else { "Review plan" }}

@@ -59,6 +59,12 @@ pub struct Outputs {
     pub files: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
+    /// How many Jobs failed before the one running: a retry starts a new Job.
+    #[serde(default)]
+    pub attempt: u32,
+    /// The Job writes over another revision: decided once, when its first Job is made.
+    #[serde(default)]
+    pub replace: bool,
 }
 
 /// The image the Job runs: Python with pip, pinned.
@@ -93,7 +99,7 @@ files = [(s.rfilename, s.size or 0) for s in info.siblings]
 total, done, listed = sum(s for _, s in files), 0, []
 os.makedirs(dest, exist_ok=True)
 for i, (name, _) in enumerate(files, 1):
-    local = api.hf_hub_download(model, name, revision=commit, local_dir="/scratch")
+    local = api.hf_hub_download(model, name, revision=commit, local_dir="/hypd-scratch")
     digest = hashlib.sha256()
     with open(local, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -108,14 +114,22 @@ for i, (name, _) in enumerate(files, 1):
     done += size
     listed.append({"path": name, "size_bytes": size, "sha256": digest.hexdigest()})
     print(f"hypd-progress files={i}/{len(files)} bytes={done}/{total} commit={commit} file={name}", flush=True)
+# What the revision before held and this one does not would be loaded beside it.
+keep = {os.path.normpath(os.path.join(dest, f["path"])) for f in listed}
+for root, _, names in os.walk(dest):
+    for n in names:
+        path = os.path.normpath(os.path.join(root, n))
+        if path not in keep and path != os.path.normpath(manifest):
+            os.remove(path)
 with open(manifest, "w") as f:
     json.dump({"model": model, "revision": revision, "commit": commit, "files": listed, "size_bytes": done,
                "downloaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
 "#;
 
-/// The Job of operation `operation` for `model`: a readable part of the model's name and
-/// a part of the operation's, so each download has its own and a run again finds it.
-fn job_name(model: &str, operation: &str) -> String {
+/// The Job of attempt `attempt` of operation `operation` for `model`: a readable part of
+/// the model's name and a part of the operation's, so each download (and each retry of
+/// a failed one) has its own, and a step run again finds it.
+fn job_name(model: &str, operation: &str, attempt: u32) -> String {
     let mut slug: String = model
         .to_ascii_lowercase()
         .chars()
@@ -125,7 +139,13 @@ fn job_name(model: &str, operation: &str) -> String {
         slug = slug.replace("--", "-");
     }
     let slug: String = slug.trim_matches('-').chars().take(40).collect();
-    let hash = format!("{:x}", Sha256::digest(operation.as_bytes()));
+    let hash = match attempt {
+        0 => format!("{:x}", Sha256::digest(operation.as_bytes())),
+        n => format!(
+            "{:x}",
+            Sha256::digest(format!("{operation}#{n}").as_bytes())
+        ),
+    };
     format!("hypd-model-{}-{}", slug.trim_end_matches('-'), &hash[..8])
 }
 
@@ -137,10 +157,19 @@ fn storage(r: &DownloadModel) -> &str {
 /// The Job's object.
 fn job(r: &DownloadModel, name: &str, mount: &str, replace: bool) -> Result<Job, ApiError> {
     let dir = path_in_pods(mount, &r.prefix());
-    let secret = r
-        .hf_token_secret
-        .as_ref()
-        .map_or(TOKEN_SECRET, |s| s.as_str());
+    let mut env = vec![
+        json!({ "name": "HYPD_MODEL_ID", "value": r.model.as_str() }),
+        json!({ "name": "HYPD_MODEL_REVISION", "value": r.revision() }),
+        json!({ "name": "HYPD_MODEL_DIR", "value": dir }),
+        json!({ "name": "HYPD_REPLACE", "value": if replace { "true" } else { "false" } }),
+        json!({ "name": "HYPD_PROGRAM", "value": PROGRAM }),
+        json!({ "name": "HF_HUB_DISABLE_TELEMETRY", "value": "1" }),
+    ];
+    // A public model needs no token.
+    if let Some(secret) = &r.hf_token_secret {
+        env.push(json!({ "name": "HF_TOKEN", "valueFrom": { "secretKeyRef": {
+            "name": secret.as_str(), "key": "token" } } }));
+    }
     let labels = json!({ K8S_MANAGED_BY.0: K8S_MANAGED_BY.1, "hypd.dev/download": "model" });
     let script = format!(
         "pip install --quiet --no-cache-dir --disable-pip-version-check '{HUB_CLIENT}' && exec python -u -c \"$HYPD_PROGRAM\""
@@ -163,20 +192,10 @@ fn job(r: &DownloadModel, name: &str, mount: &str, replace: bool) -> Result<Job,
                         "name": "download",
                         "image": IMAGE,
                         "command": ["bash", "-c", script],
-                        "env": [
-                            { "name": "HYPD_MODEL_ID", "value": r.model.as_str() },
-                            { "name": "HYPD_MODEL_REVISION", "value": r.revision() },
-                            { "name": "HYPD_MODEL_DIR", "value": dir },
-                            { "name": "HYPD_REPLACE", "value": if replace { "true" } else { "false" } },
-                            { "name": "HYPD_PROGRAM", "value": PROGRAM },
-                            { "name": "HF_HUB_DISABLE_TELEMETRY", "value": "1" },
-                            // Optional unless named: a public model needs none.
-                            { "name": "HF_TOKEN", "valueFrom": { "secretKeyRef": {
-                                "name": secret, "key": "token", "optional": r.hf_token_secret.is_none() } } },
-                        ],
+                        "env": env,
                         "volumeMounts": [
                             { "name": "storage", "mountPath": mount },
-                            { "name": "scratch", "mountPath": "/scratch" },
+                            { "name": "scratch", "mountPath": "/hypd-scratch" },
                         ],
                         "resources": { "requests": { "cpu": "1", "memory": "2Gi" } },
                     }],
@@ -227,8 +246,52 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// The newest pod of Job `name` and the last lines it printed (none while it starts).
-async fn last_lines(client: &kube::Client, name: &str) -> Result<Vec<String>, ApiError> {
+/// Makes Job `job` unless it exists: a Job's template cannot change, and one already
+/// made (by a run cut off after making it) is the one to follow.
+async fn ensure_job(client: &kube::Client, job: Job) -> Result<(), ApiError> {
+    let jobs = Api::<Job>::namespaced(client.clone(), NAMESPACE);
+    let name = job.metadata.name.clone().unwrap_or_default();
+    if !is_planning() && kubernetes::get(&jobs, &name).await?.is_some() {
+        return Ok(());
+    }
+    converge(&Applied::namespaced(client, job)).await?;
+    Ok(())
+}
+
+/// Why the newest pod of Job `name` is not running yet (unscheduled, a container
+/// waiting: an image that does not pull, a Secret missing, a volume that does not
+/// mount), if it is not.
+fn not_running(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let unscheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+    if let Some(c) = unscheduled {
+        return Some(format!(
+            "unscheduled: {}",
+            c.message.clone().unwrap_or_else(|| "no node fits".into())
+        ));
+    }
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .map(|w| match (&w.reason, &w.message) {
+            (Some(r), Some(m)) => format!("{r}: {m}"),
+            (Some(r), None) => r.clone(),
+            _ => "waiting".to_owned(),
+        })
+}
+
+/// The newest pod of Job `name`: the last lines it printed (none while it starts), and
+/// why it is not running, if it is not.
+async fn last_lines(
+    client: &kube::Client,
+    name: &str,
+) -> Result<(Vec<String>, Option<String>), ApiError> {
     let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
     let mut newest: Option<Pod> = None;
     kubernetes::each_listed(
@@ -245,8 +308,12 @@ async fn last_lines(client: &kube::Client, name: &str) -> Result<Vec<String>, Ap
         },
     )
     .await?;
-    let Some(pod) = newest.and_then(|p| p.metadata.name) else {
-        return Ok(Vec::new());
+    let Some(newest) = newest else {
+        return Ok((Vec::new(), Some("no pod yet".to_owned())));
+    };
+    let waiting = not_running(&newest);
+    let Some(pod) = newest.metadata.name else {
+        return Ok((Vec::new(), waiting));
     };
     let params = LogParams {
         container: Some("download".into()),
@@ -254,9 +321,9 @@ async fn last_lines(client: &kube::Client, name: &str) -> Result<Vec<String>, Ap
         ..LogParams::default()
     };
     match pods.logs(&pod, &params).await {
-        Ok(text) => Ok(text.lines().map(str::to_owned).collect()),
+        Ok(text) => Ok((text.lines().map(str::to_owned).collect(), waiting)),
         // Still starting: nothing printed yet.
-        Err(kube::Error::Api(s)) if s.code == 400 => Ok(Vec::new()),
+        Err(kube::Error::Api(s)) if s.code == 400 => Ok((Vec::new(), waiting)),
         Err(e) => Err(kubernetes::upstream(&format!("log Pod/{pod}"), e)),
     }
 }
@@ -307,11 +374,16 @@ impl Pipeline for DownloadModel {
         if let Some(secret) = &self.hf_token_secret {
             let client = kubernetes::connect(cx.aws, &region, cluster).await?;
             let secrets = Api::<Secret>::namespaced(client, NAMESPACE);
-            if kubernetes::get(&secrets, secret.as_str()).await?.is_none() {
+            let found = kubernetes::get(&secrets, secret.as_str()).await?;
+            let holds = found.is_some_and(|s| {
+                s.data.is_some_and(|d| d.contains_key("token"))
+                    || s.string_data.is_some_and(|d| d.contains_key("token"))
+            });
+            if !holds {
                 return Err(ApiError::field(
                     "hf_token_secret",
                     format!(
-                        "{cluster} has no Secret {NAMESPACE}/{secret} (with the token under key `token`)"
+                        "{cluster} has no Secret {NAMESPACE}/{secret} with the token under key `token`"
                     ),
                 ));
             }
@@ -319,7 +391,8 @@ impl Pipeline for DownloadModel {
         Ok(self)
     }
 
-    /// The token goes into the Secret `hypd-hf-token` and out of the request.
+    /// The token goes into a Secret of this download (`hypd-hf-token-…`, deleted once its
+    /// Job finished) and out of the request.
     async fn keep_secrets(&mut self, cx: &Preflight<'_>) -> Result<(), ApiError> {
         let Some(token) = self.hf_token.take() else {
             return Ok(());
@@ -327,7 +400,12 @@ impl Pipeline for DownloadModel {
         let region = region_of(cx.store, self.name.as_str()).await?;
         let client = kubernetes::connect(cx.aws, &region, self.name.as_str()).await?;
         let mut secret = Secret::default();
-        secret.metadata.name = Some(TOKEN_SECRET.to_owned());
+        // Its own: no other download (another user's) reads it, none overwrites it.
+        let name = format!(
+            "{TOKEN_SECRET}-{}",
+            crate::clock::sortable_id("s").trim_start_matches("s-")
+        );
+        secret.metadata.name = Some(name.clone());
         secret.metadata.namespace = Some(NAMESPACE.to_owned());
         secret.metadata.labels =
             Some([(K8S_MANAGED_BY.0.to_owned(), K8S_MANAGED_BY.1.to_owned())].into());
@@ -341,8 +419,13 @@ impl Pipeline for DownloadModel {
         );
         converge(&Applied::namespaced(&client, secret)).await?;
         self.hf_token_secret =
-            Some(app::api::models::SecretName::parse(TOKEN_SECRET).map_err(ApiError::internal)?);
+            Some(app::api::values::SecretName::parse(&name).map_err(ApiError::internal)?);
         Ok(())
+    }
+
+    /// A download that failed for good needs its token no more.
+    async fn failed(&self, cx: &Context) -> Result<(), ApiError> {
+        forget_token(self, cx).await
     }
 
     async fn step(
@@ -355,7 +438,7 @@ impl Pipeline for DownloadModel {
         let (region, bucket, mount) = bucket_of(&cx.aws, &cx.store, cluster, storage(self)).await?;
         out.bucket = Some(bucket.clone());
         out.path_in_pods = Some(path_in_pods(&mount, &self.prefix()));
-        let name = job_name(self.model.as_str(), &cx.operation_id);
+        let name = job_name(self.model.as_str(), &cx.operation_id, out.attempt);
         match stage {
             Stage::Job => {
                 // A plan of a request with a token: the Secret is made when it is sent.
@@ -364,7 +447,7 @@ impl Pipeline for DownloadModel {
                         app::api::plan::Change::new(
                             app::api::plan::Action::Create,
                             "k8s:v1/Secret",
-                            TOKEN_SECRET,
+                            format!("{TOKEN_SECRET}-{}", app::api::plan::KNOWN_AFTER_APPLY),
                         )
                     });
                 }
@@ -374,13 +457,13 @@ impl Pipeline for DownloadModel {
                     return Ok(Progress::Done);
                 }
                 // The same branch again may have moved: its newer commit replaces it.
-                let replace = self.replace || held.is_some_and(|h| h.revision == self.revision());
+                // Decided once: a run again must make the same Job.
+                if out.job.is_none() {
+                    out.replace =
+                        self.replace || held.is_some_and(|h| h.revision == self.revision());
+                }
                 let client = kubernetes::connect(&cx.aws, &region, cluster).await?;
-                converge(&Applied::namespaced(
-                    &client,
-                    job(self, &name, &mount, replace)?,
-                ))
-                .await?;
+                ensure_job(&client, job(self, &name, &mount, out.replace)?).await?;
                 out.job = Some(format!("{NAMESPACE}/{name}"));
                 Ok(Progress::Done)
             }
@@ -394,13 +477,13 @@ impl Pipeline for DownloadModel {
                 }
                 let client = kubernetes::connect(&cx.aws, &region, cluster).await?;
                 let jobs = Api::<Job>::namespaced(client.clone(), NAMESPACE);
-                let found = kubernetes::get(&jobs, &name).await?.ok_or_else(|| {
-                    ApiError::Conflict {
-                        message: format!("the download Job {NAMESPACE}/{name} is gone (deleted, or removed a week after it finished)"),
-                        operation_id: None,
-                        field: None,
-                    }
-                })?;
+                let Some(found) = kubernetes::get(&jobs, &name).await? else {
+                    // Deleted (by hand, a week after it finished, or after it failed and
+                    // this is a retry): this attempt's Job is made again.
+                    ensure_job(&client, job(self, &name, &mount, out.replace)?).await?;
+                    out.job = Some(format!("{NAMESPACE}/{name}"));
+                    return Ok(Progress::wait(POLL, format!("Job {NAMESPACE}/{name} made")));
+                };
                 let condition = |kind: &str| {
                     found
                         .status
@@ -408,7 +491,7 @@ impl Pipeline for DownloadModel {
                         .and_then(|s| s.conditions.as_ref())
                         .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
                 };
-                let lines = last_lines(&client, &name).await?;
+                let (lines, waiting) = last_lines(&client, &name).await?;
                 if let Some(p) = lines.iter().rev().find_map(|l| progress(l)) {
                     out.progress = Some(p);
                 }
@@ -422,6 +505,17 @@ impl Pipeline for DownloadModel {
                         .find_map(|l| l.split("hypd-error ").nth(1).map(str::to_owned))
                         .or_else(|| lines.last().cloned())
                         .unwrap_or_else(|| "it printed nothing".to_owned());
+                    // A retry starts the next attempt's Job; this one's output is read
+                    // above, and it goes (with its pods).
+                    let gone = kube::api::DeleteParams::background();
+                    match jobs.delete(&name, &gone).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => {
+                            return Err(kubernetes::upstream(&format!("delete Job/{name}"), e));
+                        }
+                    }
+                    out.attempt += 1;
                     return Err(ApiError::Upstream {
                         service: "kubernetes".into(),
                         call: format!("Job {NAMESPACE}/{name}"),
@@ -437,7 +531,11 @@ impl Pipeline for DownloadModel {
                         "downloading {} into {}: {}",
                         self.model,
                         out.path_in_pods.as_deref().unwrap_or_default(),
-                        out.progress.as_deref().unwrap_or("starting")
+                        match (&out.progress, &waiting) {
+                            (_, Some(w)) => format!("pod not running ({w})"),
+                            (Some(p), None) => p.clone(),
+                            (None, None) => "starting".to_owned(),
+                        }
                     ),
                 ))
             }
@@ -456,10 +554,33 @@ impl Pipeline for DownloadModel {
                 out.commit = Some(held.commit);
                 out.files = Some(held.files.len() as u32);
                 out.size_bytes = Some(held.size_bytes);
+                forget_token(self, cx).await?;
                 Ok(Progress::Done)
             }
         }
     }
+}
+
+/// Deletes the Secret hypd made for the request's token, if it made one (a Secret the
+/// user named is theirs, and stays).
+async fn forget_token(r: &DownloadModel, cx: &Context) -> Result<(), ApiError> {
+    let Some(name) = r
+        .hf_token_secret
+        .as_ref()
+        .filter(|s| s.as_str().starts_with(&format!("{TOKEN_SECRET}-")))
+    else {
+        return Ok(());
+    };
+    if is_planning() {
+        return Ok(());
+    }
+    let region = region_of(&cx.store, r.name.as_str()).await?;
+    let client = kubernetes::connect(&cx.aws, &region, r.name.as_str()).await?;
+    let mut secret = Secret::default();
+    secret.metadata.name = Some(name.to_string());
+    secret.metadata.namespace = Some(NAMESPACE.to_owned());
+    converge(&Applied::namespaced(&client, secret).absent()).await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -468,14 +589,15 @@ mod tests {
 
     #[test]
     fn a_job_is_named_after_its_model_and_operation() {
-        let a = job_name("meta-llama/Llama-3.2-1B-Instruct", "op-1");
+        let a = job_name("meta-llama/Llama-3.2-1B-Instruct", "op-1", 0);
         assert!(
             a.starts_with("hypd-model-meta-llama-llama-3-2-1b-instruct-"),
             "{a}"
         );
         assert!(a.len() <= 63, "{a}");
-        assert_ne!(a, job_name("meta-llama/Llama-3.2-1B-Instruct", "op-2"));
-        let long = job_name(&format!("{}/{}", "o".repeat(90), "m".repeat(90)), "op");
+        assert_ne!(a, job_name("meta-llama/Llama-3.2-1B-Instruct", "op-2", 0));
+        assert_ne!(a, job_name("meta-llama/Llama-3.2-1B-Instruct", "op-1", 1));
+        let long = job_name(&format!("{}/{}", "o".repeat(90), "m".repeat(90)), "op", 3);
         assert!(long.len() <= 63, "{long}");
     }
 
@@ -510,10 +632,13 @@ mod tests {
             "/s3/models/Qwen/Qwen2.5-0.5B"
         );
         assert_eq!(env("HF_TOKEN")["valueFrom"]["secretKeyRef"]["name"], "mine");
-        assert_eq!(
-            env("HF_TOKEN")["valueFrom"]["secretKeyRef"]["optional"],
-            false
-        );
+        // A public model's Job reads no token at all.
+        let public: DownloadModel = serde_json::from_value(
+            serde_json::json!({"name": "ml-1", "model": "Qwen/Qwen2.5-0.5B"}),
+        )
+        .unwrap();
+        let j2 = serde_json::to_value(job(&public, "hypd-model-y", "/s3", false).unwrap()).unwrap();
+        assert!(!j2.to_string().contains("HF_TOKEN"));
         assert_eq!(
             j["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
             "shared-s3"

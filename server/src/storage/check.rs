@@ -213,13 +213,27 @@ impl Handler<CheckStorage> for Service {
             else {
                 continue;
             };
-            let exists = s3
+            // A bucket in another region answers HeadBucket with a redirect and one of
+            // another account with 403: findings too, not a failed check.
+            let exists = match s3
                 .head_bucket()
                 .bucket(&bucket)
                 .send()
                 .await
-                .found("s3", "HeadBucket")?
-                .is_some();
+                .found("s3", "HeadBucket")
+            {
+                Ok(found) => found.is_some(),
+                Err(e) => {
+                    findings.add(
+                        at,
+                        "bucket_access",
+                        true,
+                        format!("hypd cannot read bucket {bucket} from {region}: {e}"),
+                        Some(format!("aws s3api get-bucket-location --bucket {bucket}")),
+                    );
+                    continue;
+                }
+            };
             if !exists {
                 findings.add(
                     at,
@@ -230,12 +244,25 @@ impl Handler<CheckStorage> for Service {
                 );
                 continue;
             }
-            let location = s3
+            let location = match s3
                 .get_bucket_location()
                 .bucket(&bucket)
                 .send()
                 .await
-                .upstream("s3", "GetBucketLocation")?;
+                .upstream("s3", "GetBucketLocation")
+            {
+                Ok(l) => l,
+                Err(e) => {
+                    findings.add(
+                        at,
+                        "bucket_region",
+                        false,
+                        format!("the region of bucket {bucket} could not be read: {e}"),
+                        None,
+                    );
+                    continue;
+                }
+            };
             // S3 answers no constraint for us-east-1.
             let bucket_region = location
                 .location_constraint()

@@ -89,10 +89,14 @@ impl Pipeline for DeleteStorage {
         match stage {
             Stage::Claim => {
                 let client = kubernetes::connect(&cx.aws, &region, cluster).await?;
-                // The volume names its claim: found even when a run cut off after the
-                // claim's deletion lost what it recorded.
+                // The claim names its volume; once the claim is gone (a run cut off
+                // after deleting it lost what it recorded), the volume bound to it.
+                let claimed = match find(&client, storage).await? {
+                    Some(f) => f.volume,
+                    None => volume_claimed_by(&client, storage).await?,
+                };
                 if out.persistent_volume.is_none()
-                    && let Some(pv) = volume_claimed_by(&client, storage).await?
+                    && let Some(pv) = claimed
                 {
                     out.bucket = pv
                         .spec
@@ -184,7 +188,7 @@ async fn volume_claimed_by(
     storage: &str,
 ) -> Result<Option<PersistentVolume>, ApiError> {
     let volumes = Api::<PersistentVolume>::all(client.clone());
-    let mut found = None;
+    let mut found = Vec::new();
     kubernetes::each_listed(
         &volumes,
         ListParams::default().labels(STORAGE_LABEL),
@@ -193,12 +197,28 @@ async fn volume_claimed_by(
             if claimed.is_some_and(|c| {
                 c.name.as_deref() == Some(storage) && c.namespace.as_deref() == Some(NAMESPACE)
             }) {
-                found = Some(pv);
+                found.push(pv);
             }
         },
     )
     .await?;
-    Ok(found)
+    // Two volumes once bound to a claim of this name (one left by an earlier storage):
+    // which is this one's cannot be told, so neither is deleted.
+    if found.len() > 1 {
+        let names: Vec<String> = found
+            .iter()
+            .filter_map(|v| v.metadata.name.clone())
+            .collect();
+        return Err(ApiError::Conflict {
+            message: format!(
+                "volumes {} were all bound to {NAMESPACE}/{storage}: delete the one that is not this storage's (kubectl delete pv …), then retry",
+                names.join(", ")
+            ),
+            operation_id: None,
+            field: None,
+        });
+    }
+    Ok(found.pop())
 }
 
 /// The claim as `Applied` names it: its name and namespace are all a deletion needs.

@@ -12,6 +12,7 @@ use app::api::values::{BucketName, IdempotencyKey};
 use serde::{Deserialize, Serialize};
 
 use super::{find, region_of};
+use crate::aws::SdkResultExt;
 use crate::cluster::identity::s3_csi_inline_policy;
 use crate::cluster::storage::{NAMESPACE, volume, volume_name};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
@@ -112,6 +113,19 @@ impl Pipeline for CreateS3Storage {
                 ),
             ));
         }
+        // A claim of that name that is not hypd's: applying over it would fail half-way.
+        let claims = kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+            client.clone(),
+            NAMESPACE,
+        );
+        if kubernetes::get(&claims, storage).await?.is_some() {
+            return Err(ApiError::field(
+                "storage",
+                format!(
+                    "{cluster} has a claim {NAMESPACE}/{storage} hypd did not make; choose another name"
+                ),
+            ));
+        }
         let volumes =
             kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone());
         if let Some(pv) = kubernetes::get(&volumes, &volume_name(&bucket)).await? {
@@ -132,11 +146,56 @@ impl Pipeline for CreateS3Storage {
         findings.refuse("name")?;
         let mount = self.mount();
         let listed = super::list(cx.aws, cx.store, cluster).await?;
-        if let Some(other) = listed.iter().find(|s| s.mount_path == mount) {
+        // One inside the other would hide a storage in pods that mount both.
+        let within =
+            |inner: &str, outer: &str| inner == outer || inner.starts_with(&format!("{outer}/"));
+        if let Some(other) = listed
+            .iter()
+            .find(|s| within(&mount, &s.mount_path) || within(&s.mount_path, &mount))
+        {
             return Err(ApiError::field(
                 "mount_path",
-                format!("storage {} is mounted at {mount} already", other.name),
+                format!(
+                    "storage {} is mounted at {}, which {mount} would overlap",
+                    other.name, other.mount_path
+                ),
             ));
+        }
+        // The default name is hypd's own: a bucket of that name without hypd's tags is
+        // someone's, and hypd would take it over.
+        if self.bucket.as_ref().map(|b| b.as_str())
+            == Some(default_bucket(&self, cx.aws).await?.as_str())
+        {
+            let s3 = cx.aws.s3(&region);
+            if s3
+                .head_bucket()
+                .bucket(&bucket)
+                .send()
+                .await
+                .found("s3", "HeadBucket")?
+                .is_some()
+            {
+                let tagged = s3
+                    .get_bucket_tagging()
+                    .bucket(&bucket)
+                    .send()
+                    .await
+                    .found("s3", "GetBucketTagging")?
+                    .is_some_and(|t| {
+                        crate::resources::tags::belongs_to(
+                            t.tag_set().iter().map(|t| (t.key(), t.value())),
+                            cluster,
+                        )
+                    });
+                if !tagged {
+                    return Err(ApiError::field(
+                        "bucket",
+                        format!(
+                            "a bucket {bucket} exists without hypd's tags; name it in `bucket` to mount it as it is, or choose another storage name"
+                        ),
+                    ));
+                }
+            }
         }
         Ok(self)
     }

@@ -417,13 +417,14 @@ pub const CASES: &[Case] = &[
         check: |world, hypd, token, name| {
             crate::storage::assert_storage(world, hypd, token, name, true);
         },
-        // The pre-flight and the volume stage read the claim before `bound` does.
+        // The pre-flight (twice: hypd's storage, then any claim of the name) and the
+        // volume stage read the claim before `bound` does.
         calls: &[
             call("bucket", "s3", "PutBucketEncryption"),
             call("access", "iam", "PutRolePolicy"),
             call("volume", "kubernetes", "patch PersistentVolumeClaim"),
             Call {
-                after: 2,
+                after: 3,
                 ..call("bound", "kubernetes", "get PersistentVolumeClaim")
             },
         ],
@@ -467,10 +468,14 @@ pub const CASES: &[Case] = &[
             assert_eq!(models["models"].as_array().unwrap().len(), 1, "{models:#}");
         },
         // The pre-flight and the job stage read the manifest before `record` does; the
-        // job stage reads the Job before `download` does.
+        // job stage reads the Job twice (is it there? then its apply's own look) before
+        // `download` does.
         calls: &[
             call("job", "kubernetes", "patch Job"),
-            after_preflight("download", "kubernetes", "get Job"),
+            Call {
+                after: 2,
+                ..call("download", "kubernetes", "get Job")
+            },
             Call {
                 after: 2,
                 ..call("record", "s3", "GetObject")

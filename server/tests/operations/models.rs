@@ -83,27 +83,44 @@ fn a_model_lands_in_the_shared_bucket_and_the_token_only_in_a_secret() {
         .to_owned();
     let commit = out["commit"].as_str().unwrap().to_owned();
 
-    // The Job the status names exists, mounting the shared claim; the token is the
-    // Secret's, read by the Job from there.
+    // The Job the status names exists, mounting the shared claim, and read the token
+    // from a Secret of its own, which is gone now that it finished.
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (found, secret) = rt.block_on(async {
+    let (found, secrets) = rt.block_on(async {
         let client = kube_client(&world, name).await;
         let job = Api::<Job>::namespaced(client.clone(), "default")
             .get(&job)
             .await
             .unwrap();
-        let secret = Api::<Secret>::namespaced(client, "default")
-            .get("hypd-hf-token")
+        let secrets = Api::<Secret>::namespaced(client, "default")
+            .list(&Default::default())
             .await
             .unwrap();
-        (job, secret)
+        (job, secrets)
     });
     let spec = serde_json::to_value(&found.spec).unwrap();
     assert_eq!(
         spec["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
         "shared-s3"
     );
-    assert_eq!(secret.data.unwrap()["token"].0, TOKEN.as_bytes());
+    let env = spec["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let read = env.iter().find(|e| e["name"] == "HF_TOKEN").unwrap();
+    let secret = read["valueFrom"]["secretKeyRef"]["name"].as_str().unwrap();
+    assert!(secret.starts_with("hypd-hf-token-"), "{secret}");
+    assert!(
+        secrets
+            .items
+            .iter()
+            .all(|s| s.metadata.name.as_deref() != Some(secret)),
+        "the token's Secret outlived its Job"
+    );
+    assert!(
+        !spec.to_string().contains("sEcReT"),
+        "the token is in the Job"
+    );
 
     let (status, models) = hypd.call(&token, Method::GET, &path, None);
     assert_eq!(status, 200, "{models}");

@@ -300,7 +300,21 @@ fn a_second_bucket_is_mounted_browsed_and_kept_while_used() {
         .unwrap();
     });
 
-    // What would make two storages one is refused by field, before anything is made.
+    // What would make two storages one is refused by field, before anything is made;
+    // so is taking over a bucket of someone's that has the name hypd would give.
+    rt.block_on(async {
+        let conf = world.moto_sdk().await;
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&conf)
+                .force_path_style(true)
+                .build(),
+        )
+        .create_bucket()
+        .bucket("ml-st-someone-123456789012")
+        .send()
+        .await
+        .unwrap();
+    });
     for (body, field, rule) in [
         (
             json!({"storage": "data"}),
@@ -315,7 +329,17 @@ fn a_second_bucket_is_mounted_browsed_and_kept_while_used() {
         (
             json!({"storage": "more", "mount_path": "/mnt/data"}),
             "mount_path",
-            "mounted at /mnt/data",
+            "mounted at /mnt/data, which",
+        ),
+        (
+            json!({"storage": "more", "mount_path": "/mnt/data/sub"}),
+            "mount_path",
+            "would overlap",
+        ),
+        (
+            json!({"storage": "someone", "mount_path": "/mnt/someone"}),
+            "bucket",
+            "exists without hypd's tags",
         ),
         (
             json!({"storage": "more", "mount_path": "/etc/x"}),
