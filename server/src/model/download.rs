@@ -638,7 +638,14 @@ mod tests {
         )
         .unwrap();
         let j2 = serde_json::to_value(job(&public, "hypd-model-y", "/s3", false).unwrap()).unwrap();
-        assert!(!j2.to_string().contains("HF_TOKEN"));
+        let env2 = &j2["spec"]["template"]["spec"]["containers"][0]["env"];
+        assert!(
+            env2.as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["name"] != "HF_TOKEN"),
+            "{env2}"
+        );
         assert_eq!(
             j["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
             "shared-s3"
