@@ -21,6 +21,7 @@ use crate::cluster::identity::s3_csi_inline_policy;
 use crate::cluster::storage::{DRIVER, NAMESPACE, STORAGE_LABEL};
 use crate::resources::eks::addon::Addon;
 use crate::resources::iam::document;
+use crate::resources::iam::role::Role;
 use crate::resources::kube as kubernetes;
 use crate::resources::{Resource, Want};
 use crate::service::{Handler, Service};
@@ -342,46 +343,23 @@ impl Handler<CheckStorage> for Service {
     }
 }
 
-/// A role's inline policy documents, and the ARNs of its attached managed policies.
+/// A role's inline policy documents, and the ARNs of its attached managed policies, as
+/// the role resource reads them (none for a role that does not exist).
 async fn role_policies(
     aws: &Aws,
     region: &str,
     role: &str,
 ) -> Result<(Vec<Value>, Vec<String>), ApiError> {
-    let iam = aws.iam(region);
-    let Some(names) = iam
-        .list_role_policies()
-        .role_name(role)
-        .send()
-        .await
-        .found("iam", "ListRolePolicies")?
-    else {
-        return Ok((Vec::new(), Vec::new()));
-    };
-    let mut inline = Vec::new();
-    for name in names.policy_names() {
-        if let Some(p) = iam
-            .get_role_policy()
-            .role_name(role)
-            .policy_name(name)
-            .send()
-            .await
-            .found("iam", "GetRolePolicy")?
-        {
-            inline.push(document(p.policy_document()));
-        }
+    let found = Role {
+        iam: aws.iam(region),
+        // Only read: whose it is does not matter here.
+        cluster: String::new(),
+        name: role.to_owned(),
+        want: Want::Absent,
     }
-    let attached = iam
-        .list_attached_role_policies()
-        .role_name(role)
-        .send()
-        .await
-        .upstream("iam", "ListAttachedRolePolicies")?
-        .attached_policies()
-        .iter()
-        .filter_map(|p| p.policy_arn().map(str::to_owned))
-        .collect();
-    Ok((inline, attached))
+    .observe()
+    .await?;
+    Ok((found.inline.into_values().collect(), found.attached))
 }
 
 /// A statement's `Action`/`Resource` (or `Principal.AWS`) as a list.

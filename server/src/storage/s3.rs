@@ -12,14 +12,13 @@ use app::api::values::{BucketName, IdempotencyKey};
 use serde::{Deserialize, Serialize};
 
 use super::{find, region_of};
-use crate::aws::SdkResultExt;
 use crate::cluster::identity::s3_csi_inline_policy;
 use crate::cluster::storage::{NAMESPACE, volume, volume_name};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::kube::object::Applied;
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::s3::bucket::{Bucket, Files};
-use crate::resources::{Want, converge, is_planning, missing};
+use crate::resources::{Resource, Want, converge, is_planning, missing};
 
 stages! {
     pub enum Stage {
@@ -166,35 +165,27 @@ impl Pipeline for CreateS3Storage {
         if self.bucket.as_ref().map(|b| b.as_str())
             == Some(default_bucket(&self, cx.aws).await?.as_str())
         {
-            let s3 = cx.aws.s3(&region);
-            if s3
-                .head_bucket()
-                .bucket(&bucket)
-                .send()
-                .await
-                .found("s3", "HeadBucket")?
-                .is_some()
-            {
-                let tagged = s3
-                    .get_bucket_tagging()
-                    .bucket(&bucket)
-                    .send()
-                    .await
-                    .found("s3", "GetBucketTagging")?
-                    .is_some_and(|t| {
-                        crate::resources::tags::belongs_to(
-                            t.tag_set().iter().map(|t| (t.key(), t.value())),
-                            cluster,
-                        )
-                    });
-                if !tagged {
-                    return Err(ApiError::field(
-                        "bucket",
-                        format!(
-                            "a bucket {bucket} exists without hypd's tags; name it in `bucket` to mount it as it is, or choose another storage name"
-                        ),
-                    ));
-                }
+            // Read as the bucket stage will read it: there, and whether hypd's tags are on it.
+            let found = Bucket {
+                s3: cx.aws.s3(&region),
+                name: bucket.clone(),
+                region: region.clone(),
+                cluster: cluster.to_owned(),
+                want: Want::Present(()),
+                hypd_files: Files::None,
+                field: "bucket",
+                adopt: false,
+                harden: false,
+            }
+            .observe()
+            .await?;
+            if found.exists && !found.ours {
+                return Err(ApiError::field(
+                    "bucket",
+                    format!(
+                        "a bucket {bucket} exists without hypd's tags; name it in `bucket` to mount it as it is, or choose another storage name"
+                    ),
+                ));
             }
         }
         Ok(self)
