@@ -43,26 +43,27 @@ async fn set_clock(State(state): State<Shared>, Json(body): Json<ClockBody>) -> 
 
 async fn add_fault(State(state): State<Shared>, Json(fault): Json<Fault>) -> Response {
     let proxied = crate::proxy::PROXIED_SERVICES.contains(&fault.service.as_str());
-    let served = ["eks", "sagemaker", "servicequotas", "kubernetes"];
+    let served = ["eks", "sagemaker", "fsx", "servicequotas", "kubernetes"];
     if !proxied && !served.contains(&fault.service.as_str()) {
         return AwsError::invalid_parameter(
-            "service must be eks, sagemaker, servicequotas or kubernetes, or ec2, iam, s3 or sts (forwarded to moto)",
+            "service must be eks, sagemaker, fsx, servicequotas or kubernetes, or ec2, iam, s3 or sts (forwarded to moto)",
         )
         .into_response();
     }
-    if !["eks", "sagemaker"].contains(&fault.service.as_str())
+    if !["eks", "sagemaker", "fsx"].contains(&fault.service.as_str())
         && fault.kind == crate::world::FaultKind::Stuck
     {
         return AwsError::invalid_parameter(
-            "stuck applies to eks and sagemaker; other services' resources have no transitions here",
+            "stuck applies to eks, sagemaker and fsx; other services' resources have no transitions here",
         )
         .into_response();
     }
+    let fails_on = [("eks", "CreateCluster"), ("fsx", "CreateFileSystem")];
     if matches!(fault.kind, crate::world::FaultKind::Fails { .. })
-        && (fault.service != "eks" || fault.operation != "CreateCluster")
+        && !fails_on.contains(&(fault.service.as_str(), fault.operation.as_str()))
     {
         return AwsError::invalid_parameter(
-            "fails applies to eks CreateCluster: the clusters it starts end FAILED",
+            "fails applies to eks CreateCluster and fsx CreateFileSystem: what they start ends FAILED",
         )
         .into_response();
     }

@@ -1,5 +1,5 @@
-//! `hypd-sim`: the part of the test world that moto lacks (EKS, SageMaker HyperPod and a
-//! Kubernetes API server per cluster). It speaks the real wire protocols so the real
+//! `hypd-sim`: the part of the test world that moto lacks (EKS, SageMaker HyperPod, FSx
+//! for Lustre and a Kubernetes API server per cluster). It speaks the real wire protocols so the real
 //! `aws-sdk-*` clients reach it through `AWS_ENDPOINT_URL_EKS` /
 //! `AWS_ENDPOINT_URL_SAGEMAKER`. With `--moto-url` it also fronts moto: what it does not
 //! serve (EC2, IAM, S3, STS, ...) is forwarded there, so tests can set `AWS_ENDPOINT_URL`
@@ -12,6 +12,7 @@
 mod clock;
 mod control;
 mod eks;
+mod fsx;
 mod hub;
 mod kube;
 mod moto;
@@ -106,12 +107,14 @@ async fn json_protocol(
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let quotas = headers
+    let target = headers
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with(quotas::TARGET_PREFIX));
-    if quotas {
+        .unwrap_or_default();
+    if target.starts_with(quotas::TARGET_PREFIX) {
         quotas::dispatch(state, headers, body).await
+    } else if target.starts_with(fsx::TARGET_PREFIX) {
+        fsx::dispatch(state, headers, body).await
     } else {
         sagemaker::dispatch(state, headers, body).await
     }

@@ -33,7 +33,7 @@ use crate::moto::Moto;
 use crate::world::{AwsError, FaultKind, Shared};
 
 /// Services whose requests the sim answers itself.
-const SIM_SERVICES: [&str; 3] = ["eks", "sagemaker", "servicequotas"];
+const SIM_SERVICES: [&str; 4] = ["eks", "sagemaker", "servicequotas", "fsx"];
 
 /// Services forwarded to moto for which faults can be injected (their error shapes are
 /// known here).
@@ -120,7 +120,9 @@ fn is_sims(method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
             .get("x-amz-target")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| {
-                t.starts_with("SageMaker.") || t.starts_with(crate::quotas::TARGET_PREFIX)
+                t.starts_with("SageMaker.")
+                    || t.starts_with(crate::quotas::TARGET_PREFIX)
+                    || t.starts_with(crate::fsx::TARGET_PREFIX)
             }),
         None => true,
     }

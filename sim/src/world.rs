@@ -80,8 +80,8 @@ pub enum FaultKind {
     /// The answer comes `seconds` (real seconds) late: a call held in flight, e.g. to
     /// stop its caller in the middle of it.
     Delay { seconds: f64 },
-    /// The call succeeds, but what it starts ends in its failed state (an EKS cluster
-    /// FAILED) with this health issue, for objects started while the fault is
+    /// The call succeeds, but what it starts ends in its failed state (an EKS cluster or
+    /// an FSx file system FAILED) with this health issue, for objects started while the fault is
     /// registered.
     Fails { code: String, message: String },
 }
@@ -97,7 +97,7 @@ impl FaultKind {
 pub struct Fault {
     #[serde(default)]
     pub id: u64,
-    /// `eks` or `sagemaker`, served by the sim, or `ec2`, `iam`, `s3`, `sts`, forwarded
+    /// `eks`, `sagemaker` or `fsx`, served by the sim, or `ec2`, `iam`, `s3`, `sts`, forwarded
     /// to moto (see `proxy`), or `kubernetes` (every emulated API server; the operation
     /// is `<verb> <Kind>`, e.g. `patch DaemonSet`).
     pub service: String,
@@ -230,6 +230,8 @@ pub struct Aws {
     pub kube: Arc<Kube>,
     pub eks: Eks,
     pub sagemaker: SageMaker,
+    /// FSx for Lustre: its file systems are what pods on the EKS clusters mount.
+    pub fsx: crate::fsx::Fsx,
 }
 
 impl Aws {
@@ -240,6 +242,7 @@ impl Aws {
             kube,
             eks: Eks::default(),
             sagemaker: SageMaker::new(),
+            fsx: crate::fsx::Fsx::default(),
         }
     }
 

@@ -92,6 +92,11 @@ impl Scheduler {
         Self { nodes, index, used }
     }
 
+    /// How many nodes the cluster has, as the scheduler's messages count them.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// The first address of node `name`, as a pod's `hostIP`.
     pub fn address(&self, name: &str) -> Option<&str> {
         let n = &self.nodes[*self.index.get(name)?];

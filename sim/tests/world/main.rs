@@ -6,6 +6,7 @@
 mod support;
 
 mod eks;
+mod fsx;
 mod hyperpod;
 mod hyperpod_autoscaling;
 mod hyperpod_nodes;

@@ -1,7 +1,7 @@
 //! The cluster's controllers, driven by the sim's clock: HyperPod instances become Nodes,
 //! EKS add-ons bring their workloads, Deployments/ReplicaSets/DaemonSets/Jobs/RayJobs/
 //! HyperPodPyTorchJobs get Pods, Pods are bound by the [`scheduler`](super::scheduler) and
-//! run through their phases, LoadBalancer Services get a hostname, PVCs bind to PVs,
+//! run through their phases (those mounting FSx for Lustre once it can be mounted), LoadBalancer Services get a hostname, PVCs bind to PVs,
 //! orphans are collected, and HyperPod's managed Karpenter scales instance groups for
 //! pods that found no node. One file per kind; what several share lives here.
 //!
@@ -24,6 +24,7 @@ mod downloads;
 mod gc;
 mod jobs;
 mod karpenter;
+mod mounts;
 mod nodes;
 mod pods;
 mod pytorchjobs;
@@ -109,10 +110,12 @@ struct Facts {
     addons: Vec<(String, Option<Value>)>,
     /// The groups managed Karpenter scales, if it runs for a HyperPod cluster here.
     karpenter: Option<Vec<karpenter::Group>>,
+    /// The FSx file systems of the cluster's region, which its pods may mount.
+    file_systems: Vec<crate::fsx::Mountable>,
 }
 
 impl Facts {
-    fn gather(aws: &mut Aws, cluster: &str) -> Self {
+    fn gather(aws: &mut Aws, cluster: &str, region: &str) -> Self {
         let instances = aws.hyperpod_instances(cluster);
         // HyperPod refuses a group whose type has no row, and rows are only ever added
         // or replaced, so every instance finds its row.
@@ -133,12 +136,14 @@ impl Facts {
             })
             .collect();
         let karpenter = karpenter::groups(aws, &features);
+        let file_systems = aws.fsx_mountable(region);
         Self {
             instances,
             types,
             features,
             addons,
             karpenter,
+            file_systems,
         }
     }
 }
@@ -160,7 +165,7 @@ async fn pass(world: &World, api: &ClusterApi) -> f64 {
         for (hyperpod, id, recovery) in recoveries {
             aws.mark_node_for_recovery(&hyperpod, &id, recovery, true);
         }
-        let gathered = recording(|| Facts::gather(&mut aws, &api.name));
+        let gathered = recording(|| Facts::gather(&mut aws, &api.name, &api.region));
         // Reading the EKS cluster settles it: one whose deletion is over has no server.
         if !world.kube.is_current(api) {
             return f64::INFINITY;
@@ -234,7 +239,7 @@ fn reconcile(
     rayjobs::rayjobs(store, &now);
     pytorchjobs::pytorchjobs(store, &now);
     jobs::jobs(store, &now);
-    pods::pods(store, epoch_now, &now);
+    pods::pods(store, &facts.file_systems, epoch_now, &now);
     services::services(store, epoch_now, &api.region);
     claims::claims(store);
     let groups = facts.karpenter.as_deref()?;

@@ -1,12 +1,16 @@
 //! Pods' lifecycle: each pending pod goes to the [`Scheduler`], and a bound pod's status is
 //! then a function of the time it was scheduled: ContainerCreating for [`START_SECS`],
-//! Running, and, if it has a run time, Succeeded or Failed by its exit code. Pods are
+//! Running, and, if it has a run time, Succeeded or Failed by its exit code. A pod with
+//! FSx for Lustre volumes waits for its claims to bind and its volumes to mount (see
+//! [`mounts`](super::mounts)); other pods' volumes are not looked at. Pods are
 //! bound and advanced in one pass so a pass writes each pod at most once.
 
 use serde_json::{Value, json};
 
+use super::mounts::{self, Mounts};
 use super::{is_terminal, snapshot, upsert};
 use crate::clock::reached;
+use crate::fsx::Mountable;
 use crate::kube::scheduler::Scheduler;
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::{parse_rfc3339, rfc3339};
@@ -22,7 +26,7 @@ pub const DEFAULT_RUN_SECS: f64 = 60.0;
 pub const START_SECS: f64 = 5.0;
 
 /// Binds pending pods (through the scheduler) and moves bound pods through their phases.
-pub(super) fn pods(store: &mut Store, epoch_now: f64, now: &str) {
+pub(super) fn pods(store: &mut Store, file_systems: &[Mountable], epoch_now: f64, now: &str) {
     let mut scheduler = Scheduler::new(store);
     for mut pod in snapshot(store, "/pods") {
         let ns = meta(&pod, "namespace");
@@ -31,11 +35,35 @@ pub(super) fn pods(store: &mut Store, epoch_now: f64, now: &str) {
         if pod["metadata"]["deletionTimestamp"].is_string() || is_terminal(&pod) {
             continue;
         }
-        if pod["spec"]["nodeName"].is_null() && !scheduler.bind(&mut pod, now) {
+        if pod["spec"]["nodeName"].is_null() {
+            if mounts::unbound_claims(store, &pod) {
+                mounts::unschedulable(&mut pod, scheduler.node_count(), now);
+                upsert(store, key, pod);
+                continue;
+            }
+            if !scheduler.bind(&mut pod, now) {
+                upsert(store, key, pod);
+                continue;
+            }
+        }
+        // A volume that cannot be mounted holds the containers back: they start once
+        // every volume could be mounted, which is never while one cannot.
+        let mounted = match mounts::mounts(store, &pod, file_systems) {
+            Mounts::None => f64::NEG_INFINITY,
+            Mounts::Ready(since) => since,
+            Mounts::Failed(message) => {
+                if pod["status"]["phase"] != "Running" {
+                    mounts::failed_mount(store, &pod, &message, now);
+                }
+                f64::INFINITY
+            }
+        };
+        if mounted == f64::INFINITY && pod["status"]["phase"] == "Running" {
+            // kubelet does not stop a running container whose volume's server goes away.
             upsert(store, key, pod);
             continue;
         }
-        advance(&mut pod, epoch_now, &scheduler);
+        advance(&mut pod, epoch_now, mounted, &scheduler);
         upsert(store, key, pod);
     }
 }
@@ -50,14 +78,15 @@ pub fn run_seconds(pod: &Value) -> Option<f64> {
 }
 
 /// A bound pod's status at sim time `now` from when it was scheduled.
-fn advance(pod: &mut Value, now: f64, scheduler: &Scheduler) {
+/// `mounted` is when its volumes could first all be mounted (infinite: not yet).
+fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
     let scheduled = pod["status"]["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled"))
         .and_then(|c| c["lastTransitionTime"].as_str())
         .and_then(parse_rfc3339)
         .unwrap_or(now);
-    let start = scheduled + START_SECS;
+    let start = scheduled.max(mounted) + START_SECS;
     let annotations = &pod["metadata"]["annotations"];
     // A download's container exits once its files are written (see `downloads`).
     let run = run_seconds(pod).filter(|_| !super::downloads::writing(pod));
@@ -159,7 +188,7 @@ mod tests {
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}});
             store.put(Key::new("/pods", "default", name), pod);
         }
-        pods(&mut store, t0, "2026-01-01T00:00:00Z");
+        pods(&mut store, &[], t0, "2026-01-01T00:00:00Z");
         let a = store
             .get(&Key::new("/pods", "default", "a"))
             .unwrap()
@@ -176,19 +205,19 @@ mod tests {
             "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
         );
         let rv = store.rv();
-        pods(&mut store, t0, "2026-01-01T00:00:00Z");
+        pods(&mut store, &[], t0, "2026-01-01T00:00:00Z");
         assert_eq!(store.rv(), rv, "nothing changed, nothing written");
-        pods(&mut store, t0 + 6.0, "2026-01-01T00:00:06Z");
+        pods(&mut store, &[], t0 + 6.0, "2026-01-01T00:00:06Z");
         assert_eq!(
             store.get(&Key::new("/pods", "default", "a")).unwrap()["status"]["phase"],
             "Running"
         );
-        pods(&mut store, t0 + 16.0, "2026-01-01T00:00:16Z");
+        pods(&mut store, &[], t0 + 16.0, "2026-01-01T00:00:16Z");
         assert_eq!(
             store.get(&Key::new("/pods", "default", "a")).unwrap()["status"]["phase"],
             "Succeeded"
         );
-        pods(&mut store, t0 + 17.0, "2026-01-01T00:00:17Z");
+        pods(&mut store, &[], t0 + 17.0, "2026-01-01T00:00:17Z");
         assert_eq!(
             store.get(&Key::new("/pods", "default", "b")).unwrap()["spec"]["nodeName"],
             "n1",
@@ -216,14 +245,14 @@ mod tests {
             store.put(Key::new("/pods", "default", name), pod);
         }
         let at = |t: f64| rfc3339(t0 + t);
-        let ((), due) = recording(|| pods(&mut store, t0, &at(0.0)));
+        let ((), due) = recording(|| pods(&mut store, &[], t0, &at(0.0)));
         assert_eq!(due, START_SECS, "both start");
-        let ((), due) = recording(|| pods(&mut store, t0 + 7.0, &at(7.0)));
+        let ((), due) = recording(|| pods(&mut store, &[], t0 + 7.0, &at(7.0)));
         assert_eq!(due, START_SECS + 30.0 - 7.0, "the job's container exits");
-        let ((), due) = recording(|| pods(&mut store, t0 + 40.0, &at(40.0)));
+        let ((), due) = recording(|| pods(&mut store, &[], t0 + 40.0, &at(40.0)));
         assert_eq!(due, f64::INFINITY, "a server runs until deleted");
         let rv = store.rv();
-        pods(&mut store, t0 + 41.0, &at(41.0));
+        pods(&mut store, &[], t0 + 41.0, &at(41.0));
         assert_eq!(store.rv(), rv);
     }
 }
