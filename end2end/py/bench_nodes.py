@@ -97,6 +97,7 @@ def start_hypd(work, moto_url, sim_url, site_root):
         "AWS_ENDPOINT_URL_EKS": sim_url,
         "AWS_ENDPOINT_URL_SAGEMAKER": sim_url,
         "AWS_ENDPOINT_URL_SERVICE_QUOTAS": sim_url,
+        "AWS_ENDPOINT_URL_FSX": sim_url,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",

@@ -105,6 +105,7 @@ def hypd(moto, sim):
         "AWS_ENDPOINT_URL_EKS": sim,
         "AWS_ENDPOINT_URL_SAGEMAKER": sim,
         "AWS_ENDPOINT_URL_SERVICE_QUOTAS": sim,
+        "AWS_ENDPOINT_URL_FSX": sim,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",

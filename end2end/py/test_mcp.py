@@ -323,6 +323,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(features_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(keys_through_mcp, http_transport(hypd, hypd.admin_token), hypd)
     anyio.run(storage_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(fsx_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(models_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
@@ -624,6 +625,75 @@ async def models_through_mcp(server, hypd, sim):
     for path in hypd.data_dir.rglob("*"):
         if path.is_file():
             assert token.encode() not in path.read_bytes(), f"the token is in {path}"
+
+
+async def fsx_through_mcp(server, hypd, sim):
+    """An FSx for Lustre file system made through MCP (refused by field first, then
+    planned, then created and linked to the shared bucket), its volume and claim Bound
+    (kubectl), a Job kubectl starts mounting it runs to completion, and deleting it in
+    two steps removes the file system."""
+    import tempfile
+    import time
+
+    name = "mcp-gpu"
+    fsx = aws("fsx", sim)
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "reads-fsx"},
+           "spec": {"backoffLimit": 0, "template": {
+               "metadata": {"annotations": {"sim.hypd.dev/run-seconds": "60"}},
+               "spec": {"restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "python:3.12", "command": ["ls", "/mnt/fast/shared"],
+                                        "volumeMounts": [{"name": "d", "mountPath": "/mnt/fast"}]}],
+                        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "fast"}}]}}}}
+    async with Client(server) as client:
+        bad = await client.call_tool("create_fsx_storage", {"name": name, "storage": "fast", "capacity_gib": 1000})
+        assert bad.is_error and bad.structured_content["error"]["errors"][0]["field"] == "capacity_gib", bad
+        status, body = rest_call(hypd, "create_fsx_storage", {"name": name, "storage": "fast", "capacity_gib": 1000})
+        assert status == 422 and body == bad.structured_content, body
+        request = {"name": name, "storage": "fast", "data_repositories": [{"file_system_path": "/shared"}]}
+        dry = structured(await client.call_tool("create_fsx_storage", {**request, "dry_run": True}))
+        planned = [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]]
+        assert ("create", "fsx:FileSystem") in planned and ("create", "fsx:DataRepositoryAssociation") in planned, dry
+        waited = await finished(client, structured(await client.call_tool("create_fsx_storage", request))["operation_id"])
+        op = waited["operation"]
+        assert op["state"] == "succeeded", waited
+        fs_id = op["outputs"]["file_system"]
+
+        pv = json.loads(kubectl(sim, name, "get", "pv", f"fsx-{fs_id}", "-o", "json"))
+        csi = pv["spec"]["csi"]
+        assert csi["driver"] == "fsx.csi.aws.com" and csi["volumeHandle"] == fs_id, pv
+        assert csi["volumeAttributes"] == {"dnsname": op["outputs"]["dns_name"], "mountname": op["outputs"]["mount_name"]}, pv
+        claim = json.loads(kubectl(sim, name, "get", "pvc", "fast", "-o", "json"))
+        assert claim["status"]["phase"] == "Bound", claim
+        described = fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
+        assert described["Lifecycle"] == "AVAILABLE" and described["DNSName"] == op["outputs"]["dns_name"], described
+
+        # A Job mounting the claim runs to completion: the driver found the file system.
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(job, f)
+            f.flush()
+            kubectl(sim, name, "apply", "-f", f.name)
+        for _ in range(240):
+            status = json.loads(kubectl(sim, name, "get", "job", "reads-fsx", "-o", "json")).get("status", {})
+            if status.get("succeeded") == 1 or status.get("failed"):
+                break
+            time.sleep(0.25)
+        assert status.get("succeeded") == 1, status
+        kubectl(sim, name, "delete", "job", "reads-fsx", "--wait=false")
+        for _ in range(240):
+            listed = structured(await client.call_tool("list_storage", {"name": name}))
+            if not [u for s in listed["storage"] if s["name"] == "fast" for u in s["used_by"]]:
+                break
+            time.sleep(0.25)
+
+        first = structured(await client.call_tool("delete_storage", {"name": name, "storage": "fast"}))
+        deleted = {c["kind"] for s in first["plan"]["stages"] for c in s["changes"] if c["action"] == "delete"}
+        assert "fsx:FileSystem" in deleted, first["plan"]
+        confirmed = {"name": name, "storage": "fast", "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("delete_storage", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+    left = [f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]]
+    assert fs_id not in left, left
 
 
 async def storage_through_mcp(server, hypd, sim):

@@ -632,6 +632,53 @@ test('an operator mounts a second bucket, uploads a file into it, finds it where
   assert.deepEqual(errors, []);
 });
 
+test('an operator creates a Lustre file system linked to the shared bucket, sees it mounted, and deletes it', async () => {
+  const { page, errors } = await newPage();
+  await signIn(page, admin, '/clusters/e2e-ml/storage');
+  await page.waitForSelector('.storage-table tr[data-storage="shared-s3"] .state-bound');
+  await settled(page);
+  const form = 'form.add-file-system';
+  // A size FSx does not take: refused by field before anything is planned.
+  await page.fill(`${form} input[name="storage"]`, 'scratch');
+  await page.fill(`${form} input[name="capacity_gib"]`, '1000');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} .form-alert[data-error="validation"]:text("capacity_gib")`);
+  // Then the plan (the driver, the file system, its link, the volume) and the run.
+  await page.fill(`${form} input[name="capacity_gib"]`, '1200');
+  await page.fill(`${form} input[name="data_repositories[0].file_system_path"]`, '/shared');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="fsx:FileSystem"][data-action="create"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="fsx:DataRepositoryAssociation"][data-action="create"]`);
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 180_000 });
+  await page.goto(new URL('/clusters/e2e-ml/storage', server.url).href);
+  await hydrated(page);
+  const row = '.storage-table tr[data-storage="scratch"]';
+  await page.waitForSelector(`${row} .state-bound`);
+  assert.match(await page.textContent(row), /fsx.*fs-[0-9a-f]{17}.*\/mnt\/scratch/);
+  // REST says the same; nothing keeps pods from mounting it.
+  const [status, listed] = await rest(server, admin, 'GET', '/api/v1/clusters/e2e-ml/storage');
+  assert.equal(status, 200, JSON.stringify(listed));
+  const fsx = listed.storage.find((x) => x.name === 'scratch');
+  assert.equal(fsx.kind, 'fsx');
+  assert.match(fsx.file_system, /^fs-/);
+  await settled(page);
+  await page.click('button.check-storage');
+  await page.waitForSelector('.check-result.ok:text("Every storage can be mounted")');
+  await shot(page, 'storage-fsx');
+  // Delete it: the plan names the file system, then the confirmation runs it.
+  await page.click(`${row} button.delete-storage`);
+  await page.waitForSelector(`${row} .plan li[data-kind="fsx:FileSystem"][data-action="delete"]`);
+  await page.click(`${row} button.delete-storage`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 180_000 });
+  const [s2, left] = await rest(server, admin, 'GET', '/api/v1/clusters/e2e-ml/storage');
+  assert.equal(s2, 200, JSON.stringify(left));
+  assert.deepEqual(left.storage.map((x) => x.name), ['shared-s3']);
+  assert.deepEqual(errors, []);
+});
+
 test('an operator downloads a model into the shared bucket and finds it listed with its commit', async () => {
   const { page, errors } = await newPage();
   await signIn(page, admin, '/clusters/e2e-ml/models');
@@ -683,7 +730,7 @@ test('a viewer is offered no create button, and the server refuses it anyway', a
   await page.goto(new URL('/clusters/e2e-ml/storage', server.url).href);
   await page.waitForSelector('.storage-table tr[data-storage="shared-s3"]');
   await page.waitForSelector('.storage-browser .where');
-  assert.equal(await page.locator('form.add-storage, form.upload, button.delete-storage').count(), 0);
+  assert.equal(await page.locator('form.add-storage, form.add-file-system, form.upload, button.delete-storage').count(), 0);
 
   const request = {
     name: 'e2e-viewer-ml',

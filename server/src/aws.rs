@@ -64,6 +64,8 @@ pub fn is_not_found(code: Option<&str>, status: Option<u16>) -> bool {
                         | "NoSuchTagSet"
                         | "ResourceNotFound"
                         | "ResourceNotFoundException"
+                        | "FileSystemNotFound"
+                        | "DataRepositoryAssociationNotFound"
                 )
         }
         // S3's HEAD answers carry no body, hence no code.
@@ -385,6 +387,10 @@ impl Aws {
 
     pub fn eks(&self, region: &str) -> aws_sdk_eks::Client {
         client!(self, aws_sdk_eks, region)
+    }
+
+    pub fn fsx(&self, region: &str) -> aws_sdk_fsx::Client {
+        client!(self, aws_sdk_fsx, region)
     }
 
     pub fn iam(&self, region: &str) -> aws_sdk_iam::Client {

@@ -169,6 +169,7 @@ fn sandbox_env(info: &SandboxInfo) -> Vec<(&'static str, String)> {
         ("AWS_ENDPOINT_URL_EKS", info.sim_url.clone()),
         ("AWS_ENDPOINT_URL_SAGEMAKER", info.sim_url.clone()),
         ("AWS_ENDPOINT_URL_SERVICE_QUOTAS", info.sim_url.clone()),
+        ("AWS_ENDPOINT_URL_FSX", info.sim_url.clone()),
         ("AWS_ACCESS_KEY_ID", "testing".to_owned()),
         ("AWS_SECRET_ACCESS_KEY", "testing".to_owned()),
         ("AWS_REGION", region),

@@ -51,6 +51,7 @@ macro_rules! for_each_command {
             $crate::api::software::UpdateClusterSoftware,
             $crate::api::storage::ListStorage,
             $crate::api::storage::CreateS3Storage,
+            $crate::api::storage::CreateFsxStorage,
             $crate::api::storage::DeleteStorage,
             $crate::api::storage::ListStorageContents,
             $crate::api::storage::UploadStorageFile,

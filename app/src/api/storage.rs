@@ -44,11 +44,14 @@ pub struct StorageList {
 pub struct StorageDetail {
     /// The claim's name, which the storage commands take.
     pub name: String,
-    /// `s3` (Mountpoint for S3).
+    /// `s3` (Mountpoint for S3) or `fsx` (FSx for Lustre).
     pub kind: String,
     /// The cluster's shared bucket (made and deleted with the cluster).
     pub shared: bool,
     pub bucket: Option<String>,
+    /// An FSx storage's file system (`fs-…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_system: Option<String>,
     pub persistent_volume: Option<String>,
     pub namespace: String,
     pub capacity: Option<String>,
@@ -74,7 +77,7 @@ impl Command for ListStorage {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_storage",
         summary: "List the storage hypd mounts in a cluster",
-        description: "Each storage (the shared bucket and those create_s3_storage added): kind, bucket, volume and claim, capacity, phase, where pods mount it, and the pods using it now. What is at s3://bucket/key is at <mount path>/key in every pod. Read-only.",
+        description: "Each storage (the shared bucket, those create_s3_storage and create_fsx_storage added): kind, bucket or file system, volume and claim, capacity, phase, where pods mount it, and the pods using it now. What is at s3://bucket/key is at <mount path>/key in every pod. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -106,10 +109,13 @@ pub struct CreateS3Storage {
 impl CreateS3Storage {
     /// Where pods mount it: the path asked for, or `/mnt/<storage>`.
     pub fn mount(&self) -> String {
-        self.mount_path
-            .as_ref()
-            .map_or_else(|| format!("/mnt/{}", self.storage), |m| m.to_string())
+        default_mount(self.mount_path.as_ref(), &self.storage)
     }
+}
+
+/// The path asked for, or `/mnt/<storage>`.
+fn default_mount(asked: Option<&MountPath>, storage: &StorageName) -> String {
+    asked.map_or_else(|| format!("/mnt/{storage}"), |m| m.to_string())
 }
 
 impl Command for CreateS3Storage {
@@ -139,6 +145,238 @@ impl Command for CreateS3Storage {
     }
 }
 
+/// An FSx for Lustre deployment type hypd makes: the two current ones (the older
+/// `SCRATCH_1` and `PERSISTENT_1` are not offered).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LustreDeployment {
+    /// Temporary storage, no replication: for scratch data of one run.
+    #[serde(rename = "scratch_2")]
+    Scratch2,
+    /// Replicated within its Availability Zone, with a chosen throughput per TiB.
+    #[default]
+    #[serde(rename = "persistent_2")]
+    Persistent2,
+}
+
+impl LustreDeployment {
+    /// As the FSx API names it.
+    pub fn as_aws(self) -> &'static str {
+        match self {
+            LustreDeployment::Scratch2 => "SCRATCH_2",
+            LustreDeployment::Persistent2 => "PERSISTENT_2",
+        }
+    }
+}
+
+/// PERSISTENT_2's throughputs, MB/s per TiB of storage.
+pub const PERSISTENT_2_THROUGHPUTS: [u32; 4] = [125, 250, 500, 1000];
+/// The most data repository associations one file system has.
+pub const MAX_DATA_REPOSITORIES: usize = 8;
+
+/// A directory of the file system linked to a bucket (a data repository association):
+/// objects appear as files there, and files written there go back to the bucket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DataRepository {
+    /// The directory in the file system, e.g. `/datasets` (pods see it under the mount
+    /// path).
+    pub file_system_path: String,
+    // Default: the cluster's shared bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<BucketName>,
+    /// A prefix in the bucket (default: all of it), e.g. `datasets/`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+}
+
+impl DataRepository {
+    /// The `s3://` path it links, once the bucket is known.
+    pub fn s3_path(&self, bucket: &str) -> String {
+        let prefix = self.prefix.trim_matches('/');
+        if prefix.is_empty() {
+            format!("s3://{bucket}/")
+        } else {
+            format!("s3://{bucket}/{prefix}/")
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFsxStorage {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub storage: StorageName,
+    #[serde(default)]
+    pub deployment_type: LustreDeployment,
+    /// GiB: 1200, 2400, or a multiple of 2400.
+    #[serde(default = "default_capacity")]
+    pub capacity_gib: u32,
+    // MB/s per TiB, persistent_2 only: 125, 250, 500 or 1000 (default 250).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_per_tib: Option<u32>,
+    /// Elastic Fabric Adapter between the file system and EFA nodes (persistent_2 only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub efa: bool,
+    /// Directories linked to buckets (at most 8, none inside another).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_repositories: Vec<DataRepository>,
+    // Default /mnt/<storage>.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_path: Option<MountPath>,
+    // Default: the cluster's compute subnet (where its HyperPod nodes are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet_id: Option<String>,
+    // Filled in: the cluster's security group, which its nodes have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_group_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+fn default_capacity() -> u32 {
+    1200
+}
+
+impl CreateFsxStorage {
+    /// Where pods mount it: the path asked for, or `/mnt/<storage>`.
+    pub fn mount(&self) -> String {
+        default_mount(self.mount_path.as_ref(), &self.storage)
+    }
+
+    /// MB/s per TiB as the file system gets it (none for scratch).
+    pub fn throughput(&self) -> Option<u32> {
+        match self.deployment_type {
+            LustreDeployment::Persistent2 => Some(self.throughput_per_tib.unwrap_or(250)),
+            LustreDeployment::Scratch2 => None,
+        }
+    }
+}
+
+/// The network interfaces (so addresses of its subnet) an FSx for Lustre file system of
+/// `capacity_gib` takes: one for its metadata server and one per 2.4 TiB of storage
+/// servers. AWS publishes no formula; this is hypd's estimate (the sim uses the same), and
+/// it errs high, which only refuses a subnet that is nearly full.
+pub fn lustre_addresses(capacity_gib: u32) -> u32 {
+    1 + capacity_gib.div_ceil(2400)
+}
+
+/// A file system path's problems: absolute, parts neither empty nor `.`/`..`, no
+/// trailing `/` (but `/` itself), at most 4,096 bytes.
+fn file_system_path_problems(field: &str, path: &str, errors: &mut Problems) {
+    let parts: Vec<&str> = path.split('/').skip(1).collect();
+    if !path.starts_with('/') {
+        errors.add(
+            field,
+            "must be an absolute path in the file system, e.g. /datasets",
+        );
+    } else if path != "/"
+        && parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == ".." || p.chars().any(char::is_control))
+    {
+        errors.add(
+            field,
+            "parts between / must be names (not empty, . or ..), with no trailing /",
+        );
+    } else if path.len() > 4096 {
+        errors.add(field, "must be at most 4096 bytes");
+    }
+}
+
+/// `inner` is `outer` or a directory inside it.
+fn nested(inner: &str, outer: &str) -> bool {
+    inner == outer || outer == "/" || inner.starts_with(&format!("{outer}/"))
+}
+
+impl Command for CreateFsxStorage {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "create_fsx_storage",
+        summary: "Create an FSx for Lustre file system and mount it in a cluster",
+        description: "Creates a Lustre file system (deployment_type persistent_2 or scratch_2, capacity_gib 1200, 2400 or a multiple of 2400, throughput_per_tib 125/250/500/1000 for persistent_2, efa) in the cluster's compute subnet with its security group (Lustre's ports 988 and 1018-1023 opened within the group if they are not), optionally linking directories to buckets (data_repositories, default the shared bucket), installs the FSx CSI driver add-on when missing, and mounts it as claim `storage` at mount_path (default /mnt/<storage>). Waits until the file system is AVAILABLE (minutes). Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/file-systems",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let mut errors = Problems::default();
+        if self.storage.as_str() == SHARED_CLAIM {
+            errors.add(
+                "storage",
+                format!("{SHARED_CLAIM} is the cluster's shared bucket; choose another name"),
+            );
+        }
+        let c = self.capacity_gib;
+        if !(c == 1200 || c == 2400 || (c > 0 && c.is_multiple_of(2400))) {
+            errors.add(
+                "capacity_gib",
+                format!(
+                    "{} takes 1200, 2400 or a multiple of 2400 GiB, not {c}",
+                    self.deployment_type.as_aws()
+                ),
+            );
+        }
+        match (self.deployment_type, self.throughput_per_tib) {
+            (LustreDeployment::Persistent2, Some(t)) if !PERSISTENT_2_THROUGHPUTS.contains(&t) => {
+                errors.add(
+                    "throughput_per_tib",
+                    format!("PERSISTENT_2 takes 125, 250, 500 or 1000 MB/s per TiB, not {t}"),
+                )
+            }
+            (LustreDeployment::Scratch2, Some(_)) => errors.add(
+                "throughput_per_tib",
+                "applies to persistent_2 only: SCRATCH_2's throughput is fixed (200 MB/s per TiB)",
+            ),
+            _ => {}
+        }
+        if self.efa && self.deployment_type != LustreDeployment::Persistent2 {
+            errors.add("efa", "EFA is supported on persistent_2 file systems only");
+        }
+        if self.data_repositories.len() > MAX_DATA_REPOSITORIES {
+            errors.add(
+                "data_repositories",
+                format!(
+                    "a file system has at most {MAX_DATA_REPOSITORIES} data repository associations, not {}",
+                    self.data_repositories.len()
+                ),
+            );
+        }
+        for (i, r) in self.data_repositories.iter().enumerate() {
+            let field = format!("data_repositories[{i}].file_system_path");
+            file_system_path_problems(&field, &r.file_system_path, &mut errors);
+            if let Some(j) = self.data_repositories[..i].iter().position(|o| {
+                nested(&r.file_system_path, &o.file_system_path)
+                    || nested(&o.file_system_path, &r.file_system_path)
+            }) {
+                errors.add(
+                    field,
+                    format!(
+                        "one association per directory, none inside another: {} overlaps data_repositories[{j}] ({})",
+                        r.file_system_path, self.data_repositories[j].file_system_path
+                    ),
+                );
+            }
+            if r.prefix.split('/').any(|p| p == "." || p == "..") || r.prefix.starts_with('/') {
+                errors.add(
+                    format!("data_repositories[{i}].prefix"),
+                    "must be a key prefix in the bucket (no leading /, no . or .. parts)",
+                );
+            }
+        }
+        errors.into_result()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteStorage {
@@ -158,7 +396,7 @@ impl Command for DeleteStorage {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_storage",
         summary: "Unmount a storage from a cluster",
-        description: "Deletes a storage's claim and volume; refused while a pod mounts it. Its bucket is deleted only if hypd created it and it is empty. Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
+        description: "Deletes a storage's claim and volume; refused while a pod mounts it. Its bucket is deleted only if hypd created it and it is empty; an FSx storage's file system is deleted with its files (what data repositories exported stays in their buckets). Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -355,7 +593,7 @@ impl Command for CheckStorage {
     const SPEC: CommandSpec = CommandSpec {
         name: "check_storage",
         summary: "Check that pods can mount a cluster's storage",
-        description: "Before pods hang in ContainerCreating: the Mountpoint driver installed with a role, each claim Bound, volume handles unique, each bucket there in the cluster's region, the driver's role allowed it and no bucket policy denying it. Each finding with the command that fixes it. Read-only.",
+        description: "Before pods hang in ContainerCreating: the Mountpoint driver installed with a role, each claim Bound, volume handles unique, each bucket there in the cluster's region, the driver's role allowed it and no bucket policy denying it; for FSx storage the FSx CSI driver, the file system AVAILABLE at the volume's DNS and mount name, Lustre's ports open in its security groups and the nodes' Lustre clients able to mount it. Each finding with the command that fixes it. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -435,5 +673,70 @@ mod tests {
         }
         assert!("/mnt/data".parse::<MountPath>().is_ok());
         assert!("/s3data".parse::<MountPath>().is_ok());
+    }
+
+    #[test]
+    fn lustre_sizes_and_links_are_checked_as_fsx_checks_them() {
+        let fsx = |extra: serde_json::Value| -> CreateFsxStorage {
+            let mut v = serde_json::json!({"name": "ml-1", "storage": "fast"});
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(v).unwrap()
+        };
+        for ok in [1200, 2400, 4800, 9600] {
+            assert!(
+                fsx(serde_json::json!({"capacity_gib": ok}))
+                    .validate()
+                    .is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [0, 1000, 3600, 6000] {
+            let r = fsx(serde_json::json!({"capacity_gib": bad}));
+            assert_eq!(field_of(r.validate()), "capacity_gib", "{bad}");
+        }
+        for t in PERSISTENT_2_THROUGHPUTS {
+            assert!(
+                fsx(serde_json::json!({"throughput_per_tib": t}))
+                    .validate()
+                    .is_ok()
+            );
+        }
+        let odd = fsx(serde_json::json!({"throughput_per_tib": 200}));
+        assert_eq!(field_of(odd.validate()), "throughput_per_tib");
+        let scratch = fsx(serde_json::json!({"deployment_type": "scratch_2", "efa": true}));
+        assert_eq!(field_of(scratch.validate()), "efa");
+        assert_eq!(scratch.throughput(), None);
+        let nested = fsx(serde_json::json!({"data_repositories": [
+            {"file_system_path": "/data"}, {"file_system_path": "/data/sub"}]}));
+        assert_eq!(
+            field_of(nested.validate()),
+            "data_repositories[1].file_system_path"
+        );
+        let root = fsx(serde_json::json!({"data_repositories": [
+            {"file_system_path": "/"}, {"file_system_path": "/x"}]}));
+        assert!(root.validate().is_err());
+        let nine: Vec<serde_json::Value> = (0..9)
+            .map(|i| serde_json::json!({"file_system_path": format!("/d{i}")}))
+            .collect();
+        let many = fsx(serde_json::json!({ "data_repositories": nine }));
+        assert_eq!(field_of(many.validate()), "data_repositories");
+        for bad in ["data", "/a/", "/a//b", "/a/../b"] {
+            let r = fsx(serde_json::json!({"data_repositories": [{"file_system_path": bad}]}));
+            assert_eq!(
+                field_of(r.validate()),
+                "data_repositories[0].file_system_path",
+                "{bad}"
+            );
+        }
+        assert_eq!(lustre_addresses(1200), 2);
+        assert_eq!(lustre_addresses(4800), 3);
+        let link = DataRepository {
+            file_system_path: "/d".into(),
+            bucket: None,
+            prefix: "datasets/".into(),
+        };
+        assert_eq!(link.s3_path("b"), "s3://b/datasets/");
     }
 }

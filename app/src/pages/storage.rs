@@ -1,7 +1,7 @@
 //! The cluster page's Storage tab: every storage `list_storage` reads from the cluster
 //! (the shared bucket first), a browser over one storage's bucket that names each file
 //! by the path pods see it at, an upload of a small file into the folder shown, and the
-//! forms that mount another bucket or unmount one. Every change goes through the gate:
+//! forms that mount another bucket, create a Lustre file system, or unmount either. Every change goes through the gate:
 //! plan first, then exactly that request. Reads are asked from the browser once the page
 //! is up (an effect runs only there), so the page's first answer does not wait on the
 //! cluster's API server.
@@ -9,14 +9,15 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
-use super::gate::{Gate, flag, text};
+use super::gate::{Gate, flag, integer, text};
 use super::{StateBadge, Table, loading};
 use crate::api::ApiError;
 use crate::api::call::call;
 use crate::api::command::Role;
 use crate::api::storage::{
-    CheckStorage, CreateS3Storage, DeleteStorage, ListStorage, ListStorageContents, SHARED_CLAIM,
-    StorageCheck, StorageContents, StorageDetail, UploadStorageFile, UploadedFile,
+    CheckStorage, CreateFsxStorage, CreateS3Storage, DeleteStorage, ListStorage,
+    ListStorageContents, SHARED_CLAIM, StorageCheck, StorageContents, StorageDetail,
+    UploadStorageFile, UploadedFile,
 };
 use crate::api::values::{EksClusterName, StorageName};
 use crate::form::{check, request};
@@ -94,6 +95,7 @@ pub fn StoragePanel(
         }}
         <IfRole role=Role::Operator>
             <AddStorage cluster=cluster.get_value()/>
+            <AddFileSystem cluster=cluster.get_value()/>
         </IfRole>
     }
     .into_any()
@@ -134,12 +136,14 @@ fn StorageTable(
                 <tr data-storage=name.clone()>
                     <th scope="row" class="mono">{name.clone()}</th>
                     <td>{s.kind}{s.shared.then_some(" (shared)")}</td>
-                    <td class="mono">{s.bucket.unwrap_or_else(|| "—".into())}</td>
+                    <td class="mono">{s.bucket.clone().or(s.file_system).unwrap_or_else(|| "—".into())}</td>
                     <td class="mono">{s.mount_path}</td>
                     <td><StateBadge state=s.phase/></td>
                     <td class="used-by">{used}</td>
                     <td class="row-actions">
-                        <button type="button" class="browse-storage" on:click=browse>"Browse"</button>
+                        {s.bucket.is_some().then(|| view! {
+                            <button type="button" class="browse-storage" on:click=browse>"Browse"</button>
+                        })}
                         {delete}
                     </td>
                 </tr>
@@ -150,7 +154,7 @@ fn StorageTable(
         <Table
             class="storage-table"
             caption="Storage"
-            columns={&["Name", "Kind", "Bucket", "Mount path", "Phase", "Used by", ""]}
+            columns={&["Name", "Kind", "Bucket or file system", "Mount path", "Phase", "Used by", ""]}
         >
             {rows}
         </Table>
@@ -490,6 +494,86 @@ fn AddStorage(cluster: String) -> impl IntoView {
             <div class="actions">
                 <button class="primary" type="submit" disabled=move || gate.busy()>
                     {move || if gate.reviewing() { "Mount" } else { "Review plan" }}
+                </button>
+            </div>
+            {gate.view()}
+        </form>
+    }
+    .into_any()
+}
+
+/// Creates an FSx for Lustre file system and mounts it: a name, the deployment type,
+/// its size and throughput, EFA, a directory linked to the shared bucket, where pods see
+/// it. The rules (sizes, throughputs) are the request's, shown beside the form.
+#[component]
+fn AddFileSystem(cluster: String) -> impl IntoView {
+    let gate = Gate::default();
+    let cluster = StoredValue::new(cluster);
+    let storage = RwSignal::new(String::new());
+    let deployment = RwSignal::new("persistent_2".to_owned());
+    let capacity = RwSignal::new("1200".to_owned());
+    let throughput = RwSignal::new("250".to_owned());
+    let efa = RwSignal::new(false);
+    let linked = RwSignal::new(String::new());
+    let mount = RwSignal::new(String::new());
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let persistent = deployment.get_untracked() == "persistent_2";
+        gate.start::<CreateFsxStorage>(&[
+            text("name", cluster.get_value()),
+            text("storage", storage.get_untracked()),
+            text("deployment_type", deployment.get_untracked()),
+            integer("capacity_gib", capacity.get_untracked()),
+            // Scratch's throughput is fixed: none is sent.
+            integer(
+                "throughput_per_tib",
+                if persistent {
+                    throughput.get_untracked()
+                } else {
+                    String::new()
+                },
+            ),
+            flag("efa", efa.get_untracked()),
+            // Empty: no directory is linked.
+            text(
+                "data_repositories[0].file_system_path",
+                linked.get_untracked(),
+            ),
+            text("mount_path", mount.get_untracked()),
+        ]);
+    };
+    view! {
+        <form class="panel add-file-system" aria-label="Create a Lustre file system" on:submit=submit>
+            <h2>"Create a Lustre file system"</h2>
+            <label>"Name "<input type="text" name="storage" placeholder="scratch"
+                prop:value=move || storage.get() on:input=gate.edit(storage)/></label>
+            <label>"Deployment "
+                <select name="deployment_type" on:change=gate.edit(deployment) prop:value=move || deployment.get()>
+                    <option value="persistent_2">"Persistent 2"</option>
+                    <option value="scratch_2">"Scratch 2"</option>
+                </select>
+            </label>
+            <label>"Capacity (GiB) "<input type="text" inputmode="numeric" name="capacity_gib"
+                prop:value=move || capacity.get() on:input=gate.edit(capacity)/></label>
+            <label>"Throughput (MB/s per TiB) "
+                <select name="throughput_per_tib" on:change=gate.edit(throughput) prop:value=move || throughput.get()
+                    disabled=move || deployment.get() != "persistent_2">
+                    <option value="125">"125"</option>
+                    <option value="250">"250"</option>
+                    <option value="500">"500"</option>
+                    <option value="1000">"1000"</option>
+                </select>
+            </label>
+            <label><input type="checkbox" name="efa" prop:checked=move || efa.get()
+                on:change=move |ev| { efa.set(event_target_checked(&ev)); gate.reset(); }/>" EFA"</label>
+            <label>"Link the shared bucket at "<input type="text" name="data_repositories[0].file_system_path"
+                placeholder="(no link) e.g. /shared"
+                prop:value=move || linked.get() on:input=gate.edit(linked)/></label>
+            <label>"Mount path "<input type="text" name="mount_path" placeholder="/mnt/<name>"
+                prop:value=move || mount.get() on:input=gate.edit(mount)/></label>
+            <div class="actions">
+                <button class="primary" type="submit" disabled=move || gate.busy()>
+                    {move || if gate.reviewing() { "Create" } else { "Review plan" }}
                 </button>
             </div>
             {gate.view()}

@@ -57,33 +57,57 @@ pub fn volume(
     claim: &str,
     mount: Option<&str>,
 ) -> (PersistentVolume, PersistentVolumeClaim) {
-    let pv_name = volume_name(bucket);
-    let labels = json!({ K8S_MANAGED_BY.0: K8S_MANAGED_BY.1, STORAGE_LABEL: "s3" });
     // Mountpoint ignores capacity; Kubernetes requires one, and the claim must ask for
     // no more than the volume offers.
-    let capacity = "1200Gi";
+    claimed_volume(Claimed {
+        volume: &volume_name(bucket),
+        kind: "s3",
+        capacity: "1200Gi",
+        claim,
+        mount,
+        mount_options: json!(["allow-delete", "allow-other", format!("region {region}")]),
+        csi: json!({
+            "driver": DRIVER,
+            // Unique per bucket: two volumes with one handle are mounted as one.
+            "volumeHandle": format!("s3-csi-{bucket}"),
+            "volumeAttributes": { "bucketName": bucket },
+        }),
+    })
+}
+
+/// A statically provisioned volume and the one claim it is bound to.
+pub struct Claimed<'a> {
+    pub volume: &'a str,
+    /// The `hypd/storage` label's value: `s3` or `fsx`.
+    pub kind: &'a str,
+    pub capacity: &'a str,
+    pub claim: &'a str,
+    pub mount: Option<&'a str>,
+    pub mount_options: serde_json::Value,
+    /// The volume's `csi` source.
+    pub csi: serde_json::Value,
+}
+
+/// The PersistentVolume and claim of `c`, labelled as hypd's storage of its kind.
+pub fn claimed_volume(c: Claimed<'_>) -> (PersistentVolume, PersistentVolumeClaim) {
+    let labels = json!({ K8S_MANAGED_BY.0: K8S_MANAGED_BY.1, STORAGE_LABEL: c.kind });
     let pv = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": { "name": pv_name, "labels": labels },
+        "metadata": { "name": c.volume, "labels": labels },
         "spec": {
-            "capacity": { "storage": capacity },
+            "capacity": { "storage": c.capacity },
             "accessModes": ["ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Retain",
             // Empty: bound only to the claim below, never by a storage class.
             "storageClassName": "",
-            "claimRef": { "namespace": NAMESPACE, "name": claim },
-            "mountOptions": ["allow-delete", "allow-other", format!("region {region}")],
-            "csi": {
-                "driver": DRIVER,
-                // Unique per bucket: two volumes with one handle are mounted as one.
-                "volumeHandle": format!("s3-csi-{bucket}"),
-                "volumeAttributes": { "bucketName": bucket },
-            },
+            "claimRef": { "namespace": NAMESPACE, "name": c.claim },
+            "mountOptions": c.mount_options,
+            "csi": c.csi,
         },
     }))
     .expect("the PersistentVolume matches its type");
-    let mut metadata = json!({ "name": claim, "namespace": NAMESPACE, "labels": labels });
-    if let Some(mount) = mount {
+    let mut metadata = json!({ "name": c.claim, "namespace": NAMESPACE, "labels": labels });
+    if let Some(mount) = c.mount {
         metadata["annotations"] = json!({ MOUNT_ANNOTATION: mount });
     }
     let pvc = serde_json::from_value(json!({
@@ -92,8 +116,8 @@ pub fn volume(
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "storageClassName": "",
-            "volumeName": pv_name,
-            "resources": { "requests": { "storage": capacity } },
+            "volumeName": c.volume,
+            "resources": { "requests": { "storage": c.capacity } },
         },
     }))
     .expect("the PersistentVolumeClaim matches its type");

@@ -66,6 +66,40 @@ pub fn components(
     (ensure, remove)
 }
 
+/// Shared add-on `a` installed at its pinned version or newer on the cluster at `at`,
+/// its role bound first (the driver must find it when it starts; one someone else
+/// installed keeps the identity they gave it). How it stands while it is not active yet.
+pub(crate) async fn ensure_component(
+    aws: &Aws,
+    at: &Where,
+    a: &Addon,
+) -> Result<Option<String>, ApiError> {
+    let r = addon(aws, at, a, Want::Present(a.version.to_owned()));
+    let found = crate::resources::Resource::observe(&r).await?;
+    if found.as_ref().is_none_or(|s| s.ours)
+        && let Some((role, binding)) = component_identity(aws, at, a, true).await?
+    {
+        crate::resources::converge(&role).await?;
+        crate::resources::converge(&binding).await?;
+    }
+    // One already there at the pinned version or newer is left as it is.
+    let state = match found {
+        Some(s)
+            if !s
+                .version
+                .as_deref()
+                .is_some_and(|v| update::older(v, a.version)) =>
+        {
+            s
+        }
+        _ => crate::resources::converge(&r)
+            .await?
+            .ok_or_else(|| crate::resources::missing("an add-on"))?,
+    };
+    state.check(a.name)?;
+    Ok((!state.active()).then(|| state.describe(a.name)))
+}
+
 /// An add-on of the cluster at `at`.
 pub(crate) fn addon(aws: &Aws, at: &Where, a: &Addon, want: Want<String>) -> AddonResource {
     AddonResource {

@@ -219,26 +219,7 @@ impl Pipeline for UpdateFeatures {
                 let (ensure, _) = components(&BTreeSet::new(), &self.turning(true), &[]);
                 let mut pending = Vec::new();
                 for a in ensure {
-                    let r = addon(&cx.aws, &at, a, Want::Present(a.version.to_owned()));
-                    let found = crate::resources::Resource::observe(&r).await?;
-                    // Its role is bound first (the driver must find it when it starts);
-                    // one someone else installed keeps the identity they gave it.
-                    if found.as_ref().is_none_or(|s| s.ours)
-                        && let Some((role, binding)) =
-                            component_identity(&cx.aws, &at, a, true).await?
-                    {
-                        converge(&role).await?;
-                        converge(&binding).await?;
-                    }
-                    // One already there at the pinned version or newer is left as it is.
-                    let state = match found {
-                        Some(s) if !s.version.as_deref().is_some_and(|v| older(v, a.version)) => s,
-                        _ => converge(&r).await?.ok_or_else(|| missing("an add-on"))?,
-                    };
-                    state.check(a.name)?;
-                    if !state.active() {
-                        pending.push(state.describe(a.name));
-                    }
+                    pending.extend(super::ensure_component(&cx.aws, &at, a).await?);
                 }
                 Ok(Progress::unless_pending(POLL, &pending, |p| {
                     format!("waiting for add-ons: {p}")
@@ -300,8 +281,13 @@ impl Pipeline for UpdateFeatures {
                     on_after.remove(&f);
                 }
                 let (_, remove) = components(&on_after, &[], &self.turning(false));
+                // The FSx driver stays while a storage of the cluster mounts through it.
+                let fsx_mounted = crate::storage::fsx::mounted(&cx.aws, &at).await?;
                 let mut deleting = Vec::new();
-                for a in remove {
+                for a in remove
+                    .into_iter()
+                    .filter(|a| !(fsx_mounted && a.name == crate::storage::fsx::DRIVER_ADDON))
+                {
                     let after = converge(&addon(&cx.aws, &at, a, Want::Absent)).await?;
                     if after.as_ref().is_some_and(|s| s.ours) {
                         deleting.push(a.name);
@@ -323,7 +309,7 @@ impl Pipeline for UpdateFeatures {
 
 /// `have` is an older add-on version than `pin` (`v1.17.2-eksbuild.1` < `v1.18.2-eksbuild.2`):
 /// compared number by number, the EKS build last.
-fn older(have: &str, pin: &str) -> bool {
+pub(super) fn older(have: &str, pin: &str) -> bool {
     let numbers = |v: &str| -> Vec<u64> {
         v.trim_start_matches('v')
             .split(['.', '-'])

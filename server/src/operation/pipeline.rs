@@ -266,6 +266,7 @@ macro_rules! for_each_pipeline {
             app::api::software::UpdateClusterSoftware,
             app::api::features::UpdateFeatures,
             app::api::storage::CreateS3Storage,
+            app::api::storage::CreateFsxStorage,
             app::api::storage::DeleteStorage,
             app::api::models::DownloadModel,
         }
@@ -476,11 +477,23 @@ mod tests {
             ["bucket", "access", "volume", "bound"]
         );
         assert_eq!(
+            of("create_fsx_storage"),
+            [
+                "network",
+                "driver",
+                "file_system",
+                "available",
+                "repositories",
+                "volume",
+                "bound"
+            ]
+        );
+        assert_eq!(
             of("delete_storage"),
-            ["claim", "volume", "access", "bucket"]
+            ["claim", "volume", "file_system", "access", "bucket"]
         );
         assert_eq!(of("download_model"), ["job", "download", "record"]);
-        assert_eq!(names.len(), 15, "a new pipeline: add its stored names here");
+        assert_eq!(names.len(), 16, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub mod ec2;
 pub mod eks;
+pub mod fsx;
 pub mod iam;
 pub mod kube;
 pub mod s3;

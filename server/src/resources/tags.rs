@@ -9,6 +9,8 @@ pub const MANAGED: &str = "hypd:managed";
 pub const CLUSTER: &str = "hypd:cluster";
 /// Which of a cluster's objects of one kind this is (`vpc`, `public-1`, `nat`, …).
 pub const ROLE: &str = "hypd:role";
+/// The storage (claim name) an FSx file system was made for.
+pub const STORAGE: &str = "hypd:storage";
 
 /// The label of Kubernetes objects hypd applies.
 pub const K8S_MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "hypd");

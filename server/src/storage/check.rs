@@ -1,8 +1,9 @@
 //! `check_storage`: what would leave pods in ContainerCreating, found before they are
 //! started. A mount fails quietly in the node's driver, far from whoever submitted the
 //! job, so each rule reads the very thing the driver will use (its add-on, its role's
-//! policies, the volume, the claim, the bucket) and says which command fixes it. The
-//! driver's half is also the pre-flight of `create_s3_storage`.
+//! policies, the volume, the claim, the bucket; for FSx the file system, its security
+//! groups and the nodes' Lustre clients, in `fsx::check`) and says which command fixes
+//! it. The driver's half is also the pre-flight of `create_s3_storage`.
 
 use std::collections::BTreeMap;
 
@@ -34,7 +35,7 @@ const DRIVER_ADDON: &str = "aws-mountpoint-s3-csi-driver";
 pub(crate) struct Findings(Vec<StorageFinding>);
 
 impl Findings {
-    fn add(
+    pub(crate) fn add(
         &mut self,
         storage: Option<&str>,
         check: &str,
@@ -145,12 +146,12 @@ impl Handler<CheckStorage> for Service {
             let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
                 return;
             };
-            if csi.driver != DRIVER {
+            if csi.driver != DRIVER && csi.driver != super::fsx::DRIVER {
                 return;
             }
             let name = pv.metadata.name.clone().unwrap_or_default();
             by_handle
-                .entry(csi.volume_handle.clone())
+                .entry(format!("{} of {}", csi.volume_handle, csi.driver))
                 .or_default()
                 .push(name.clone());
             by_name.insert(name, pv);
@@ -180,9 +181,21 @@ impl Handler<CheckStorage> for Service {
         for claim in labelled {
             let storage = claim.metadata.name.clone().unwrap_or_default();
             let at = Some(storage.as_str());
-            checked.push(format!(
-                "{storage}: claim_bound, bucket_exists, bucket_region, driver_access, bucket_policy"
-            ));
+            let fsx = claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(STORAGE_LABEL))
+                == Some(&"fsx".to_owned());
+            checked.push(if fsx {
+                format!(
+                    "{storage}: claim_bound, fsx_driver, file_system_available, volume_attributes, lustre_ports, lustre_client"
+                )
+            } else {
+                format!(
+                    "{storage}: claim_bound, bucket_exists, bucket_region, driver_access, bucket_policy"
+                )
+            });
             let phase = claim
                 .status
                 .as_ref()
@@ -206,6 +219,15 @@ impl Handler<CheckStorage> for Service {
                 continue;
             };
             let spec = volume.spec.clone().unwrap_or_default();
+            if spec
+                .csi
+                .as_ref()
+                .is_some_and(|c| c.driver == super::fsx::DRIVER)
+            {
+                super::fsx::check(&self.aws, &region, cluster, &storage, volume, &mut findings)
+                    .await?;
+                continue;
+            }
             let Some(bucket) = spec
                 .csi
                 .as_ref()

@@ -1,5 +1,5 @@
-//! `delete_storage`: a storage's claim, then its volume, then its bucket if hypd created
-//! it and it is empty. Refused while any pod mounts the claim, in the pre-flight and
+//! `delete_storage`: a storage's claim, then its volume, then an FSx storage's file
+//! system if hypd made it, then a bucket if hypd created it and it is empty. Refused while any pod mounts the claim, in the pre-flight and
 //! again when the claim is deleted (a job may have started in between). The claim's
 //! stage records the bucket and volume before it deletes anything, so a run resumed
 //! after the claim is gone still knows what is left to delete.
@@ -14,6 +14,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
 
+use super::fsx::Deleted;
 use super::{find, region_of, required, unused, users};
 use crate::cluster::storage::{NAMESPACE, STORAGE_LABEL, volume};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
@@ -26,6 +27,7 @@ stages! {
     pub enum Stage {
         Claim = "claim", "The claim deleted, once no pod mounts it", false;
         Volume = "volume", "The PersistentVolume deleted (the bucket's data stays)", false;
+        FileSystem = "file_system", "An FSx storage's file system deleted with its files, if hypd made it", false;
         Access = "access", "The Mountpoint driver's role no longer allowed the bucket", false;
         Bucket = "bucket", "The bucket deleted if hypd created it and it is empty, else kept", false;
     }
@@ -40,12 +42,17 @@ pub struct Outputs {
     pub persistent_volume: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount_path: Option<String>,
+    /// An FSx storage's file system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_system: Option<String>,
     /// Why the bucket stays, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
 }
 
 const POLL: Duration = Duration::from_secs(2);
+/// FSx takes minutes to delete a file system.
+const FSX_POLL: Duration = Duration::from_secs(15);
 
 impl Pipeline for DeleteStorage {
     type Stage = Stage;
@@ -104,6 +111,12 @@ impl Pipeline for DeleteStorage {
                         .and_then(|s| s.csi.as_ref())
                         .and_then(|c| c.volume_attributes.as_ref())
                         .and_then(|a| a.get("bucketName").cloned());
+                    out.file_system = pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.csi.as_ref())
+                        .filter(|c| c.driver == super::fsx::DRIVER)
+                        .map(|c| c.volume_handle.clone());
                     out.persistent_volume = pv.metadata.name;
                 }
                 let Some(found) = find(&client, storage).await? else {
@@ -140,6 +153,19 @@ impl Pipeline for DeleteStorage {
                     POLL,
                     left.then(|| format!("volume {name} is being deleted")),
                 ))
+            }
+            Stage::FileSystem => {
+                let Some(id) = out.file_system.clone() else {
+                    return Ok(Progress::Done);
+                };
+                match super::fsx::delete(&cx.aws, &region, cluster, storage, &id).await? {
+                    Deleted::Gone => Ok(Progress::Done),
+                    Deleted::Kept(why) => {
+                        out.kept = Some(why);
+                        Ok(Progress::Done)
+                    }
+                    Deleted::Deleting(note) => Ok(Progress::wait(FSX_POLL, note)),
+                }
             }
             Stage::Access => {
                 if let Some(role) = super::driver_role(&cx.aws, &region, cluster).await? {

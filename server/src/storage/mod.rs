@@ -1,12 +1,13 @@
 //! A cluster's storage, read from the cluster itself: the PersistentVolumes and claims
 //! hypd labelled as storage (`hypd/storage`), the pods that mount them, and the buckets
-//! behind them. What the cluster has is what pods get, so hypd's store keeps no second
-//! list that could disagree with it. `create_s3_storage` and `delete_storage` are the
-//! pipelines (`s3`, `delete`); listing a bucket's contents and putting a small file in
-//! it are plain commands here.
+//! and file systems behind them. What the cluster has is what pods get, so hypd's store
+//! keeps no second list that could disagree with it. `create_s3_storage`,
+//! `create_fsx_storage` and `delete_storage` are the pipelines (`s3`, `fsx`, `delete`);
+//! listing a bucket's contents and putting a small file in it are plain commands here.
 
 pub mod check;
 pub mod delete;
+pub mod fsx;
 pub mod s3;
 
 use std::collections::BTreeMap;
@@ -127,6 +128,12 @@ impl Found {
         csi.volume_attributes.as_ref()?.get("bucketName").cloned()
     }
 
+    /// An FSx storage's file system: its volume's handle.
+    pub fn file_system(&self) -> Option<String> {
+        let csi = self.volume.as_ref()?.spec.as_ref()?.csi.as_ref()?;
+        (csi.driver == fsx::DRIVER).then(|| csi.volume_handle.clone())
+    }
+
     pub fn volume_name(&self) -> Option<String> {
         self.claim.spec.as_ref()?.volume_name.clone()
     }
@@ -169,6 +176,79 @@ pub(crate) async fn find(client: &kube::Client, name: &str) -> Result<Option<Fou
         None => None,
     };
     Ok(Some(Found { claim, volume }))
+}
+
+/// Refuses, by field, what would make a new storage `storage` mounted at `mount` collide
+/// with what cluster `cluster` has: a storage or a claim (hypd's or not) of that name, or
+/// a mount path one inside the other (pods that mount both would see only one).
+pub(crate) async fn claimable(
+    aws: &Aws,
+    store: &Store,
+    client: &kube::Client,
+    cluster: &str,
+    storage: &str,
+    mount: &str,
+) -> Result<(), ApiError> {
+    if let Some(found) = find(client, storage).await? {
+        let what = found
+            .bucket()
+            .map(|b| format!("bucket {b}"))
+            .or_else(|| found.file_system().map(|f| format!("file system {f}")))
+            .unwrap_or_else(|| "unknown".into());
+        return Err(ApiError::field(
+            "storage",
+            format!("{cluster} already has storage {storage} ({what})"),
+        ));
+    }
+    // A claim of that name that is not hypd's: applying over it would fail half-way.
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NAMESPACE);
+    if kubernetes::get(&claims, storage).await?.is_some() {
+        return Err(ApiError::field(
+            "storage",
+            format!(
+                "{cluster} has a claim {NAMESPACE}/{storage} hypd did not make; choose another name"
+            ),
+        ));
+    }
+    let within =
+        |inner: &str, outer: &str| inner == outer || inner.starts_with(&format!("{outer}/"));
+    let listed = list(aws, store, cluster).await?;
+    if let Some(other) = listed
+        .iter()
+        .find(|s| within(mount, &s.mount_path) || within(&s.mount_path, mount))
+    {
+        return Err(ApiError::field(
+            "mount_path",
+            format!(
+                "storage {} is mounted at {}, which {mount} would overlap",
+                other.name, other.mount_path
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How often a claim that is not bound yet is looked at again.
+const BIND_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A creation's last stage: claim `storage` Bound to its volume. Its phase, when read.
+pub(crate) async fn bound(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+    storage: &str,
+) -> Result<(crate::operation::pipeline::Progress, Option<String>), ApiError> {
+    use crate::operation::pipeline::Progress;
+    if crate::resources::is_planning() {
+        return Ok((Progress::Done, None));
+    }
+    let client = kubernetes::connect(aws, region, cluster).await?;
+    let phase = required(&client, storage).await?.phase();
+    let progress = Progress::unless(
+        BIND_POLL,
+        (phase != "Bound").then(|| format!("claim {NAMESPACE}/{storage} is {phase}")),
+    );
+    Ok((progress, Some(phase)))
 }
 
 /// Storage `name`, or not found naming it.
@@ -260,6 +340,7 @@ fn detail(found: &Found, users: &BTreeMap<String, Vec<StorageUser>>) -> StorageD
         kind: found.kind(),
         shared: found.shared(),
         bucket: found.bucket(),
+        file_system: found.file_system(),
         persistent_volume: found.volume_name(),
         namespace: NAMESPACE.to_owned(),
         capacity: found
@@ -339,7 +420,14 @@ pub(crate) async fn bucket_of(
     let bucket = found.bucket().ok_or_else(|| {
         ApiError::field(
             "storage",
-            format!("{storage} is not backed by a bucket hypd can read (its volume names none)"),
+            match found.file_system() {
+                Some(fs) => format!(
+                    "{storage} is Lustre file system {fs}, whose files only pods read: browse the bucket a data repository links it to"
+                ),
+                None => format!(
+                    "{storage} is not backed by a bucket hypd can read (its volume names none)"
+                ),
+            },
         )
     })?;
     Ok((region, bucket, found.mount()))

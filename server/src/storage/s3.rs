@@ -4,21 +4,19 @@
 //! before anything is made: a claim name in use, a bucket another storage mounts (one
 //! volume handle per bucket), a mount path another storage has.
 
-use std::time::Duration;
-
 use app::api::ApiError;
 use app::api::storage::CreateS3Storage;
 use app::api::values::{BucketName, IdempotencyKey};
 use serde::{Deserialize, Serialize};
 
-use super::{find, region_of};
+use super::region_of;
 use crate::cluster::identity::s3_csi_inline_policy;
 use crate::cluster::storage::{NAMESPACE, volume, volume_name};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::kube::object::Applied;
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::s3::bucket::{Bucket, Files};
-use crate::resources::{Resource, Want, converge, is_planning, missing};
+use crate::resources::{Resource, Want, converge, missing};
 
 stages! {
     pub enum Stage {
@@ -50,9 +48,6 @@ pub struct Outputs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
 }
-
-/// How often a claim that is not bound yet is looked at again.
-const POLL: Duration = Duration::from_secs(2);
 
 /// The bucket the pre-flight settled on.
 fn bucket_name(r: &CreateS3Storage) -> Result<&BucketName, ApiError> {
@@ -102,29 +97,15 @@ impl Pipeline for CreateS3Storage {
         }
         let bucket = bucket_name(&self)?.to_string();
         let client = kubernetes::connect(cx.aws, &region, cluster).await?;
-        let storage = self.storage.as_str();
-        if let Some(found) = find(&client, storage).await? {
-            return Err(ApiError::field(
-                "storage",
-                format!(
-                    "{cluster} already has storage {storage} (bucket {})",
-                    found.bucket().unwrap_or_else(|| "unknown".into())
-                ),
-            ));
-        }
-        // A claim of that name that is not hypd's: applying over it would fail half-way.
-        let claims = kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
-            client.clone(),
-            NAMESPACE,
-        );
-        if kubernetes::get(&claims, storage).await?.is_some() {
-            return Err(ApiError::field(
-                "storage",
-                format!(
-                    "{cluster} has a claim {NAMESPACE}/{storage} hypd did not make; choose another name"
-                ),
-            ));
-        }
+        super::claimable(
+            cx.aws,
+            cx.store,
+            &client,
+            cluster,
+            self.storage.as_str(),
+            &self.mount(),
+        )
+        .await?;
         let volumes =
             kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone());
         if let Some(pv) = kubernetes::get(&volumes, &volume_name(&bucket)).await? {
@@ -143,23 +124,6 @@ impl Pipeline for CreateS3Storage {
         let mut findings = super::check::Findings::default();
         super::check::driver(cx.aws, &region, cluster, &mut findings).await?;
         findings.refuse("name")?;
-        let mount = self.mount();
-        let listed = super::list(cx.aws, cx.store, cluster).await?;
-        // One inside the other would hide a storage in pods that mount both.
-        let within =
-            |inner: &str, outer: &str| inner == outer || inner.starts_with(&format!("{outer}/"));
-        if let Some(other) = listed
-            .iter()
-            .find(|s| within(&mount, &s.mount_path) || within(&s.mount_path, &mount))
-        {
-            return Err(ApiError::field(
-                "mount_path",
-                format!(
-                    "storage {} is mounted at {}, which {mount} would overlap",
-                    other.name, other.mount_path
-                ),
-            ));
-        }
         // The default name is hypd's own: a bucket of that name without hypd's tags is
         // someone's, and hypd would take it over.
         if self.bucket.as_ref().map(|b| b.as_str())
@@ -253,18 +217,10 @@ impl Pipeline for CreateS3Storage {
                 Ok(Progress::Done)
             }
             Stage::Bound => {
-                if is_planning() {
-                    return Ok(Progress::Done);
-                }
-                let client = kubernetes::connect(&cx.aws, &region, cluster).await?;
-                let found = super::required(&client, self.storage.as_str()).await?;
-                let phase = found.phase();
-                out.phase = Some(phase.clone());
-                Ok(Progress::unless(
-                    POLL,
-                    (phase != "Bound")
-                        .then(|| format!("claim {NAMESPACE}/{} is {phase}", self.storage)),
-                ))
+                let (progress, phase) =
+                    super::bound(&cx.aws, &region, cluster, self.storage.as_str()).await?;
+                out.phase = phase;
+                Ok(progress)
             }
         }
     }

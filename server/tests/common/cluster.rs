@@ -474,6 +474,10 @@ pub fn changed_kind(service: &str, operation: &str) -> Option<String> {
                 | "DeleteBucket",
             ) => "s3:Bucket",
             ("s3", "PutObject" | "DeleteObject" | "DeleteObjects") => "s3:Object",
+            ("fsx", "CreateFileSystem" | "DeleteFileSystem") => "fsx:FileSystem",
+            ("fsx", "CreateDataRepositoryAssociation" | "DeleteDataRepositoryAssociation") => {
+                "fsx:DataRepositoryAssociation"
+            }
             (
                 "sagemaker",
                 "CreateCluster" | "UpdateCluster" | "UpdateClusterSoftware" | "DeleteCluster",

@@ -549,6 +549,7 @@ impl World {
         env.push(("AWS_ENDPOINT_URL_EKS", self.sim.url.clone()));
         env.push(("AWS_ENDPOINT_URL_SAGEMAKER", self.sim.url.clone()));
         env.push(("AWS_ENDPOINT_URL_SERVICE_QUOTAS", self.sim.url.clone()));
+        env.push(("AWS_ENDPOINT_URL_FSX", self.sim.url.clone()));
         env.push(("HYPD_MIN_POLL_INTERVAL", TEST_MIN_POLL.into()));
         env.push(("HYPD_RETRY_BACKOFF", TEST_RETRY_BACKOFF.into()));
         env

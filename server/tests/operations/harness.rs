@@ -450,6 +450,55 @@ pub const CASES: &[Case] = &[
         ],
     },
     Case {
+        command: "create_fsx_storage",
+        given: created,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/file-systems");
+            let body = json!({ "storage": "fast", "data_repositories": [{"file_system_path": "/shared"}] });
+            (Method::POST, path, body)
+        },
+        check: |world, hypd, token, name| fsx_storage(world, hypd, token, name, true),
+        // The pre-flight reads the group, and the file system stage the file systems,
+        // before the stages the fault is for.
+        calls: &[
+            after_preflight("network", "ec2", "DescribeSecurityGroups"),
+            call("driver", "eks", "CreateAddon"),
+            call("file_system", "fsx", "CreateFileSystem"),
+            after_preflight("available", "fsx", "DescribeFileSystems"),
+            call("repositories", "fsx", "CreateDataRepositoryAssociation"),
+            call("volume", "kubernetes", "patch PersistentVolumeClaim"),
+            Call {
+                after: 4,
+                ..call("bound", "kubernetes", "get PersistentVolumeClaim")
+            },
+        ],
+    },
+    Case {
+        command: "delete_storage",
+        given: |world, hypd, token, name| {
+            created(world, hypd, token, name);
+            let (status, started) = hypd.call(
+                token,
+                Method::POST,
+                &format!("/api/v1/clusters/{name}/file-systems"),
+                Some(json!({ "storage": "fast" })),
+            );
+            assert_eq!(status, 200, "{started}");
+            let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+            assert_eq!(op["state"], "succeeded", "{op:#}");
+        },
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/storage/fast");
+            (Method::DELETE, path, json!({}))
+        },
+        check: |world, hypd, token, name| fsx_storage(world, hypd, token, name, false),
+        calls: &[
+            call("claim", "kubernetes", "delete PersistentVolumeClaim"),
+            call("volume", "kubernetes", "delete PersistentVolume"),
+            call("file_system", "fsx", "DeleteFileSystem"),
+        ],
+    },
+    Case {
         command: "download_model",
         given: created,
         request: |_, _, name| {
@@ -483,6 +532,36 @@ pub const CASES: &[Case] = &[
         ],
     },
 ];
+
+/// Cluster `name` has FSx storage `fast` (Bound, on exactly one AVAILABLE file system
+/// with at most one link), or (`present` false) no such storage and no file system.
+fn fsx_storage(world: &World, hypd: &Hypd, token: &str, name: &str, present: bool) {
+    let (status, listed) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/storage"),
+        None,
+    );
+    assert_eq!(status, 200, "{listed}");
+    let fast: Vec<&Value> = listed["storage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "fast")
+        .collect();
+    let (file_systems, links) = crate::storage::fsx_of(world, name, "fast");
+    if present {
+        assert_eq!(fast.len(), 1, "{listed:#}");
+        assert_eq!(fast[0]["phase"], "Bound", "{listed:#}");
+        assert_eq!(file_systems.len(), 1, "one file system: {file_systems:?}");
+        assert_eq!(file_systems[0].1, "AVAILABLE");
+        assert_eq!(fast[0]["file_system"], file_systems[0].0, "{listed:#}");
+        assert!(links.len() <= 1, "one link at most: {links:?}");
+    } else {
+        assert!(fast.is_empty(), "{listed:#}");
+        assert!(file_systems.is_empty(), "{file_systems:?}");
+    }
+}
 
 /// The cases to run: all, or those `HYPD_HARNESS_CASES` names (comma-separated
 /// commands), to try one pipeline's cases while working on it.

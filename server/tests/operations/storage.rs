@@ -437,3 +437,330 @@ fn a_second_bucket_is_mounted_browsed_and_kept_while_used() {
     let (status, refused) = hypd.call(&token, Method::GET, &contents, None);
     assert_eq!(status, 404, "{refused}");
 }
+
+/// An FSx client on the sim, which answers FSx itself.
+async fn fsx(world: &World) -> aws_sdk_fsx::Client {
+    let conf = world.moto_sdk().await;
+    aws_sdk_fsx::Client::from_conf(
+        aws_sdk_fsx::config::Builder::from(&conf)
+            .endpoint_url(&world.sim.url)
+            .build(),
+    )
+}
+
+/// The file systems (id, lifecycle) and data repository associations (file system
+/// path, S3 path, lifecycle) tagged for storage `storage` of cluster `name`.
+pub fn fsx_of(world: &World, name: &str, storage: &str) -> (Vec<(String, String)>, Vec<Value>) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let fsx = fsx(world).await;
+        let all = fsx.describe_file_systems().send().await.unwrap();
+        let ours: Vec<(String, String)> = all
+            .file_systems()
+            .iter()
+            .filter(|f| {
+                let tag = |k: &str, v: &str| {
+                    f.tags()
+                        .iter()
+                        .any(|t| t.key() == Some(k) && t.value() == Some(v))
+                };
+                tag("hypd:cluster", name) && tag("hypd:storage", storage)
+            })
+            .map(|f| {
+                (
+                    f.file_system_id().unwrap().to_owned(),
+                    f.lifecycle().unwrap().as_str().to_owned(),
+                )
+            })
+            .collect();
+        let mut links = Vec::new();
+        for (id, _) in &ours {
+            let out = fsx
+                .describe_data_repository_associations()
+                .filters(
+                    aws_sdk_fsx::types::Filter::builder()
+                        .name(aws_sdk_fsx::types::FilterName::FileSystemId)
+                        .values(id)
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap();
+            links.extend(out.associations().iter().map(|a| {
+                json!([
+                    a.file_system_path(),
+                    a.data_repository_path(),
+                    a.lifecycle().map(|l| l.as_str())
+                ])
+            }));
+        }
+        (ours, links)
+    })
+}
+
+/// The pod `reader`'s phase in cluster `name` once it left Pending, or its events'
+/// messages if it did not within `tries` looks.
+fn pod_started(world: &World, name: &str, tries: u32) -> Result<String, String> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = kube_client(world, name).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        for _ in 0..tries {
+            let pod = pods.get("reader").await.unwrap();
+            let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+            if phase == "Running" {
+                return Ok(phase);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, "default");
+        let listed = events.list(&Default::default()).await.unwrap();
+        Err(listed
+            .items
+            .iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("reader"))
+            .filter_map(|e| e.message.clone())
+            .collect::<Vec<_>>()
+            .join("; "))
+    })
+}
+
+#[test]
+fn an_fsx_file_system_is_made_linked_mounted_and_deleted() {
+    let name = "ml-fx";
+    let (world, hypd, token, created) = world_with_cluster(FAST, json!({}), small(name));
+    let shared_bucket = created["outputs"]["hyperpod"]["s3_bucket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/api/v1/clusters/{name}/file-systems");
+    // A /28 of the cluster's VPC: 11 addresses free, too few for 28,800 GiB.
+    let vpc = created["outputs"]["network"]["vpc_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let small_subnet = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let ec2 = aws_sdk_ec2::Client::new(&world.moto_sdk().await);
+        let made = ec2
+            .create_subnet()
+            .vpc_id(&vpc)
+            .cidr_block("10.0.255.240/28")
+            .send()
+            .await
+            .unwrap();
+        made.subnet().unwrap().subnet_id().unwrap().to_owned()
+    });
+
+    // What FSx or the pods would refuse is refused first, by field and rule.
+    for (body, field, rule) in [
+        (
+            json!({"storage": "fast", "capacity_gib": 1000}),
+            "capacity_gib",
+            "1200, 2400 or a multiple of 2400",
+        ),
+        (
+            json!({"storage": "fast", "throughput_per_tib": 300}),
+            "throughput_per_tib",
+            "125, 250, 500 or 1000",
+        ),
+        (
+            json!({"storage": "fast", "deployment_type": "scratch_2", "throughput_per_tib": 125}),
+            "throughput_per_tib",
+            "persistent_2 only",
+        ),
+        (
+            json!({"storage": "fast", "deployment_type": "scratch_2", "efa": true}),
+            "efa",
+            "persistent_2",
+        ),
+        (
+            json!({"storage": "fast", "data_repositories": [{"file_system_path": "/a"}, {"file_system_path": "/a/b"}]}),
+            "data_repositories[1].file_system_path",
+            "none inside another",
+        ),
+        (
+            json!({"storage": "fast", "data_repositories": [{"file_system_path": "/a", "bucket": "no-such-bucket-here"}]}),
+            "data_repositories[0].bucket",
+            "does not exist",
+        ),
+        (
+            json!({"storage": "fast", "capacity_gib": 28_800, "subnet_id": small_subnet}),
+            "subnet_id",
+            "has 11 free addresses; a 28800 GiB Lustre file system takes 13",
+        ),
+        (json!({"storage": "shared-s3"}), "storage", "shared bucket"),
+        (
+            json!({"storage": "fast", "mount_path": "/s3/x"}),
+            "mount_path",
+            "",
+        ),
+    ] {
+        let (status, refused) = hypd.call(&token, Method::POST, &path, Some(body.clone()));
+        assert_eq!(status, 422, "{body}: {refused}");
+        let (f, message) = field_error(&refused);
+        assert_eq!(f, field, "{refused}");
+        assert!(message.contains(rule), "{refused}");
+    }
+
+    // The plan: hypd's group lets everything in from itself (no rule to add), the
+    // driver's add-on, the file system, its link to the shared bucket, the volume.
+    let body = json!({"storage": "fast", "data_repositories": [{"file_system_path": "/shared"}]});
+    let mut dry = body.clone();
+    dry["dry_run"] = json!(true);
+    let (status, plan) = hypd.call(&token, Method::POST, &path, Some(dry));
+    assert_eq!(status, 200, "{plan}");
+    let stages = plan["plan"]["stages"].as_array().unwrap();
+    let kinds = |i: usize| -> Vec<String> {
+        stages[i]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    c["action"].as_str().unwrap(),
+                    c["kind"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(stages[0]["stage"], "network");
+    assert!(kinds(0).is_empty(), "{plan:#}");
+    assert!(
+        kinds(1).contains(&"create eks:Addon".to_owned()),
+        "{plan:#}"
+    );
+    assert_eq!(kinds(2), ["create fsx:FileSystem"], "{plan:#}");
+    assert_eq!(
+        kinds(4),
+        ["create fsx:DataRepositoryAssociation"],
+        "{plan:#}"
+    );
+    assert_eq!(
+        stages[4]["changes"][0]["fields"][0]["new"],
+        format!("s3://{shared_bucket}/"),
+        "{plan:#}"
+    );
+    assert_eq!(
+        kinds(5),
+        [
+            "create k8s:v1/PersistentVolume",
+            "create k8s:v1/PersistentVolumeClaim"
+        ],
+        "{plan:#}"
+    );
+
+    let (status, started) = hypd.call(&token, Method::POST, &path, Some(body));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let id = op["outputs"]["file_system"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("fs-"), "{op:#}");
+    assert_eq!(op["outputs"]["lifecycle"], "AVAILABLE", "{op:#}");
+    let (file_systems, links) = fsx_of(&world, name, "fast");
+    assert_eq!(file_systems, [(id.clone(), "AVAILABLE".to_owned())]);
+    assert_eq!(
+        links,
+        [json!([
+            "/shared",
+            format!("s3://{shared_bucket}/"),
+            "AVAILABLE"
+        ])]
+    );
+
+    let listed = storage(&hypd, &token, name);
+    assert_eq!(
+        (
+            &listed[1]["name"],
+            &listed[1]["kind"],
+            &listed[1]["file_system"],
+            &listed[1]["phase"],
+            &listed[1]["mount_path"],
+            &listed[1]["capacity"]
+        ),
+        (
+            &json!("fast"),
+            &json!("fsx"),
+            &json!(id),
+            &json!("Bound"),
+            &json!("/mnt/fast"),
+            &json!("1200Gi")
+        ),
+        "{listed:#?}"
+    );
+
+    // A pod mounts it: the driver finds the file system at the volume's DNS and mount
+    // name, and the container starts.
+    mounting_pod(&world, name, "fast", true);
+    pod_started(&world, name, 120).expect("the pod mounting the file system runs");
+    let check = format!("/api/v1/clusters/{name}/storage-check");
+    let (status, checked) = hypd.call(&token, Method::GET, &check, None);
+    assert_eq!(status, 200, "{checked}");
+    assert_eq!(checked["findings"], json!([]), "{checked:#}");
+
+    // Lustre's ports closed in the group outside hypd: found, with the fix.
+    let group = op["outputs"]["security_group"].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ec2 = aws_sdk_ec2::Client::new(&world.moto_sdk().await);
+        ec2.revoke_security_group_ingress()
+            .group_id(&group)
+            .ip_permissions(
+                aws_sdk_ec2::types::IpPermission::builder()
+                    .ip_protocol("-1")
+                    .user_id_group_pairs(
+                        aws_sdk_ec2::types::UserIdGroupPair::builder()
+                            .group_id(&group)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+    });
+    let (status, checked) = hypd.call(&token, Method::GET, &check, None);
+    assert_eq!(status, 200, "{checked}");
+    let found: Vec<&str> = checked["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, ["lustre_ports", "lustre_ports"], "{checked:#}");
+    assert!(
+        checked["findings"][0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("--group-id {group} --protocol tcp --port 988-988")),
+        "{checked:#}"
+    );
+
+    // Deleting it is refused while the pod mounts it; then it goes with its files.
+    let one = format!("/api/v1/clusters/{name}/storage/fast");
+    let (status, refused) = hypd.call(&token, Method::DELETE, &one, Some(json!({})));
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        field_error(&refused).1.contains("default/reader"),
+        "{refused}"
+    );
+    mounting_pod(&world, name, "fast", false);
+    let (status, gate) = hypd.call(&token, Method::DELETE, &one, Some(json!({})));
+    assert_eq!(status, 200, "{gate}");
+    let planned: Vec<&str> = gate["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["changes"].as_array().unwrap())
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert!(planned.contains(&"fsx:FileSystem"), "{gate:#}");
+    let (status, started) = hypd.confirmed(&token, Method::DELETE, &one, Some(json!({})));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    assert_eq!(op["outputs"]["file_system"], id, "{op:#}");
+    let (file_systems, _) = fsx_of(&world, name, "fast");
+    assert!(file_systems.is_empty(), "{file_systems:?}");
+    assert_eq!(storage(&hypd, &token, name).len(), 1);
+}

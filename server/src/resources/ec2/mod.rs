@@ -5,6 +5,7 @@
 //! object of that kind tagged for the cluster, wanted gone.
 
 pub mod internet_gateway;
+pub mod lustre_ports;
 pub mod nat_gateway;
 pub mod route_table;
 pub mod security_group;

@@ -189,6 +189,10 @@ impl<K: Object> Resource for Applied<K> {
     type Op = Op;
 
     async fn observe(&self) -> Result<Option<K>, ApiError> {
+        // Named after something this plan makes (a file system's id): not there yet.
+        if crate::resources::known_after_apply(self.name()) {
+            return Ok(None);
+        }
         get(&self.api, self.name()).await
     }
 
