@@ -98,13 +98,7 @@ impl Moto {
             .form(params)
             .send()
             .await
-            .map_err(|e| {
-                AwsError::new(
-                    500,
-                    "InternalFailure",
-                    format!("hypd-sim cannot reach moto: {e}"),
-                )
-            })?;
+            .map_err(unreachable)?;
         response.text().await.map_err(|e| {
             AwsError::new(
                 500,
@@ -270,13 +264,7 @@ impl Moto {
             .header("authorization", auth)
             .send()
             .await
-            .map_err(|e| {
-                AwsError::new(
-                    500,
-                    "InternalFailure",
-                    format!("hypd-sim cannot reach moto: {e}"),
-                )
-            })?;
+            .map_err(unreachable)?;
         Ok(response.status().is_success())
     }
 
@@ -382,6 +370,15 @@ pub fn distinct_zones(subnets: &[Subnet]) -> usize {
         .map(|s| s.availability_zone.as_str())
         .collect::<BTreeSet<_>>()
         .len()
+}
+
+/// What a call the sim makes to moto answers when moto cannot be reached.
+pub fn unreachable(e: reqwest::Error) -> AwsError {
+    AwsError::new(
+        500,
+        "InternalFailure",
+        format!("hypd-sim cannot reach moto: {e}"),
+    )
 }
 
 #[cfg(test)]

@@ -5,6 +5,11 @@
 
 use serde_json::{Value, json};
 
+use super::associations::{ASSOCIATION_CREATE_SECS, ASSOCIATION_DELETE_SECS, MAX_ASSOCIATIONS};
+use super::file_systems::{
+    CREATE_SECS, DELETE_SECS, MAX_FILE_SYSTEMS, MAX_TOTAL_STORAGE_GIB, Network, check_create,
+    check_limits, check_network, insert, interfaces, replay,
+};
 use super::*;
 use crate::moto::{Rule, SecurityGroup, Subnet};
 use crate::world::{Fault, FaultKind};
