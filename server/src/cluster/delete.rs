@@ -25,6 +25,7 @@ stages! {
         Addons = "addons", "Delete hypd's EKS add-ons", true;
         Eks = "eks", "Delete the EKS cluster (an imported one keeps it and loses only hypd's access entry)", false;
         Iam = "iam", "Delete the IAM roles and the OIDC provider", false;
+        FileSystems = "file_systems", "Delete the FSx file systems hypd made for the cluster's storage (with their files)", false;
         Network = "network", "Delete the network: NAT, gateways, route tables, subnets, security group, VPC", false;
         Bucket = "bucket", "Delete the shared bucket if it holds only hypd's lifecycle scripts", false;
         Forget = "forget", "Remove the cluster from hypd", false;
@@ -140,6 +141,22 @@ impl Pipeline for DeleteCluster {
                 identity::teardown(&cx.aws, &region, name, known.as_deref()).await?;
                 crate::features::teardown(&cx.aws, &region, name).await?;
                 Ok(Progress::Done)
+            }
+            Stage::FileSystems => {
+                // An imported cluster keeps its EKS cluster, and pods there may still
+                // mount them.
+                let created = matches!(
+                    super::managed::Managed::load(&cx.store, name)
+                        .await?
+                        .desired(),
+                    Some(super::managed::Desired::Created(_))
+                );
+                let (progress, kept) =
+                    crate::storage::fsx::teardown(&cx.aws, &region, name, created).await?;
+                for k in kept {
+                    out.keep(Some(k));
+                }
+                Ok(progress)
             }
             Stage::Network => network::teardown(&cx.aws, &region, name).await,
             Stage::Bucket => {

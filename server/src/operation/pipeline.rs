@@ -432,7 +432,14 @@ mod tests {
         assert_eq!(
             of("delete_cluster"),
             [
-                "hyperpod", "addons", "eks", "iam", "network", "bucket", "forget"
+                "hyperpod",
+                "addons",
+                "eks",
+                "iam",
+                "file_systems",
+                "network",
+                "bucket",
+                "forget"
             ]
         );
         assert_eq!(

@@ -515,6 +515,67 @@ pub(crate) async fn delete(
     })
 }
 
+/// `delete_cluster`'s file systems: each one hypd made for a storage of cluster
+/// `cluster` deleted (`delete`), or named in what is kept (an imported cluster keeps its
+/// EKS cluster, whose pods may still mount them). Progress while FSx deletes them.
+pub(crate) async fn teardown(
+    aws: &Aws,
+    region: &str,
+    cluster: &str,
+    delete: bool,
+) -> Result<(Progress, Vec<String>), ApiError> {
+    let mut storages = std::collections::BTreeMap::new();
+    let mut next = None;
+    loop {
+        let out = aws
+            .fsx(region)
+            .describe_file_systems()
+            .set_next_token(next)
+            .send()
+            .await
+            .upstream("fsx", "DescribeFileSystems")?;
+        for fs in out.file_systems() {
+            let tag = |k: &str| {
+                fs.tags()
+                    .iter()
+                    .find(|t| t.key() == Some(k))
+                    .and_then(|t| t.value())
+            };
+            if tag(crate::resources::tags::CLUSTER) == Some(cluster)
+                && let (Some(storage), Some(id)) =
+                    (tag(crate::resources::tags::STORAGE), fs.file_system_id())
+            {
+                storages.insert(storage.to_owned(), id.to_owned());
+            }
+        }
+        next = out.next_token().map(str::to_owned);
+        if next.is_none() {
+            break;
+        }
+    }
+    if !delete {
+        let kept = storages
+            .iter()
+            .map(|(storage, id)| {
+                format!(
+                    "kept file system {id} (storage {storage}): the imported EKS cluster may still mount it; aws fsx delete-file-system --file-system-id {id} deletes it"
+                )
+            })
+            .collect();
+        return Ok((Progress::Done, kept));
+    }
+    let mut deleting = Vec::new();
+    for (storage, id) in &storages {
+        if let Deleted::Deleting(note) = self::delete(aws, region, cluster, storage, id).await? {
+            deleting.push(note);
+        }
+    }
+    Ok((
+        Progress::unless_pending(POLL, &deleting, |d| format!("deleting: {d}")),
+        Vec::new(),
+    ))
+}
+
 /// Whether file system `id` no longer exists.
 async fn gone(aws: &Aws, region: &str, id: &str) -> Result<bool, ApiError> {
     Ok(aws

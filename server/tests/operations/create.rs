@@ -248,7 +248,14 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
     assert_eq!(
         stages,
         [
-            "hyperpod", "addons", "eks", "iam", "network", "bucket", "forget"
+            "hyperpod",
+            "addons",
+            "eks",
+            "iam",
+            "file_systems",
+            "network",
+            "bucket",
+            "forget"
         ]
     );
     assert_eq!(planned_deletes(plan), present(&before.1), "{plan:#}");

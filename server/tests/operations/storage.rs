@@ -602,6 +602,16 @@ fn an_fsx_file_system_is_made_linked_mounted_and_deleted() {
         assert!(message.contains(rule), "{refused}");
     }
 
+    // The subnet is the test's, not hypd's: it would keep the VPC from being deleted.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let ec2 = aws_sdk_ec2::Client::new(&world.moto_sdk().await);
+        ec2.delete_subnet()
+            .subnet_id(&small_subnet)
+            .send()
+            .await
+            .unwrap();
+    });
+
     // The plan: hypd's group lets everything in from itself (no rule to add), the
     // driver's add-on, the file system, its link to the shared bucket, the volume.
     let body = json!({"storage": "fast", "data_repositories": [{"file_system_path": "/shared"}]});
@@ -763,4 +773,35 @@ fn an_fsx_file_system_is_made_linked_mounted_and_deleted() {
     let (file_systems, _) = fsx_of(&world, name, "fast");
     assert!(file_systems.is_empty(), "{file_systems:?}");
     assert_eq!(storage(&hypd, &token, name).len(), 1);
+
+    // A file system left when the cluster goes goes with it (its interfaces would keep
+    // the subnets from being deleted).
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        &path,
+        Some(json!({"storage": "left"})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let cluster = format!("/api/v1/clusters/{name}");
+    let (status, gate) = hypd.call(&token, Method::DELETE, &cluster, Some(json!({})));
+    assert_eq!(status, 200, "{gate}");
+    let fsx_stage = gate["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == "file_systems")
+        .unwrap();
+    assert_eq!(
+        fsx_stage["changes"][0]["kind"], "fsx:FileSystem",
+        "{gate:#}"
+    );
+    let (status, started) = hypd.confirmed(&token, Method::DELETE, &cluster, Some(json!({})));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let (file_systems, _) = fsx_of(&world, name, "left");
+    assert!(file_systems.is_empty(), "{file_systems:?}");
 }
