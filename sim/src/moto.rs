@@ -112,38 +112,18 @@ impl Moto {
     pub async fn subnets(&self, region: &str, ids: &[String]) -> Result<Vec<Subnet>, AwsError> {
         let mut subnets = Vec::new();
         for id in ids {
-            let params = vec![
-                ("Action".to_owned(), "DescribeSubnets".to_owned()),
-                ("Version".to_owned(), "2016-11-15".to_owned()),
-                ("SubnetId.1".to_owned(), id.clone()),
-            ];
-            let xml = self.query("ec2", region, &params).await?;
-            if xml.contains("<Errors>") || tag(&xml, "subnetId").is_none() {
+            let Some((subnet, _)) = self.subnet_with_free_ips(region, id).await? else {
                 return Err(AwsError::invalid_parameter(format!(
                     "The subnet ID '{id}' does not exist (Service: Ec2, Status Code: 400, Error Code: InvalidSubnetID.NotFound)"
                 )));
-            }
-            subnets.push(Subnet {
-                id: id.clone(),
-                vpc_id: tag(&xml, "vpcId").unwrap_or_default().to_owned(),
-                availability_zone: tag(&xml, "availabilityZone").unwrap_or_default().to_owned(),
-                availability_zone_id: tag(&xml, "availabilityZoneId")
-                    .unwrap_or_default()
-                    .to_owned(),
-                cidr_block: tag(&xml, "cidrBlock").unwrap_or_default().to_owned(),
-            });
+            };
+            subnets.push(subnet);
         }
         Ok(subnets)
     }
 
     pub async fn security_group_exists(&self, region: &str, id: &str) -> Result<bool, AwsError> {
-        let params = vec![
-            ("Action".to_owned(), "DescribeSecurityGroups".to_owned()),
-            ("Version".to_owned(), "2016-11-15".to_owned()),
-            ("GroupId.1".to_owned(), id.to_owned()),
-        ];
-        let xml = self.query("ec2", region, &params).await?;
-        Ok(!xml.contains("<Errors>") && tag(&xml, "groupId") == Some(id))
+        Ok(self.security_group(region, id).await?.is_some())
     }
 
     /// A subnet with its free addresses (`AvailableIpAddressCount`), if it exists.

@@ -28,7 +28,7 @@ use crate::cluster::storage::{Claimed, NAMESPACE, STORAGE_LABEL, claimed_volume}
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::ec2::lustre_ports::{self, LustrePorts};
 use crate::resources::fsx::association::{Associations, Link};
-use crate::resources::fsx::file_system::{FileSystem, Spec};
+use crate::resources::fsx::file_system::{self, FileSystem, Spec};
 use crate::resources::kube::object::Applied;
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::s3::bucket::{Bucket, Files};
@@ -508,9 +508,9 @@ pub(crate) async fn delete(
             after.lifecycle.as_deref().unwrap_or("being deleted")
         )),
         // None carries hypd's tags for this storage: the volume named someone else's.
-        None if !gone(aws, region, id).await? => Deleted::Kept(format!(
-            "kept file system {id}: hypd did not make it for {storage}"
-        )),
+        None if file_system::by_id(&aws.fsx(region), id).await?.is_some() => Deleted::Kept(
+            format!("kept file system {id}: hypd did not make it for {storage}"),
+        ),
         None => Deleted::Gone,
     })
 }
@@ -525,32 +525,18 @@ pub(crate) async fn teardown(
     delete: bool,
 ) -> Result<(Progress, Vec<String>), ApiError> {
     let mut storages = std::collections::BTreeMap::new();
-    let mut next = None;
-    loop {
-        let out = aws
-            .fsx(region)
-            .describe_file_systems()
-            .set_next_token(next)
-            .send()
-            .await
-            .upstream("fsx", "DescribeFileSystems")?;
-        for fs in out.file_systems() {
-            let tag = |k: &str| {
-                fs.tags()
-                    .iter()
-                    .find(|t| t.key() == Some(k))
-                    .and_then(|t| t.value())
-            };
-            if tag(crate::resources::tags::CLUSTER) == Some(cluster)
-                && let (Some(storage), Some(id)) =
-                    (tag(crate::resources::tags::STORAGE), fs.file_system_id())
-            {
-                storages.insert(storage.to_owned(), id.to_owned());
-            }
-        }
-        next = out.next_token().map(str::to_owned);
-        if next.is_none() {
-            break;
+    for fs in file_system::all(&aws.fsx(region)).await? {
+        let tag = |k: &str| {
+            fs.tags()
+                .iter()
+                .find(|t| t.key() == Some(k))
+                .and_then(|t| t.value())
+        };
+        if tag(crate::resources::tags::CLUSTER) == Some(cluster)
+            && let (Some(storage), Some(id)) =
+                (tag(crate::resources::tags::STORAGE), fs.file_system_id())
+        {
+            storages.insert(storage.to_owned(), id.to_owned());
         }
     }
     if !delete {
@@ -574,18 +560,6 @@ pub(crate) async fn teardown(
         Progress::unless_pending(POLL, &deleting, |d| format!("deleting: {d}")),
         Vec::new(),
     ))
-}
-
-/// Whether file system `id` no longer exists.
-async fn gone(aws: &Aws, region: &str, id: &str) -> Result<bool, ApiError> {
-    Ok(aws
-        .fsx(region)
-        .describe_file_systems()
-        .file_system_ids(id)
-        .send()
-        .await
-        .found("fsx", "DescribeFileSystems")?
-        .is_none_or(|o| o.file_systems().is_empty()))
 }
 
 /// The Lustre client version of a node image, as the images HyperPod and EKS nodes run
@@ -633,14 +607,7 @@ pub(crate) async fn check(
             Some(format!("aws eks create-addon --cluster-name {cluster} --addon-name {DRIVER_ADDON}")),
         );
     }
-    let described = aws
-        .fsx(region)
-        .describe_file_systems()
-        .file_system_ids(&id)
-        .send()
-        .await
-        .found("fsx", "DescribeFileSystems")?;
-    let Some(fs) = described.as_ref().and_then(|d| d.file_systems().first()) else {
+    let Some(fs) = file_system::by_id(&aws.fsx(region), &id).await? else {
         findings.add(
             at,
             "file_system_exists",

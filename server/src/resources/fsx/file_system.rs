@@ -96,35 +96,55 @@ pub fn diff<S>(want: &Want<S>, observed: &Observed) -> Vec<Op> {
     }
 }
 
+/// Every file system of the account in the client's region (DescribeFileSystems, all
+/// pages).
+pub async fn all(fsx: &Client) -> Result<Vec<aws_sdk_fsx::types::FileSystem>, ApiError> {
+    let mut next = None;
+    let mut all = Vec::new();
+    loop {
+        let out = fsx
+            .describe_file_systems()
+            .set_next_token(next)
+            .send()
+            .await
+            .upstream("fsx", "DescribeFileSystems")?;
+        all.extend(out.file_systems().iter().cloned());
+        next = out.next_token().map(str::to_owned);
+        if next.is_none() {
+            return Ok(all);
+        }
+    }
+}
+
+/// File system `id`, if it exists.
+pub async fn by_id(
+    fsx: &Client,
+    id: &str,
+) -> Result<Option<aws_sdk_fsx::types::FileSystem>, ApiError> {
+    Ok(fsx
+        .describe_file_systems()
+        .file_system_ids(id)
+        .send()
+        .await
+        .found("fsx", "DescribeFileSystems")?
+        .and_then(|o| o.file_systems().first().cloned()))
+}
+
 impl FileSystem {
     /// The file system of this storage, by hypd's tags (one not being deleted first).
     async fn find(&self) -> Result<Option<aws_sdk_fsx::types::FileSystem>, ApiError> {
-        let mut next = None;
+        let deleting = |f: &aws_sdk_fsx::types::FileSystem| {
+            f.lifecycle() == Some(&FileSystemLifecycle::Deleting)
+        };
         let mut found: Option<aws_sdk_fsx::types::FileSystem> = None;
-        loop {
-            let out = self
-                .fsx
-                .describe_file_systems()
-                .set_next_token(next)
-                .send()
-                .await
-                .upstream("fsx", "DescribeFileSystems")?;
-            for fs in out.file_systems() {
-                if !is_storage(fs.tags(), &self.cluster, &self.storage) {
-                    continue;
-                }
-                let deleting = |f: &aws_sdk_fsx::types::FileSystem| {
-                    f.lifecycle() == Some(&FileSystemLifecycle::Deleting)
-                };
-                if found.as_ref().is_none_or(|f| deleting(f) && !deleting(fs)) {
-                    found = Some(fs.clone());
-                }
-            }
-            next = out.next_token().map(str::to_owned);
-            if next.is_none() {
-                return Ok(found);
+        for fs in all(&self.fsx).await? {
+            if is_storage(fs.tags(), &self.cluster, &self.storage)
+                && found.as_ref().is_none_or(|f| deleting(f) && !deleting(&fs))
+            {
+                found = Some(fs);
             }
         }
+        Ok(found)
     }
 }
 
