@@ -5,7 +5,9 @@
 //! default; `HYPD_BENCH_DATABASE_URL=postgres://…` measures a PostgreSQL database
 //! instead (it must be empty: the bench fills it).
 //!
-//! `cargo bench -p server --bench store` prints the median and p95 of each read.
+//! `cargo bench -p server --bench store` prints the median and p95 of each read. Under
+//! `cargo test` (no `--bench` argument) it runs a smoke-sized pass of 2,000 operations:
+//! the full fill alone takes about a minute of CI's time for figures nobody reads there.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -111,10 +113,11 @@ where
 
 #[tokio::main]
 async fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::var("HYPD_BENCH_STORE_OPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+        .unwrap_or(if full { 100_000 } else { 2_000 });
     let dir = tempfile::tempdir().unwrap();
     let db = match std::env::var("HYPD_BENCH_DATABASE_URL") {
         Ok(url) => Database::Postgres(url),
