@@ -22,9 +22,19 @@ SIM = Path(os.environ.get("HYPD_SIM_BIN", TARGET / "debug" / "hypd-sim"))
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the ephemeral range (32768 and up), where bind(0) and
+    outgoing connections take theirs: the test lanes run at once, and a port handed out by
+    bind(0) and closed could be taken by another lane before its server binds it."""
+    import random
+
+    while True:
+        port = random.randrange(10000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def wait_port(port: int, limit: float = 30.0) -> None:

@@ -27,12 +27,19 @@ impl Proc {
     }
 }
 
+/// A free loopback port below the ephemeral range (32768 and up), which is where `bind(0)`
+/// and the local ends of outgoing connections take theirs: the test lanes run at once,
+/// and a port one lane was handed by `bind(0)` and closed again could be taken by another
+/// lane before its server binds it. Chosen at random and checked free.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, RandomState};
+    loop {
+        let r = RandomState::new().hash_one(std::time::Instant::now());
+        let port = 10_000 + (r % 22_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub fn moto() -> (Proc, String) {
