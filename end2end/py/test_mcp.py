@@ -325,6 +325,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(storage_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(fsx_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(models_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(training_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
@@ -625,6 +626,73 @@ async def models_through_mcp(server, hypd, sim):
     for path in hypd.data_dir.rglob("*"):
         if path.is_file():
             assert token.encode() not in path.read_bytes(), f"the token is in {path}"
+
+
+async def training_through_mcp(server, hypd, sim):
+    """A LLaMA-Factory job through MCP: refused by field on every face alike (a path
+    outside /s3, a config not in the bucket), checked verdict by verdict, planned, then
+    run: the HyperPodPyTorchJob kubectl sees was accepted by the CRD's schema and its
+    pods mount the bucket at /s3 with the group's GPUs; get_training_job shows it running
+    with its budget untouched; deleting it takes two steps and its pods."""
+    import base64
+    import time
+
+    name = "mcp-gpu"
+    # The cluster has three GPU groups by now (gpu, spot, tp): the job names one.
+    request = {"name": name, "job": "sft-mcp", "instance_group": "gpu",
+               "recipe": {"kind": "llama_factory", "config": "/s3/configs/sft.yaml"}, "recovery": {"job_max_retry_count": 4}}
+    async with Client(server) as client:
+        bad = await client.call_tool("submit_training_job", {**request, "recipe": {"kind": "llama_factory", "config": "/data/sft.yaml"}})
+        assert bad.is_error and bad.structured_content["error"]["errors"][0]["field"] == "recipe.config", bad
+        status, body = rest_call(hypd, "submit_training_job", {**request, "recipe": {"kind": "llama_factory", "config": "/data/sft.yaml"}})
+        assert status == 422 and body == bad.structured_content, body
+
+        # The operator is on from the features' test; the config is not uploaded yet.
+        checks = structured(await client.call_tool("check_training_job", request))
+        assert not checks["ready"] and [c["check"] for c in checks["checks"] if not c["passed"]] == ["file"], checks
+        status, same = rest_call(hypd, "check_training_job", request)
+        assert status == 200 and same["checks"] == checks["checks"], same
+        refused = await client.call_tool("submit_training_job", request)
+        assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == "recipe.config", refused
+
+        config = "model_name_or_path: /s3/models/Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: lora\n"
+        await client.call_tool("upload_storage_file", {"name": name, "storage": "shared-s3", "key": "configs/sft.yaml",
+                                                       "content_base64": base64.b64encode(config.encode()).decode()})
+        dry = structured(await client.call_tool("submit_training_job", {**request, "dry_run": True}))
+        [change] = dry["plan"]["stages"][0]["changes"]
+        assert change["kind"] == "k8s:sagemaker.amazonaws.com/v1/HyperPodPyTorchJob" and change["action"] == "create", dry
+        planned = change["fields"][0]["new"]
+        waited = await finished(client, structured(await client.call_tool("submit_training_job", request))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+
+        # What was applied is what was planned, and the API server's schema took it.
+        applied = json.loads(kubectl(sim, name, "get", "hyperpodpytorchjob", "sft-mcp", "-o", "json"))
+        assert applied["spec"] == planned, (applied["spec"], planned)
+        pods = json.loads(kubectl(sim, name, "get", "pods", "-l", "hypd.dev/training-job=sft-mcp", "-o", "json"))["items"]
+        assert len(pods) == 1 and pods[0]["status"]["phase"] == "Running", pods
+        container = pods[0]["spec"]["containers"][0]
+        assert {"name": "shared", "mountPath": "/s3"} in container["volumeMounts"], container
+        assert int(container["resources"]["requests"]["nvidia.com/gpu"]) >= 1, container
+        assert container["command"][-1] == "/s3/configs/sft.yaml", container["command"]
+
+        got = structured(await client.call_tool("get_training_job", {"name": name, "job": "sft-mcp"}))
+        assert got["phase"] == "running" and got["recipe"] == "llama_factory" and got["attempt"] == 1, got
+        assert got["recovery"]["restarts_left"] == 4 and got["recovery"]["entries"] == [], got["recovery"]
+        listed = structured(await client.call_tool("list_training_jobs", {"name": name}))
+        assert [j["job"] for j in listed["jobs"]] == ["sft-mcp"], listed
+
+        first = structured(await client.call_tool("delete_training_job", {"name": name, "job": "sft-mcp"}))
+        assert [(c["action"], c["kind"]) for s in first["plan"]["stages"] for c in s["changes"]] == [
+            ("delete", "k8s:sagemaker.amazonaws.com/v1/HyperPodPyTorchJob")], first["plan"]
+        confirmed = {"name": name, "job": "sft-mcp", "confirmation": first["confirmation"]}
+        waited = await finished(client, structured(await client.call_tool("delete_training_job", confirmed))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+    for _ in range(40):
+        left = json.loads(kubectl(sim, name, "get", "pods", "-l", "hypd.dev/training-job=sft-mcp", "-o", "json"))["items"]
+        if not left:
+            break
+        time.sleep(0.25)
+    assert not left, left
 
 
 async def fsx_through_mcp(server, hypd, sim):

@@ -25,3 +25,4 @@ pub mod storage;
 pub mod store;
 pub mod telemetry;
 pub mod tokens;
+pub mod training;

@@ -17,6 +17,7 @@ pub mod plan;
 pub mod software;
 pub mod storage;
 pub mod tokens;
+pub mod training;
 pub mod values;
 
 pub use command::{Command, CommandEntry, CommandSpec, Effect, HttpMethod, Role, decode};
@@ -58,6 +59,11 @@ macro_rules! for_each_command {
             $crate::api::storage::CheckStorage,
             $crate::api::models::ListModels,
             $crate::api::models::DownloadModel,
+            $crate::api::training::CheckTrainingJob,
+            $crate::api::training::SubmitTrainingJob,
+            $crate::api::training::ListTrainingJobs,
+            $crate::api::training::GetTrainingJob,
+            $crate::api::training::DeleteTrainingJob,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,

@@ -934,6 +934,138 @@ bounded_int!(
     WaitSeconds, 0, 300, "a wait in seconds"
 );
 
+fn check_job_name(s: &str) -> Result<(), String> {
+    let ok = (1..=40).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a job name is 1-40 characters of lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (its pods add a suffix within Kubernetes' 63) (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A training job's name: its Kubernetes object's, in namespace `default`.
+    JobName, check_job_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 40, "pattern": "^[a-z]([a-z0-9-]*[a-z0-9])?$", "examples": ["llama-sft-1"] }
+);
+
+fn check_pod_path(s: &str) -> Result<(), String> {
+    let ok = (5..=512).contains(&s.len())
+        && s.starts_with("/s3/")
+        && !s.ends_with('/')
+        && s.split('/').skip(1).all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '='))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a file in the shared bucket as pods see it: /s3/<key>, letters, digits and . _ - + = between slashes, no '..' (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A file of the shared bucket as every pod sees it (`/s3/<key>`): the one data
+    /// contract between the storage browser and the jobs.
+    PodPath, check_pod_path,
+    schema: { "type": "string", "minLength": 5, "maxLength": 512, "pattern": "^/s3(/[A-Za-z0-9._+=-]+)+$", "examples": ["/s3/scripts/train.py"] }
+);
+
+impl PodPath {
+    /// The object key in the shared bucket.
+    pub fn key(&self) -> &str {
+        &self.0["/s3/".len()..]
+    }
+}
+
+fn check_image(s: &str) -> Result<(), String> {
+    let ok = (1..=255).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.chars().all(|c| {
+            c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || matches!(c, '.' | '_' | '-' | '/' | ':' | '@')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a container image reference is 1-255 lowercase letters, digits and . _ - / : @ (registry/repository:tag or @sha256:…) (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A container image, e.g. `763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.7.1-gpu-py312`.
+    ContainerImage, check_image,
+    schema: { "type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[a-z0-9][a-z0-9._/:@-]*$" }
+);
+
+fn check_rule_name(s: &str) -> Result<(), String> {
+    let ok = (1..=63).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a log rule name is 1-63 letters, digits, '-' and '_' (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A log-monitoring rule's name, e.g. `JobHangingDetection`.
+    LogRuleName, check_rule_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[A-Za-z0-9_-]+$" }
+);
+
+bounded_int!(
+    /// Nodes (pods, one per node) of a training job.
+    NodeCount, 1, 2000, "a node count"
+);
+bounded_int!(
+    /// Training processes per node: at most the GPUs of the instance type.
+    ProcessesPerNode, 1, 64, "processes per node"
+);
+bounded_int!(
+    /// How many times a job's pods may be restarted in all.
+    RetryCount, 0, 1000, "a retry count"
+);
+bounded_int!(
+    /// Restarts of one kind the operator may make (before a full-job restart, or of the
+    /// full job).
+    RestartCount, 0, 100, "a restart count"
+);
+bounded_int!(
+    /// The window restarts are counted in, in seconds (a minute to a week).
+    EvalPeriodSeconds, 60, 604800, "an evaluation period in seconds"
+);
+bounded_int!(
+    /// Seconds a log rule waits for a line (up to a day).
+    LogSeconds, 1, 86400, "a time in seconds"
+);
+bounded_int!(
+    /// Consecutive values a log rule's threshold is judged on.
+    DataPoints, 1, 100, "a number of data points"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

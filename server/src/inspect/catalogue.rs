@@ -538,6 +538,38 @@ async fn fetch_instance_types(aws: &Aws, region: &str) -> Result<Vec<InstanceTyp
     Ok(types)
 }
 
+/// One instance type by its HyperPod name (`ml.p5.48xlarge`), described afresh (a single
+/// DescribeInstanceTypes call): for a pipeline's steps, which have no catalogue. None
+/// when EC2 does not know it.
+pub async fn one_type(
+    aws: &Aws,
+    region: &str,
+    ml_type: &str,
+) -> Result<Option<InstanceTypeInfo>, ApiError> {
+    let name = ml_type.strip_prefix("ml.").unwrap_or(ml_type);
+    let out = aws
+        .ec2(region)
+        .describe_instance_types()
+        .instance_types(aws_sdk_ec2::types::InstanceType::from(name))
+        .send()
+        .await;
+    let out = match out {
+        Ok(out) => out,
+        // EC2 refuses a name it does not know outright.
+        Err(e)
+            if e.as_service_error().and_then(|s| s.meta().code())
+                == Some("InvalidInstanceType") =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(UpstreamError::from_sdk("ec2", "DescribeInstanceTypes", e).into()),
+    };
+    Ok(out
+        .instance_types()
+        .iter()
+        .find_map(|t| describe_type(t, &HashMap::new())))
+}
+
 fn describe_type(t: &Ec2Type, offered: &HashMap<String, Vec<String>>) -> Option<InstanceTypeInfo> {
     let name = t.instance_type()?.as_str().to_owned();
     let network = t.network_info();

@@ -258,34 +258,6 @@ async fn ensure_job(client: &kube::Client, job: Job) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Why the newest pod of Job `name` is not running yet (unscheduled, a container
-/// waiting: an image that does not pull, a Secret missing, a volume that does not
-/// mount), if it is not.
-fn not_running(pod: &Pod) -> Option<String> {
-    let status = pod.status.as_ref()?;
-    let unscheduled = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False");
-    if let Some(c) = unscheduled {
-        return Some(format!(
-            "unscheduled: {}",
-            c.message.clone().unwrap_or_else(|| "no node fits".into())
-        ));
-    }
-    status
-        .container_statuses
-        .iter()
-        .flatten()
-        .find_map(|c| c.state.as_ref()?.waiting.as_ref())
-        .map(|w| match (&w.reason, &w.message) {
-            (Some(r), Some(m)) => format!("{r}: {m}"),
-            (Some(r), None) => r.clone(),
-            _ => "waiting".to_owned(),
-        })
-}
-
 /// The newest pod of Job `name`: the last lines it printed (none while it starts), and
 /// why it is not running, if it is not.
 async fn last_lines(
@@ -311,7 +283,7 @@ async fn last_lines(
     let Some(newest) = newest else {
         return Ok((Vec::new(), Some("no pod yet".to_owned())));
     };
-    let waiting = not_running(&newest);
+    let waiting = kubernetes::not_running(&newest);
     let Some(pod) = newest.metadata.name else {
         return Ok((Vec::new(), waiting));
     };

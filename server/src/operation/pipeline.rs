@@ -269,6 +269,8 @@ macro_rules! for_each_pipeline {
             app::api::storage::CreateFsxStorage,
             app::api::storage::DeleteStorage,
             app::api::models::DownloadModel,
+            app::api::training::SubmitTrainingJob,
+            app::api::training::DeleteTrainingJob,
         }
     };
 }
@@ -500,7 +502,9 @@ mod tests {
             ["claim", "volume", "file_system", "access", "bucket"]
         );
         assert_eq!(of("download_model"), ["job", "download", "record"]);
-        assert_eq!(names.len(), 16, "a new pipeline: add its stored names here");
+        assert_eq!(of("submit_training_job"), ["job", "started"]);
+        assert_eq!(of("delete_training_job"), ["job", "pods"]);
+        assert_eq!(names.len(), 18, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -529,7 +529,96 @@ pub const CASES: &[Case] = &[
             },
         ],
     },
+    Case {
+        command: "submit_training_job",
+        given: training_ready,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/training-jobs");
+            let body = json!({"job": "train", "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py"}});
+            (Method::POST, path, body)
+        },
+        check: |world, hypd, token, name| training_job(world, hypd, token, name, true),
+        // The pre-flight reads the job's name, and the job stage the job twice (is it
+        // there? then its apply's own look) before `started` does.
+        calls: &[
+            call("job", "kubernetes", "patch HyperPodPyTorchJob"),
+            Call {
+                after: 3,
+                ..call("started", "kubernetes", "get HyperPodPyTorchJob")
+            },
+        ],
+    },
+    Case {
+        command: "delete_training_job",
+        given: |world, hypd, token, name| {
+            training_ready(world, hypd, token, name);
+            let (status, started) = hypd.call(
+                token,
+                Method::POST,
+                &format!("/api/v1/clusters/{name}/training-jobs"),
+                Some(json!({"job": "train", "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py"}})),
+            );
+            assert_eq!(status, 200, "{started}");
+            let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+            assert_eq!(op["state"], "succeeded", "{op:#}");
+        },
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/training-jobs/train");
+            (Method::DELETE, path, json!({}))
+        },
+        check: |world, hypd, token, name| training_job(world, hypd, token, name, false),
+        // The job stage lists the job's pods (to record them) before `pods` does, in the
+        // plan that comes with the confirmation and in the run.
+        calls: &[
+            call("job", "kubernetes", "delete HyperPodPyTorchJob"),
+            Call {
+                after: 2,
+                ..call("pods", "kubernetes", "list Pod")
+            },
+        ],
+    },
 ];
+
+/// [`created`] with the training operator on and a script in the shared bucket.
+fn training_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    created(world, hypd, token, name);
+    crate::training::operator_on(hypd, token, name);
+    crate::training::upload(hypd, token, name, "scripts/train.py");
+}
+
+/// Cluster `name` runs training job `train`, once, with both its pods (or, `present`
+/// false, has no training job and no pod of one).
+fn training_job(world: &World, hypd: &Hypd, token: &str, name: &str, present: bool) {
+    let (status, listed) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/training-jobs"),
+        None,
+    );
+    assert_eq!(status, 200, "{listed}");
+    let jobs = listed["jobs"].as_array().unwrap();
+    let pods = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = crate::common::cluster::kube_client(world, name).await;
+        kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, "default")
+            .list(&kube::api::ListParams::default().labels("hypd.dev/training-job=train"))
+            .await
+            .unwrap()
+            .items
+            .len()
+    });
+    if present {
+        assert_eq!(jobs.len(), 1, "{listed:#}");
+        assert_eq!(
+            (&jobs[0]["job"], &jobs[0]["phase"]),
+            (&json!("train"), &json!("running")),
+            "{listed:#}"
+        );
+        assert_eq!(pods, 1);
+    } else {
+        assert!(jobs.is_empty(), "{listed:#}");
+        assert_eq!(pods, 0);
+    }
+}
 
 /// Cluster `name` has FSx storage `fast` (Bound, on exactly one AVAILABLE file system
 /// with at most one link), or (`present` false) no such storage and no file system.

@@ -18,6 +18,7 @@ mod models;
 mod nodes;
 mod sandbox;
 mod storage;
+mod training;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

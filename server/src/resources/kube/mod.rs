@@ -7,8 +7,10 @@
 //! errors, which the operations engine waits out with a note and backoff, as for AWS.
 
 pub mod karpenter;
+pub mod kind;
 pub mod manifest;
 pub mod object;
+pub mod training;
 
 use std::time::{Duration, SystemTime};
 
@@ -340,6 +342,33 @@ pub fn upstream(call: &str, e: kube::Error) -> ApiError {
             request_id: None,
         },
     }
+}
+
+/// Why a pod is not running yet (unscheduled, a container waiting: an image that does
+/// not pull, a Secret missing, a volume that does not mount), if it is not.
+pub fn not_running(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let unscheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+    if let Some(c) = unscheduled {
+        return Some(format!(
+            "unscheduled: {}",
+            c.message.clone().unwrap_or_else(|| "no node fits".into())
+        ));
+    }
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .map(|w| match (&w.reason, &w.message) {
+            (Some(r), Some(m)) => format!("{r}: {m}"),
+            (Some(r), None) => r.clone(),
+            _ => "waiting".to_owned(),
+        })
 }
 
 #[cfg(test)]

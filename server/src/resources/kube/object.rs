@@ -227,7 +227,21 @@ impl<K: Object> Resource for Applied<K> {
 
     fn describe(&self, op: &Op, live: &Option<K>) -> Change {
         let mut change = match (op, live) {
-            (Op::Apply { .. }, None) => Change::new(Action::Create, self.kind(), self.name()),
+            (Op::Apply { .. }, None) => {
+                let mut c = Change::new(Action::Create, self.kind(), self.name());
+                // A new object's spec is shown whole: it is what will be applied. (Only
+                // the spec: a Secret's data never reaches a plan.)
+                if let Ok(Value::Object(desired)) = serde_json::to_value(&self.object)
+                    && let Some(spec) = desired.get("spec").filter(|s| !s.is_null())
+                {
+                    c.fields = vec![FieldChange {
+                        field: "spec".into(),
+                        old: None,
+                        new: Some(spec.clone()),
+                    }];
+                }
+                c
+            }
             (Op::Apply { fields }, Some(live)) => {
                 let mut c = Change::new(Action::Update, self.kind(), self.name());
                 c.fields = fields.clone();

@@ -1,0 +1,606 @@
+//! Training jobs: `submit_training_job` turns a recipe (a PyTorch script or a
+//! LLaMA-Factory config) into the HyperPod training operator's HyperPodPyTorchJob,
+//! with the instance type's GPUs and EFA, the group's node selector, the shared bucket at
+//! `/s3` in every pod and a recovery budget the operator enforces;
+//! `check_training_job` says, check by check, whether the same request may run;
+//! `list_training_jobs`, `get_training_job` (with the budget as a ledger of what used it)
+//! and `delete_training_job` follow it. The job's object is the record: hypd reads the
+//! cluster, never its own store, so a job made with kubectl shows up too.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::error::{ApiError, FieldError};
+use super::operations::OperationRef;
+use super::plan::Gated;
+use super::values::{
+    ClusterName, Confirmation, ContainerImage, DataPoints, EksClusterName, EvalPeriodSeconds,
+    IdempotencyKey, InstanceGroupName, JobName, LogRuleName, LogSeconds, NodeCount, PodPath,
+    ProcessesPerNode, RestartCount, RetryCount,
+};
+
+/// The namespace jobs run in: the shared bucket's claim is there.
+pub const NAMESPACE: &str = "default";
+/// Most arguments a script may be given, and the longest one.
+pub const MAX_ARGS: usize = 64;
+pub const MAX_ARG_CHARS: usize = 1024;
+/// Most log-monitoring rules per job.
+pub const MAX_LOG_RULES: usize = 16;
+
+/// What the job runs; `kind` picks the recipe.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Recipe {
+    /// A PyTorch script on the shared bucket, launched on every node by `hyperpodrun`.
+    Pytorch {
+        script: PodPath,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
+    },
+    /// A LLaMA-Factory training config (SFT, DPO, …) on the shared bucket.
+    LlamaFactory { config: PodPath },
+}
+
+impl Recipe {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Recipe::Pytorch { .. } => "pytorch",
+            Recipe::LlamaFactory { .. } => "llama_factory",
+        }
+    }
+
+    /// The file on the bucket the recipe reads, and its request field.
+    pub fn file(&self) -> (&PodPath, &'static str) {
+        match self {
+            Recipe::Pytorch { script, .. } => (script, "recipe.script"),
+            Recipe::LlamaFactory { config } => (config, "recipe.config"),
+        }
+    }
+}
+
+/// How many failures the training operator absorbs before it gives up: its `runPolicy`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Recovery {
+    /// Pod restarts in all, over the job's life (default 50).
+    #[serde(default = "Recovery::default_retries")]
+    pub job_max_retry_count: RetryCount,
+    /// Pod restarts within one evaluation period before the whole job restarts (default 3).
+    #[serde(default = "Recovery::default_restarts")]
+    pub restarts_before_full_job_restart: RestartCount,
+    /// The period restarts are counted in (default 21,600 s: six hours).
+    #[serde(default = "Recovery::default_period")]
+    pub eval_period_seconds: EvalPeriodSeconds,
+    /// Full-job restarts before the job fails (default 1).
+    #[serde(default = "Recovery::default_full")]
+    pub max_full_job_restarts: RestartCount,
+}
+
+impl Recovery {
+    fn default_retries() -> RetryCount {
+        RetryCount::new(50).expect("in range")
+    }
+    fn default_restarts() -> RestartCount {
+        RestartCount::new(3).expect("in range")
+    }
+    fn default_period() -> EvalPeriodSeconds {
+        EvalPeriodSeconds::new(21600).expect("in range")
+    }
+    fn default_full() -> RestartCount {
+        RestartCount::new(1).expect("in range")
+    }
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Recovery {
+            job_max_retry_count: Self::default_retries(),
+            restarts_before_full_job_restart: Self::default_restarts(),
+            eval_period_seconds: Self::default_period(),
+            max_full_job_restarts: Self::default_full(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Comparison {
+    Gt,
+    Gteq,
+    Lt,
+    Lteq,
+    Eq,
+}
+
+impl Comparison {
+    /// The operator's spelling.
+    pub fn as_operator(self) -> &'static str {
+        match self {
+            Comparison::Gt => "gt",
+            Comparison::Gteq => "gteq",
+            Comparison::Lt => "lt",
+            Comparison::Lteq => "lteq",
+            Comparison::Eq => "eq",
+        }
+    }
+}
+
+/// A log-monitoring rule: the operator restarts the job when a pattern is not seen in
+/// time (a hang) or the number it captures crosses a threshold (an outlier).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogRule {
+    pub name: LogRuleName,
+    /// A regular expression; for a threshold, its first group captures the number.
+    pub pattern: String,
+    /// The pattern must be seen within this many seconds of the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_cutoff_seconds: Option<LogSeconds>,
+    /// Then again at least this often (a hang otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_frequency_seconds: Option<LogSeconds>,
+    /// The captured number is judged against this, with `comparison`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric_threshold: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<Comparison>,
+    /// Consecutive values that must break the threshold (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation_data_points: Option<DataPoints>,
+}
+
+/// Elastic training: the job runs on as few as `min_nodes` and grows to `max_nodes`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Elastic {
+    pub min_nodes: NodeCount,
+    pub max_nodes: NodeCount,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitTrainingJob {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub job: JobName,
+    pub recipe: Recipe,
+    // Default: the cluster's one group with GPUs (asked for when there are several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_group: Option<InstanceGroupName>,
+    // One pod per node (default 1).
+    #[serde(default = "one_node")]
+    pub nodes: NodeCount,
+    // Default: the instance type's GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_per_node: Option<ProcessesPerNode>,
+    // Default: the recipe's pinned image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ContainerImage>,
+    #[serde(default)]
+    pub recovery: Recovery,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_monitoring: Vec<LogRule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<Elastic>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+fn one_node() -> NodeCount {
+    NodeCount::new(1).expect("in range")
+}
+
+impl SubmitTrainingJob {
+    /// The rules that need nothing but the request, as field errors (every one broken).
+    pub fn request_errors(&self) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let mut err = |field: String, message: String| errors.push(FieldError::new(field, message));
+        if let Recipe::Pytorch { args, .. } = &self.recipe {
+            if args.len() > MAX_ARGS {
+                err(
+                    "recipe.args".into(),
+                    format!("at most {MAX_ARGS} arguments (got {})", args.len()),
+                );
+            }
+            for (i, a) in args.iter().enumerate() {
+                if a.chars().count() > MAX_ARG_CHARS || a.contains('\0') {
+                    err(
+                        format!("recipe.args[{i}]"),
+                        format!("an argument is at most {MAX_ARG_CHARS} characters, without NUL"),
+                    );
+                }
+            }
+        }
+        if let Some(e) = &self.elastic {
+            if e.min_nodes > e.max_nodes {
+                err(
+                    "elastic.min_nodes".into(),
+                    format!(
+                        "min_nodes ({}) must not exceed max_nodes ({})",
+                        e.min_nodes.get(),
+                        e.max_nodes.get()
+                    ),
+                );
+            } else if !(e.min_nodes..=e.max_nodes).contains(&self.nodes) {
+                err(
+                    "nodes".into(),
+                    format!(
+                        "an elastic job starts within its range: nodes ({}) must be from min_nodes ({}) to max_nodes ({})",
+                        self.nodes.get(),
+                        e.min_nodes.get(),
+                        e.max_nodes.get()
+                    ),
+                );
+            }
+        }
+        if self.log_monitoring.len() > MAX_LOG_RULES {
+            err(
+                "log_monitoring".into(),
+                format!(
+                    "at most {MAX_LOG_RULES} rules (got {})",
+                    self.log_monitoring.len()
+                ),
+            );
+        }
+        for (i, rule) in self.log_monitoring.iter().enumerate() {
+            let at = |f: &str| format!("log_monitoring[{i}].{f}");
+            if self.log_monitoring[..i].iter().any(|r| r.name == rule.name) {
+                err(at("name"), format!("{} names two rules", rule.name));
+            }
+            if rule.pattern.is_empty() || rule.pattern.chars().count() > 512 {
+                err(
+                    at("pattern"),
+                    "a pattern is 1-512 characters of a regular expression".into(),
+                );
+            }
+            if rule.metric_threshold.is_some() != rule.comparison.is_some() {
+                err(
+                    at("comparison"),
+                    "a threshold needs its comparison (gt, gteq, lt, lteq, eq), and a comparison its metric_threshold".into(),
+                );
+            }
+            if rule.metric_threshold.is_some_and(|t| !t.is_finite()) {
+                err(
+                    at("metric_threshold"),
+                    "a threshold is a finite number".into(),
+                );
+            }
+            let judged = rule.metric_threshold.is_some()
+                || rule.start_cutoff_seconds.is_some()
+                || rule.expected_frequency_seconds.is_some();
+            if !judged {
+                err(
+                    at("pattern"),
+                    "a rule acts on a start cut-off, an expected frequency or a threshold: give at least one".into(),
+                );
+            }
+        }
+        errors
+    }
+}
+
+impl Command for SubmitTrainingJob {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "submit_training_job",
+        summary: "Submit a training job (a PyTorch script or a LLaMA-Factory config)",
+        description: "Makes a HyperPodPyTorchJob from a recipe: `pytorch` (script and args) or `llama_factory` (config), each a file of the shared bucket as pods see it (/s3/...). Every pod asks for the instance type's GPUs and EFA, runs on the group's nodes with the shared bucket at /s3, and the operator restarts failures within `recovery`. Checked first exactly as check_training_job reports; `dry_run` shows the object as it will be applied. Returns an operation that finishes once every pod runs: follow it with wait_operation, then get_training_job.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/training-jobs",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let errors = self.request_errors();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
+    }
+}
+
+/// The same request as `submit_training_job`, checked without submitting it
+/// (`idempotency_key` and `dry_run` are ignored).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CheckTrainingJob(pub SubmitTrainingJob);
+
+/// The submit request's own schema (an object of its fields, as a tool's input must be),
+/// under this command's name.
+impl JsonSchema for CheckTrainingJob {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "CheckTrainingJob".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        SubmitTrainingJob::json_schema(generator)
+    }
+}
+
+/// One pre-flight check's verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Verdict {
+    /// Stable id: `feature`, `instance_group`, `gpus`, `efa`, `nodes`, `storage`, `file`,
+    /// `elastic`, `log_monitoring`, `name`.
+    pub check: String,
+    pub passed: bool,
+    /// The request field the check is about, when one is.
+    pub field: Option<String>,
+    /// What was found, or the rule and how to meet it.
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingChecks {
+    pub name: String,
+    pub job: String,
+    /// Every check passed: submit_training_job would run.
+    pub ready: bool,
+    pub checks: Vec<Verdict>,
+}
+
+impl Command for CheckTrainingJob {
+    type Output = TrainingChecks;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "check_training_job",
+        summary: "Check a training job before submitting it",
+        description: "Takes the same arguments as submit_training_job and returns one verdict per check: the training operator on, the instance group and its GPUs and EFA per pod, enough healthy nodes, the shared bucket's claim bound, the script or config in the bucket, the elastic-training rules, the log rules and the name free. submit_training_job refuses with the failed ones. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/training-jobs/check",
+    };
+
+    fn validate(&self) -> Result<(), ApiError> {
+        self.0.validate()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTrainingJobs {
+    /// The cluster's name.
+    pub name: EksClusterName,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingJobList {
+    pub name: String,
+    pub jobs: Vec<TrainingJobSummary>,
+    pub fetched_at: String,
+}
+
+/// Where a job is: `pending` (pods not all running), `running`, `restarting`,
+/// `succeeded`, `failed`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingJobSummary {
+    pub job: String,
+    /// `pytorch`, `llama_factory`, or `custom` for a job hypd did not make.
+    pub recipe: String,
+    pub phase: String,
+    pub instance_group: Option<String>,
+    pub nodes: u32,
+    /// The current attempt: 1, then one more after every restart.
+    pub attempt: u32,
+    pub created_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+impl Command for ListTrainingJobs {
+    type Output = TrainingJobList;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_training_jobs",
+        summary: "List a cluster's training jobs",
+        description: "Every HyperPodPyTorchJob of the cluster (hypd's and others'): recipe, phase, group, nodes, attempt, when. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/training-jobs",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetTrainingJob {
+    /// The cluster's name.
+    pub name: EksClusterName,
+    pub job: JobName,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingJob {
+    pub name: String,
+    #[serde(flatten)]
+    pub summary: TrainingJobSummary,
+    pub image: Option<String>,
+    pub processes_per_node: Option<u32>,
+    pub pods: Vec<TrainingPod>,
+    pub conditions: Vec<JobCondition>,
+    pub recovery: RecoveryLedger,
+    /// The job's events, oldest first.
+    pub events: Vec<JobEvent>,
+    pub fetched_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingPod {
+    pub pod: String,
+    pub phase: String,
+    pub node: Option<String>,
+    /// Why it is not running, when it waits (unscheduled, image pull, a volume).
+    pub waiting: Option<String>,
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobCondition {
+    pub kind: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobEvent {
+    pub at: Option<String>,
+    pub kind: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The recovery budget as the operator spends it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RecoveryLedger {
+    /// The budget as asked (`runPolicy`); None for a job without one.
+    pub budget: Option<Recovery>,
+    /// Pod restarts so far, of `job_max_retry_count`.
+    pub restarts_used: u32,
+    pub restarts_left: Option<u32>,
+    /// Pod restarts in the current evaluation period, of
+    /// `restarts_before_full_job_restart`.
+    pub restarts_in_period: u32,
+    pub full_job_restarts_used: u32,
+    pub full_job_restarts_left: Option<u32>,
+    /// What the operator does on the next failure.
+    pub next_failure: String,
+    /// Each unit used, oldest first.
+    pub entries: Vec<LedgerEntry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LedgerEntry {
+    /// The attempt this failure ended.
+    pub attempt: u32,
+    pub at: Option<String>,
+    /// `pod_restart` or `full_job_restart`; `failed` when the budget was spent.
+    pub action: String,
+    pub pod: Option<String>,
+    pub node: Option<String>,
+    pub exit_code: Option<i32>,
+    /// The log rule that fired, when it was one.
+    pub log_rule: Option<String>,
+    pub message: String,
+}
+
+impl Command for GetTrainingJob {
+    type Output = TrainingJob;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "get_training_job",
+        summary: "Show a training job: pods, conditions, events and its recovery ledger",
+        description: "The job's phase, its pods and their nodes, conditions and events, and the recovery budget as a ledger: each restart (pod, node, exit code or log rule, when), what is left in the period and in all, the attempt number, and what the operator does on the next failure. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/training-jobs/{job}",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteTrainingJob {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub job: JobName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
+}
+
+impl Command for DeleteTrainingJob {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "delete_training_job",
+        summary: "Delete a training job and its pods",
+        description: "Deletes the HyperPodPyTorchJob and waits until its pods are gone (a running job stops; what it wrote to the bucket stays). Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
+        effect: Effect::Destructive,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Delete,
+        path: "/api/v1/clusters/{name}/training-jobs/{job}",
+    };
+
+    super::command::gated_request!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn submit(extra: serde_json::Value) -> Result<SubmitTrainingJob, String> {
+        let mut body = json!({"name": "ml-1", "job": "sft-1",
+            "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py"}});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        serde_json::from_value(body).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_the_operators_documented_budget() {
+        let r = submit(json!({})).unwrap();
+        assert_eq!(r.nodes.get(), 1);
+        assert_eq!(r.recovery.job_max_retry_count.get(), 50);
+        assert_eq!(r.recovery.eval_period_seconds.get(), 21600);
+        assert!(r.validate().is_ok());
+        // A stored request without the newer fields still decodes.
+        let stored: SubmitTrainingJob = serde_json::from_value(json!({"name": "ml-1",
+            "job": "a", "recipe": {"kind": "llama_factory", "config": "/s3/cfg/sft.yaml"}}))
+        .unwrap();
+        assert_eq!(stored.recipe.file().1, "recipe.config");
+    }
+
+    #[test]
+    fn request_rules_name_their_field() {
+        for bad in ["/data/x.py", "/s3/../etc/passwd", "/s3/", "s3/x.py"] {
+            let e = submit(json!({"recipe": {"kind": "pytorch", "script": bad}})).unwrap_err();
+            assert!(e.contains("/s3/<key>"), "{bad}: {e}");
+        }
+        let e = submit(json!({"recipe": {"kind": "pytorch", "script": "/s3/a.py", "extra": 1}}))
+            .unwrap_err();
+        assert!(e.contains("extra"), "{e}");
+        let r = submit(json!({"nodes": 5, "elastic": {"min_nodes": 1, "max_nodes": 4}})).unwrap();
+        let errors = r.request_errors();
+        assert_eq!(errors[0].field, "nodes", "{errors:?}");
+        let r = submit(json!({"log_monitoring": [
+            {"name": "hang", "pattern": ".*step.*", "expected_frequency_seconds": 60},
+            {"name": "hang", "pattern": "loss=(\\d+)", "metric_threshold": 0.5}]}))
+        .unwrap();
+        let fields: Vec<String> = r.request_errors().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            ["log_monitoring[1].name", "log_monitoring[1].comparison"]
+        );
+    }
+
+    #[test]
+    fn a_threshold_keeps_its_type() {
+        let r = submit(
+            json!({"log_monitoring": [{"name": "loss", "pattern": "loss=([0-9.]+)",
+            "metric_threshold": 0.5, "comparison": "gt"}]}),
+        )
+        .unwrap();
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["log_monitoring"][0]["metric_threshold"], json!(0.5));
+        assert!(r.validate().is_ok());
+    }
+}
