@@ -7,7 +7,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { artifacts, launchBrowser, rest, startHypd } from './support.mjs';
+import { artifacts, launchBrowser, rest, startHypd, waitForOperation } from './support.mjs';
 
 let server;
 let browser;
@@ -703,6 +703,54 @@ test('an operator downloads a model into the shared bucket and finds it listed w
   const [status, ops] = await rest(server, admin, 'GET', '/api/v1/operations');
   assert.equal(status, 200);
   assert.ok(!JSON.stringify(ops).includes(token), 'the token is in no answer');
+  assert.deepEqual(errors, []);
+});
+
+test('an operator checks a PyTorch job, reviews its plan, submits it and sees it run with its budget', async () => {
+  // The operator on and a script in the bucket, through REST: their own forms are tested above.
+  const [s1, on] = await rest(server, admin, 'POST', '/api/v1/clusters/e2e-ml/features', { training_operator: true });
+  assert.equal(s1, 200, JSON.stringify(on));
+  const done = await waitForOperation(server, admin, on.operation_id, (op) => ['succeeded', 'failed'].includes(op.state));
+  assert.equal(done.state, 'succeeded', JSON.stringify(done));
+  const { page, errors } = await newPage();
+  await signIn(page, admin, '/clusters/e2e-ml/training');
+  await page.waitForSelector('.training .empty-training');
+  await settled(page);
+  const form = 'form.submit-training';
+  await page.fill(`${form} input[name="job"]`, 'console-train');
+  await page.fill(`${form} input[name="recipe.file"]`, '/s3/scripts/console-train.py');
+  await page.fill(`${form} input[name="recipe.args"]`, '--epochs 2');
+  // The cluster has two GPU groups: the job names the on-demand one.
+  await page.fill(`${form} input[name="instance_group"]`, 'accelerated-1');
+  // The script is not uploaded yet: the check says so, by name, and the others pass.
+  await page.click(`${form} button.check-training`);
+  await page.waitForSelector(`${form} .verdicts li[data-check="file"][data-passed="false"]`);
+  await page.waitForSelector(`${form} .verdicts li[data-check="feature"][data-passed="true"]`);
+  const script = Buffer.from("print('step 1 loss=2.5')\n").toString('base64');
+  const [s2, put] = await rest(server, admin, 'POST', '/api/v1/clusters/e2e-ml/storage/shared-s3/files',
+    { key: 'scripts/console-train.py', content_base64: script });
+  assert.equal(s2, 200, JSON.stringify(put));
+  await page.click(`${form} button.check-training`);
+  await page.waitForSelector(`${form} .verdicts.ready li[data-check="file"][data-passed="true"]`);
+  // The plan: the job itself, then the run.
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:sagemaker.amazonaws.com/v1/HyperPodPyTorchJob"][data-action="create"]`);
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/training', server.url).href);
+  await hydrated(page);
+  const row = '.job-table tr[data-job="console-train"]';
+  await page.waitForSelector(`${row} .state-running`);
+  await page.click(`${row} button.show-job`);
+  await page.waitForSelector('.job-detail .pod-table tr[data-pod] .state-running');
+  assert.equal(await page.textContent('.job-detail .restarts-left'), '50');
+  assert.match(await page.textContent('.job-detail .next-failure'), /the failed pod restarts \(restart 1 of 50\)/);
+  await shot(page, 'training');
+  // REST reads the same job.
+  const [s3, got] = await rest(server, admin, 'GET', '/api/v1/clusters/e2e-ml/training-jobs/console-train');
+  assert.equal(s3, 200, JSON.stringify(got));
+  assert.deepEqual([got.recipe, got.phase, got.recovery.restarts_left], ['pytorch', 'running', 50]);
   assert.deepEqual(errors, []);
 });
 

@@ -19,6 +19,7 @@ use super::groups::{AddGroup, AddGroupForm, GroupActions};
 use super::models::ModelsPanel;
 use super::nodes::{NodesPanel, NodesView};
 use super::storage::StoragePanel;
+use super::training::TrainingPanel;
 use super::{StateBadge, Table, loading};
 use crate::api::call::call;
 use crate::api::clusters::{
@@ -43,17 +44,19 @@ pub enum Tab {
     Features,
     Storage,
     Models,
+    Training,
     Drift,
     Operations,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 7] = [
+    pub const ALL: [Tab; 8] = [
         Tab::Overview,
         Tab::Nodes,
         Tab::Features,
         Tab::Storage,
         Tab::Models,
+        Tab::Training,
         Tab::Drift,
         Tab::Operations,
     ];
@@ -66,6 +69,7 @@ impl Tab {
             Tab::Features => "/features",
             Tab::Storage => "/storage",
             Tab::Models => "/models",
+            Tab::Training => "/training",
             Tab::Drift => "/drift",
             Tab::Operations => "/operations",
         }
@@ -78,6 +82,7 @@ impl Tab {
             Tab::Features => "Features",
             Tab::Storage => "Storage",
             Tab::Models => "Models",
+            Tab::Training => "Training",
             Tab::Drift => "Drift",
             Tab::Operations => "Operations",
         }
@@ -347,6 +352,18 @@ pub fn ModelsTab() -> impl IntoView {
     view! {
         <Frame at tab=Tab::Models>
             {move || view! { <ModelsPanel name=at.name.get() usable/> }}
+        </Frame>
+    }
+}
+
+/// The cluster's training jobs, one job's ledger, and the submit form.
+#[component]
+pub fn TrainingTab() -> impl IntoView {
+    let at = At::new();
+    let usable = at.usable();
+    view! {
+        <Frame at tab=Tab::Training>
+            {move || view! { <TrainingPanel name=at.name.get() usable/> }}
         </Frame>
     }
 }

@@ -17,6 +17,7 @@ pub mod overview;
 mod progress;
 pub mod storage;
 pub mod tokens;
+pub mod training;
 
 use leptos::either::EitherOf3;
 use leptos::prelude::*;
@@ -54,6 +55,7 @@ lazy_page!(ClusterNodesRoute => cluster::NodesTab);
 lazy_page!(ClusterFeaturesRoute => cluster::FeaturesTab);
 lazy_page!(ClusterStorageRoute => cluster::StorageTab);
 lazy_page!(ClusterModelsRoute => cluster::ModelsTab);
+lazy_page!(ClusterTrainingRoute => cluster::TrainingTab);
 lazy_page!(ClusterDriftRoute => cluster::DriftTab);
 lazy_page!(ClusterOperationsRoute => cluster::OperationsTab);
 lazy_page!(CreateClusterRoute => create::CreateClusterPage);

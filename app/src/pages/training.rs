@@ -1,0 +1,330 @@
+//! The cluster page's Training tab: the jobs `list_training_jobs` finds, one job's pods,
+//! conditions and recovery ledger (`get_training_job`), and the submit form. The form
+//! asks `check_training_job` first and shows every verdict, then the plan (the job's spec
+//! as it will be applied), then runs it: the same checks, plan and operation an agent gets.
+
+use leptos::either::Either;
+use leptos::prelude::*;
+
+use super::gate::{Gate, integer, text};
+use super::{StateBadge, Table, loading};
+use crate::api::ApiError;
+use crate::api::call::call;
+use crate::api::command::Role;
+use crate::api::training::{
+    CheckTrainingJob, GetTrainingJob, ListTrainingJobs, SubmitTrainingJob, TrainingChecks,
+    TrainingJob, TrainingJobList,
+};
+use crate::api::values::{EksClusterName, JobName};
+use crate::form::{check, request};
+use crate::session::{ErrorPanel, IfRole};
+
+#[component]
+pub fn TrainingPanel(
+    name: String,
+    /// The cluster is active or imported: only then are there jobs to read.
+    usable: Signal<bool>,
+) -> impl IntoView {
+    let cluster = StoredValue::new(name);
+    let reads = RwSignal::new(0u32);
+    let shown_job = RwSignal::new(None::<String>);
+    let listed = Resource::new(
+        move || reads.get(),
+        move |n| async move {
+            if n == 0 {
+                return None;
+            }
+            Some(match EksClusterName::parse(&cluster.get_value()) {
+                Ok(name) => call(&ListTrainingJobs { name }).await,
+                Err(m) => Err(ApiError::field("name", m)),
+            })
+        },
+    );
+    Effect::new(move || {
+        if usable.get() && reads.get_untracked() == 0 {
+            reads.set(1);
+        }
+    });
+    let shown = move || {
+        Suspend::new(async move {
+            match listed.await {
+                None => Either::Left(view! {
+                    <p class="muted">"Read from the cluster once it is active."</p>
+                }),
+                Some(Ok(list)) => Either::Right(Either::Left(view! { <Jobs list shown_job/> })),
+                Some(Err(error)) => Either::Right(Either::Right(view! { <ErrorPanel error/> })),
+            }
+        })
+    };
+    view! {
+        <div class="panel training" aria-labelledby="training-title">
+            <h2 id="training-title">"Training jobs"</h2>
+            <Transition fallback=loading>{shown}</Transition>
+            <div class="actions">
+                <button type="button" class="refresh-training" on:click=move |_| reads.update(|n| *n += 1)>
+                    "Refresh"
+                </button>
+            </div>
+        </div>
+        {move || shown_job.get().map(|job| view! { <JobDetail cluster=cluster.get_value() job/> })}
+        <IfRole role=Role::Operator>
+            <Submit cluster=cluster.get_value()/>
+        </IfRole>
+    }
+    .into_any()
+}
+
+#[component]
+fn Jobs(list: TrainingJobList, shown_job: RwSignal<Option<String>>) -> impl IntoView {
+    if list.jobs.is_empty() {
+        return Either::Left(view! { <p class="muted empty-training">"No training job yet."</p> });
+    }
+    let rows = list
+        .jobs
+        .into_iter()
+        .map(|j| {
+            let id = j.job.clone();
+            let open = j.job.clone();
+            view! {
+                <tr data-job=id>
+                    <th scope="row" class="mono">{j.job}</th>
+                    <td>{j.recipe}</td>
+                    <td><StateBadge state=j.phase/></td>
+                    <td>{j.instance_group.unwrap_or_else(|| "—".into())}</td>
+                    <td class="num">{j.nodes}</td>
+                    <td class="num attempt">{j.attempt}</td>
+                    <td>
+                        <button type="button" class="show-job" on:click=move |_| shown_job.set(Some(open.clone()))>
+                            "Show"
+                        </button>
+                    </td>
+                </tr>
+            }
+        })
+        .collect_view();
+    Either::Right(view! {
+        <Table class="job-table" caption="Training jobs" columns={&["Job", "Recipe", "Phase", "Group", "Nodes", "Attempt", ""]}>
+            {rows}
+        </Table>
+    })
+}
+
+/// One job: its pods and their nodes, the recovery ledger, conditions.
+#[component]
+fn JobDetail(cluster: String, job: String) -> impl IntoView {
+    let reads = RwSignal::new(0u32);
+    let cluster = StoredValue::new(cluster);
+    let job = StoredValue::new(job);
+    let got = Resource::new(
+        move || reads.get(),
+        move |_| async move {
+            let name = EksClusterName::parse(&cluster.get_value())
+                .map_err(|m| ApiError::field("name", m))?;
+            let job = JobName::parse(&job.get_value()).map_err(|m| ApiError::field("job", m))?;
+            call(&GetTrainingJob { name, job }).await
+        },
+    );
+    let shown = move || {
+        Suspend::new(async move {
+            match got.await {
+                Ok(j) => Either::Left(view! { <Detail j/> }),
+                Err(error) => Either::Right(view! { <ErrorPanel error/> }),
+            }
+        })
+    };
+    view! {
+        <div class="panel job-detail" data-job=job.get_value() aria-label="Training job">
+            <h2>{format!("Job {}", job.get_value())}</h2>
+            <Transition fallback=loading>{shown}</Transition>
+            <div class="actions">
+                <button type="button" class="refresh-job" on:click=move |_| reads.update(|n| *n += 1)>"Refresh"</button>
+            </div>
+        </div>
+    }
+}
+
+#[component]
+fn Detail(j: TrainingJob) -> impl IntoView {
+    let ledger = j.recovery;
+    let pods = j
+        .pods
+        .into_iter()
+        .map(|p| {
+            let id = p.pod.clone();
+            view! {
+                <tr data-pod=id>
+                    <th scope="row" class="mono">{p.pod}</th>
+                    <td><StateBadge state=p.phase/></td>
+                    <td class="mono">{p.node.unwrap_or_else(|| "—".into())}</td>
+                    <td>{p.waiting.unwrap_or_default()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let entries = ledger
+        .entries
+        .into_iter()
+        .map(|e| {
+            view! {
+                <tr data-attempt=e.attempt>
+                    <td class="num">{e.attempt}</td>
+                    <td>{e.at.unwrap_or_default()}</td>
+                    <td>{e.action}</td>
+                    <td class="mono">{e.pod.unwrap_or_default()}</td>
+                    <td class="mono">{e.node.unwrap_or_default()}</td>
+                    <td class="num">{e.exit_code.map(|c| c.to_string()).unwrap_or_else(|| e.log_rule.unwrap_or_default())}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let left = |n: Option<u32>| n.map_or_else(|| "—".to_owned(), |n| n.to_string());
+    view! {
+        <p class="job-phase">
+            <StateBadge state=j.summary.phase/>
+            {format!(" attempt {} on {} · image {}", j.summary.attempt,
+                j.summary.instance_group.unwrap_or_else(|| "—".into()), j.image.unwrap_or_else(|| "—".into()))}
+        </p>
+        <Table class="pod-table" caption="Pods" columns={&["Pod", "Phase", "Node", "Waiting"]}>{pods}</Table>
+        <h3>"Recovery budget"</h3>
+        <dl class="ledger">
+            <dt>"Restarts used"</dt><dd class="restarts-used">{ledger.restarts_used}</dd>
+            <dt>"Restarts left"</dt><dd class="restarts-left">{left(ledger.restarts_left)}</dd>
+            <dt>"In this period"</dt><dd>{ledger.restarts_in_period}</dd>
+            <dt>"Full-job restarts"</dt><dd>{format!("{} used, {} left", ledger.full_job_restarts_used, left(ledger.full_job_restarts_left))}</dd>
+            <dt>"On the next failure"</dt><dd class="next-failure">{ledger.next_failure}</dd>
+        </dl>
+        <Table class="ledger-table" caption="What used the budget" columns={&["Attempt", "When", "Action", "Pod", "Node", "Exit code or rule"]}>
+            {entries}
+        </Table>
+    }
+}
+
+/// The submit form: a PyTorch script or a LLaMA-Factory config on the shared bucket, where
+/// it runs and its budget; "Check" shows every verdict, then the plan, then the run.
+#[component]
+fn Submit(cluster: String) -> impl IntoView {
+    let gate = Gate::default();
+    let cluster = StoredValue::new(cluster);
+    let job = RwSignal::new(String::new());
+    let kind = RwSignal::new("pytorch".to_owned());
+    let file = RwSignal::new(String::new());
+    let args = RwSignal::new(String::new());
+    let group = RwSignal::new(String::new());
+    let nodes = RwSignal::new("1".to_owned());
+    let processes = RwSignal::new(String::new());
+    let image = RwSignal::new(String::new());
+    let retries = RwSignal::new("50".to_owned());
+    let checked = RwSignal::new(None::<Result<TrainingChecks, ApiError>>);
+    let inputs = move || {
+        let pytorch = kind.get_untracked() == "pytorch";
+        let mut inputs = vec![
+            text("name", cluster.get_value()),
+            text("job", job.get_untracked()),
+            text("recipe.kind", kind.get_untracked()),
+            text(
+                if pytorch {
+                    "recipe.script"
+                } else {
+                    "recipe.config"
+                },
+                file.get_untracked(),
+            ),
+            text("instance_group", group.get_untracked()),
+            integer("nodes", nodes.get_untracked()),
+            integer("processes_per_node", processes.get_untracked()),
+            text("image", image.get_untracked()),
+            integer("recovery.job_max_retry_count", retries.get_untracked()),
+        ];
+        if pytorch {
+            for (i, a) in args.get_untracked().split_whitespace().enumerate() {
+                inputs.push(text(format!("recipe.args[{i}]"), a));
+            }
+        }
+        inputs
+    };
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        gate.start::<SubmitTrainingJob>(&inputs());
+    };
+    let run_checks = move |_| {
+        let body = request(&inputs());
+        leptos::task::spawn_local(async move {
+            let result = match check::<CheckTrainingJob>(body) {
+                Ok(r) => call(&r).await,
+                Err(e) => Err(e),
+            };
+            checked.set(Some(result));
+        });
+    };
+    let edit = move |s: RwSignal<String>| {
+        let e = gate.edit(s);
+        move |ev| {
+            checked.set(None);
+            e(ev)
+        }
+    };
+    view! {
+        <form class="panel submit-training" aria-label="Submit a training job" on:submit=submit>
+            <h2>"Submit a training job"</h2>
+            <label>"Job "<input type="text" name="job" placeholder="llama-sft-1"
+                prop:value=move || job.get() on:input=edit(job)/></label>
+            <label>"Recipe "
+                <select name="recipe.kind" on:change=edit(kind) prop:value=move || kind.get()>
+                    <option value="pytorch">"PyTorch script"</option>
+                    <option value="llama_factory">"LLaMA-Factory config"</option>
+                </select>
+            </label>
+            <label>{move || if kind.get() == "pytorch" { "Script " } else { "Config " }}
+                <input type="text" name="recipe.file" placeholder="/s3/scripts/train.py"
+                    prop:value=move || file.get() on:input=edit(file)/></label>
+            <label>"Arguments "<input type="text" name="recipe.args" placeholder="--epochs 3"
+                disabled=move || kind.get() != "pytorch"
+                prop:value=move || args.get() on:input=edit(args)/></label>
+            <label>"Instance group "<input type="text" name="instance_group" placeholder="(the GPU group)"
+                prop:value=move || group.get() on:input=edit(group)/></label>
+            <label>"Nodes "<input type="text" inputmode="numeric" name="nodes"
+                prop:value=move || nodes.get() on:input=edit(nodes)/></label>
+            <label>"Processes per node "<input type="text" inputmode="numeric" name="processes_per_node" placeholder="(the GPUs)"
+                prop:value=move || processes.get() on:input=edit(processes)/></label>
+            <label>"Image "<input type="text" name="image" placeholder="(AWS PyTorch training image)"
+                prop:value=move || image.get() on:input=edit(image)/></label>
+            <label>"Restarts in all "<input type="text" inputmode="numeric" name="recovery.job_max_retry_count"
+                prop:value=move || retries.get() on:input=edit(retries)/></label>
+            <div class="actions">
+                <button type="button" class="check-training" on:click=run_checks>"Check"</button>
+                <button class="primary" type="submit" disabled=move || gate.busy()>
+                    {move || if gate.reviewing() { "Submit" } else { "Review plan" }}
+                </button>
+            </div>
+            {move || checked.get().map(|c| match c {
+                Ok(c) => Either::Left(view! { <Verdicts c/> }),
+                Err(error) => Either::Right(view! { <ErrorPanel error/> }),
+            })}
+            {gate.view()}
+        </form>
+    }
+    .into_any()
+}
+
+#[component]
+fn Verdicts(c: TrainingChecks) -> impl IntoView {
+    let items = c
+        .checks
+        .into_iter()
+        .map(|v| {
+            let state = if v.passed { "passed" } else { "failed" };
+            let id = v.check.clone();
+            view! {
+                <li data-check=id data-passed=v.passed.to_string()>
+                    <StateBadge state=state.to_owned()/>" "<strong>{v.check}</strong>" "{v.message}
+                </li>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class=if c.ready { "verdicts ready" } else { "verdicts" }>
+            <p>{if c.ready { "Every check passed." } else { "Not every check passed:" }}</p>
+            <ul>{items}</ul>
+        </div>
+    }
+}
