@@ -28,8 +28,9 @@ pub const MAX_ARG_CHARS: usize = 1024;
 /// Most log-monitoring rules per job.
 pub const MAX_LOG_RULES: usize = 16;
 
-/// What the job runs; `kind` picks the recipe.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// What the job runs; `kind` picks the recipe. Decoded by hand (below) so a bad value
+/// is reported at its own path (`recipe.script`), which serde's tagged enums lose.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Recipe {
     /// A PyTorch script on the shared bucket, launched on every node by `hyperpodrun`.
@@ -56,6 +57,68 @@ impl Recipe {
             Recipe::Pytorch { script, .. } => (script, "recipe.script"),
             Recipe::LlamaFactory { config } => (config, "recipe.config"),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for Recipe {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Recipe;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a recipe: {\"kind\": \"pytorch\", \"script\": …} or {\"kind\": \"llama_factory\", \"config\": …}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Recipe, A::Error> {
+                use serde::de::Error;
+                const FIELDS: &[&str] = &["kind", "script", "args", "config"];
+                let (mut kind, mut script, mut args, mut config) =
+                    (None::<String>, None, None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    // Each value read here carries its key in the error's path.
+                    match key.as_str() {
+                        "kind" => kind = Some(map.next_value()?),
+                        "script" => script = Some(map.next_value::<PodPath>()?),
+                        "args" => args = Some(map.next_value::<Vec<String>>()?),
+                        "config" => config = Some(map.next_value::<PodPath>()?),
+                        other => return Err(A::Error::unknown_field(other, FIELDS)),
+                    }
+                }
+                let kind = kind.ok_or_else(|| A::Error::missing_field("kind"))?;
+                let not_for = |field: &'static str| {
+                    A::Error::custom(format!("`{field}` is not a field of a {kind} recipe"))
+                };
+                match kind.as_str() {
+                    "pytorch" => {
+                        if config.is_some() {
+                            return Err(not_for("config"));
+                        }
+                        Ok(Recipe::Pytorch {
+                            script: script.ok_or_else(|| A::Error::missing_field("script"))?,
+                            args: args.unwrap_or_default(),
+                        })
+                    }
+                    "llama_factory" => {
+                        if script.is_some() {
+                            return Err(not_for("script"));
+                        }
+                        if args.is_some() {
+                            return Err(not_for("args"));
+                        }
+                        Ok(Recipe::LlamaFactory {
+                            config: config.ok_or_else(|| A::Error::missing_field("config"))?,
+                        })
+                    }
+                    other => Err(A::Error::unknown_variant(
+                        other,
+                        &["pytorch", "llama_factory"],
+                    )),
+                }
+            }
+        }
+        d.deserialize_map(Visit)
     }
 }
 
@@ -578,6 +641,18 @@ mod tests {
         let e = submit(json!({"recipe": {"kind": "pytorch", "script": "/s3/a.py", "extra": 1}}))
             .unwrap_err();
         assert!(e.contains("extra"), "{e}");
+        // The path of a bad value inside the recipe is its own.
+        let bad = json!({"name": "ml-1", "job": "a", "recipe": {"kind": "llama_factory", "config": "/data/x"}});
+        match crate::api::decode::<SubmitTrainingJob>(bad) {
+            Err(ApiError::Validation { errors }) => assert_eq!(errors[0].field, "recipe.config"),
+            other => panic!("{other:?}"),
+        }
+        let e = submit(json!({"recipe": {"kind": "llama_factory", "config": "/s3/c.yaml", "script": "/s3/a.py"}}))
+            .unwrap_err();
+        assert!(
+            e.contains("`script` is not a field of a llama_factory recipe"),
+            "{e}"
+        );
         let r = submit(json!({"nodes": 5, "elastic": {"min_nodes": 1, "max_nodes": 4}})).unwrap();
         let errors = r.request_errors();
         assert_eq!(errors[0].field, "nodes", "{errors:?}");

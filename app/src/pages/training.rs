@@ -161,6 +161,7 @@ fn Detail(j: TrainingJob) -> impl IntoView {
             }
         })
         .collect_view();
+    let spent = !ledger.entries.is_empty();
     let entries = ledger
         .entries
         .into_iter()
@@ -193,9 +194,15 @@ fn Detail(j: TrainingJob) -> impl IntoView {
             <dt>"Full-job restarts"</dt><dd>{format!("{} used, {} left", ledger.full_job_restarts_used, left(ledger.full_job_restarts_left))}</dd>
             <dt>"On the next failure"</dt><dd class="next-failure">{ledger.next_failure}</dd>
         </dl>
-        <Table class="ledger-table" caption="What used the budget" columns={&["Attempt", "When", "Action", "Pod", "Node", "Exit code or rule"]}>
-            {entries}
-        </Table>
+        {if spent {
+            Either::Left(view! {
+                <Table class="ledger-table" caption="What used the budget" columns={&["Attempt", "When", "Action", "Pod", "Node", "Exit code or rule"]}>
+                    {entries}
+                </Table>
+            })
+        } else {
+            Either::Right(view! { <p class="muted unspent">"Nothing has used the budget yet."</p> })
+        }}
     }
 }
 
