@@ -61,6 +61,8 @@ pub struct Service {
     pub clusters: crate::cluster::rows::ListCache,
     /// Each read cluster's nodes, kept current by watches.
     pub nodes: crate::node::view::Views,
+    /// Training pods' logs: one upstream stream per container, shared by every viewer.
+    pub logs: crate::training::logs::LogHub,
 }
 
 impl Service {
@@ -75,6 +77,7 @@ impl Service {
             catalogue: Inspector::default(),
             clusters: Default::default(),
             nodes: crate::node::view::Views::new(fresh),
+            logs: Default::default(),
         }
     }
 

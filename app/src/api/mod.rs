@@ -63,6 +63,7 @@ macro_rules! for_each_command {
             $crate::api::training::SubmitTrainingJob,
             $crate::api::training::ListTrainingJobs,
             $crate::api::training::GetTrainingJob,
+            $crate::api::training::GetTrainingJobLogs,
             $crate::api::training::DeleteTrainingJob,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,

@@ -16,8 +16,8 @@ use super::operations::OperationRef;
 use super::plan::Gated;
 use super::values::{
     ClusterName, Confirmation, ContainerImage, DataPoints, EksClusterName, EvalPeriodSeconds,
-    IdempotencyKey, InstanceGroupName, JobName, LogRuleName, LogSeconds, NodeCount, PodPath,
-    ProcessesPerNode, RestartCount, RetryCount,
+    IdempotencyKey, InstanceGroupName, JobName, LogLines, LogRuleName, LogSeconds, LogSince,
+    NodeCount, PodName, PodPath, ProcessesPerNode, RestartCount, RetryCount,
 };
 
 /// The namespace jobs run in: the shared bucket's claim is there.
@@ -570,6 +570,52 @@ impl Command for GetTrainingJob {
         status_command: None,
         method: HttpMethod::Get,
         path: "/api/v1/clusters/{name}/training-jobs/{job}",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetTrainingJobLogs {
+    /// The cluster's name.
+    pub name: EksClusterName,
+    pub job: JobName,
+    // Default: the job's first pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodName>,
+    // Default: the pod's first container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<PodName>,
+    // The last lines (default 100, at most 5000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_lines: Option<LogLines>,
+    // Only lines written within the last this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_seconds: Option<LogSince>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingLogs {
+    pub name: String,
+    pub job: String,
+    pub pod: String,
+    pub container: String,
+    /// Oldest first.
+    pub lines: Vec<String>,
+    pub fetched_at: String,
+}
+
+impl Command for GetTrainingJobLogs {
+    type Output = TrainingLogs;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "get_training_job_logs",
+        summary: "Read a training job's pod logs",
+        description: "The last `tail_lines` lines (default 100, at most 5000) of a pod of the job (default its first pod) and container, or those written in the last `since_seconds`. To follow a log live, open the WebSocket /api/v1/clusters/{name}/training-jobs/{job}/logs/stream (same query and authentication; `after` resumes after a line number). Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/training-jobs/{job}/logs",
     };
 }
 

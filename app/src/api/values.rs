@@ -1036,6 +1036,36 @@ string_value!(
     schema: { "type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[A-Za-z0-9_-]+$" }
 );
 
+fn check_pod_name(s: &str) -> Result<(), String> {
+    let ok = (1..=253).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a pod or container name is lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A Kubernetes pod or container name.
+    PodName, check_pod_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 253, "pattern": "^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$" }
+);
+
+bounded_int!(
+    /// Log lines asked for at once.
+    LogLines, 1, 5000, "a number of log lines"
+);
+bounded_int!(
+    /// How far back logs are read, in seconds (up to a week).
+    LogSince, 1, 604800, "a time in seconds"
+);
 bounded_int!(
     /// Nodes (pods, one per node) of a training job.
     NodeCount, 1, 2000, "a node count"

@@ -171,6 +171,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/openapi.json", get(openapi_json))
         .route("/api/v1/events", get(events::subscribe))
+        .route(
+            "/api/v1/clusters/{name}/training-jobs/{job}/logs/stream",
+            get(super::logs::stream),
+        )
         .route("/auth/login", post(login))
         .route("/auth/logout", post(logout))
         .merge(rest::routes())

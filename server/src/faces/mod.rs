@@ -11,6 +11,7 @@ pub mod events;
 pub mod http;
 pub mod limits;
 pub mod listener;
+pub mod logs;
 pub mod mcp;
 pub mod openapi;
 pub mod rest;

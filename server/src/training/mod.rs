@@ -7,6 +7,7 @@
 pub mod check;
 pub mod delete;
 pub mod ledger;
+pub mod logs;
 pub mod recipe;
 pub mod submit;
 
@@ -14,12 +15,12 @@ use std::collections::HashMap;
 
 use app::api::ApiError;
 use app::api::training::{
-    GetTrainingJob, JobCondition, JobEvent, ListTrainingJobs, NAMESPACE, TrainingJob,
-    TrainingJobList, TrainingJobSummary, TrainingPod,
+    GetTrainingJob, GetTrainingJobLogs, JobCondition, JobEvent, ListTrainingJobs, NAMESPACE,
+    TrainingJob, TrainingJobList, TrainingJobSummary, TrainingLogs, TrainingPod,
 };
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, LogParams};
 use serde_json::Value;
 
 use crate::auth::Actor;
@@ -266,6 +267,118 @@ impl Handler<GetTrainingJob> for Service {
             conditions,
             recovery: ledger::ledger(&job, &crate::clock::now()),
             events,
+            fetched_at,
+        })
+    }
+}
+
+/// One container of one pod of a job, as logs are read from it.
+pub(crate) struct JobPod {
+    pub client: kube::Client,
+    pub pod: String,
+    pub container: String,
+}
+
+/// The pod (`pod`, or the job's first) and container (`container`, or the pod's first)
+/// of job `job` of cluster `cluster`; a pod that is not the job's, or a container the pod
+/// does not have, is refused by field.
+pub(crate) async fn job_pod(
+    service: &Service,
+    cluster: &str,
+    job: &str,
+    pod: Option<&str>,
+    container: Option<&str>,
+) -> Result<JobPod, ApiError> {
+    let region = region_of(&service.store, cluster).await?;
+    let client = kubernetes::connect(&service.aws, &region, cluster).await?;
+    let found = match kubernetes::get(&jobs(&client), job).await {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            return Err(ApiError::NotFound {
+                resource: "training job".into(),
+                name: job.to_owned(),
+            });
+        }
+        Err(e) if kubernetes::kind_not_served(&e) => return Err(operator_missing(cluster)),
+        Err(e) => return Err(e),
+    };
+    let uid = found.metadata.uid.clone().unwrap_or_default();
+    let pods = pods_by_owner(&client)
+        .await?
+        .remove(&uid)
+        .unwrap_or_default();
+    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let chosen = match pod {
+        Some(p) => pods
+            .iter()
+            .find(|x| x.metadata.name.as_deref() == Some(p))
+            .ok_or_else(|| {
+                ApiError::field(
+                    "pod",
+                    format!("{p} is not a pod of {job} (its pods: {})", names.join(", ")),
+                )
+            })?,
+        None => pods
+            .first()
+            .ok_or_else(|| ApiError::field("pod", format!("{job} has no pod yet")))?,
+    };
+    let containers: Vec<String> = chosen
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
+        .collect();
+    let container = match container {
+        Some(c) if containers.iter().any(|x| x == c) => c.to_owned(),
+        Some(c) => {
+            return Err(ApiError::field(
+                "container",
+                format!("the pod has no container {c} (it has {})", containers.join(", ")),
+            ));
+        }
+        None => containers
+            .first()
+            .cloned()
+            .ok_or_else(|| ApiError::field("container", "the pod has no container"))?,
+    };
+    Ok(JobPod {
+        client,
+        pod: chosen.metadata.name.clone().unwrap_or_default(),
+        container,
+    })
+}
+
+impl Handler<GetTrainingJobLogs> for Service {
+    async fn handle(&self, _: &Actor, r: GetTrainingJobLogs) -> Result<TrainingLogs, ApiError> {
+        let fetched_at = crate::clock::now();
+        let at = job_pod(
+            self,
+            r.name.as_str(),
+            r.job.as_str(),
+            r.pod.as_ref().map(|p| p.as_str()),
+            r.container.as_ref().map(|c| c.as_str()),
+        )
+        .await?;
+        let params = LogParams {
+            container: Some(at.container.clone()),
+            tail_lines: Some(i64::from(r.tail_lines.map_or(100, |n| n.get()))),
+            since_seconds: r.since_seconds.map(|s| i64::from(s.get())),
+            ..LogParams::default()
+        };
+        let pods = Api::<Pod>::namespaced(at.client.clone(), NAMESPACE);
+        let text = match pods.logs(&at.pod, &params).await {
+            Ok(t) => t,
+            // Not started yet: Kubernetes says why (waiting to start: ContainerCreating).
+            Err(kube::Error::Api(s)) if s.code == 400 => {
+                return Err(ApiError::field("pod", s.message));
+            }
+            Err(e) => return Err(kubernetes::upstream(&format!("log Pod/{}", at.pod), e)),
+        };
+        Ok(TrainingLogs {
+            name: r.name.to_string(),
+            job: r.job.to_string(),
+            pod: at.pod,
+            container: at.container,
+            lines: text.lines().map(str::to_owned).collect(),
             fetched_at,
         })
     }

@@ -340,3 +340,196 @@ fn a_training_job_runs_spends_its_budget_as_the_ledger_shows_and_is_deleted() {
         "{gone}"
     );
 }
+
+/// A WebSocket upgrade to a job's log stream, with `token`.
+fn log_request(
+    hypd: &Hypd,
+    token: &str,
+    name: &str,
+    job: &str,
+    query: &str,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!(
+        "{}/api/v1/clusters/{name}/training-jobs/{job}/logs/stream?{query}",
+        hypd.url.replace("http://", "ws://")
+    );
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// The next JSON frame, or the close frame's code.
+async fn frame<S>(ws: &mut S) -> Result<Value, u16>
+where
+    S: futures_util::Stream<Item = Result<tokio_tungstenite::tungstenite::Message, tokio_tungstenite::tungstenite::Error>>
+        + Unpin,
+{
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(30), ws.next())
+            .await
+            .expect("a frame within 30 s");
+        match msg {
+            Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(&t).unwrap()),
+            Some(Ok(Message::Close(c))) => return Err(c.map_or(1005, |c| u16::from(c.code))),
+            Some(Ok(_)) => {}
+            other => panic!("the stream broke: {other:?}"),
+        }
+    }
+}
+
+fn open_streams(hypd: &Hypd) -> f64 {
+    let body = reqwest::blocking::get(format!("{}/metrics", hypd.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix("hypd_log_streams_open "))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+#[test]
+fn twenty_viewers_share_one_log_stream_and_one_that_stops_reading_is_cut_off() {
+    let name = "ml-logs";
+    let (world, hypd, token, _) = world_with_cluster(FAST, json!({}), small(name));
+    operator_on(&hypd, &token, name);
+    upload(&hypd, &token, name, "scripts/train.py");
+    let jobs = format!("/api/v1/clusters/{name}/training-jobs");
+    let (status, started) = hypd.call(
+        &token,
+        Method::POST,
+        &jobs,
+        Some(json!({"job": "logs", "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py"}})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+
+    // REST and MCP read the tail; a pod that is not the job's is refused by field.
+    let (status, tail) = hypd.call(&token, Method::GET, &format!("{jobs}/logs/logs?tail_lines=5"), None);
+    assert_eq!(status, 200, "{tail}");
+    assert_eq!(tail["pod"], "logs-pod-0", "{tail}");
+    let lines = tail["lines"].as_array().unwrap();
+    assert!(!lines.is_empty() && lines.len() <= 5, "{tail}");
+    assert!(lines[0].as_str().unwrap().contains("loss="), "{tail}");
+    let (status, refused) = hypd.call(&token, Method::GET, &format!("{jobs}/logs/logs?pod=other-pod"), None);
+    assert_eq!((status, &refused["error"]["errors"][0]["field"]), (422, &json!("pod")), "{refused}");
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use futures_util::StreamExt;
+        // Four lines a simulated second: some 2,400 a second at the test's clock.
+        let client = kube_client(&world, name).await;
+        Api::<Pod>::namespaced(client, "default")
+            .patch(
+                "logs-pod-0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"sim.hypd.dev/log-interval-seconds": "0.25"}}})),
+            )
+            .await
+            .unwrap();
+        // One that stops reading after its hello: its receive window is small, so hypd's
+        // writes to it back up as soon as it stops.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let addr: std::net::SocketAddr = hypd.url.trim_start_matches("http://").parse().unwrap();
+        let tcp = socket.connect(addr).await.unwrap();
+        let (mut slow, _) = tokio_tungstenite::client_async(log_request(&hypd, &token, name, "logs", "tail_lines=0"), tcp)
+            .await
+            .unwrap();
+        assert_eq!(frame(&mut slow).await.unwrap()["type"], "hello");
+
+        let mut viewers = Vec::new();
+        for _ in 0..20 {
+            let (ws, _) = tokio_tungstenite::connect_async(log_request(&hypd, &token, name, "logs", "tail_lines=50"))
+                .await
+                .unwrap();
+            viewers.push(ws);
+        }
+        // Each reads on until it has seen 12,000 lines past the first: lines numbered
+        // without a gap, the same text for the same number in every viewer.
+        let reads = viewers.into_iter().map(|mut ws| {
+            tokio::spawn(async move {
+                let hello = frame(&mut ws).await.unwrap();
+                assert_eq!((&hello["type"], &hello["pod"]), (&json!("hello"), &json!("logs-pod-0")));
+                let mut seen: Vec<(u64, String)> = Vec::new();
+                while seen.len() < 12_000 {
+                    let f = frame(&mut ws).await.unwrap_or_else(|code| panic!("closed with {code} after {} lines", seen.len()));
+                    assert_eq!(f["type"], "lines", "{f}");
+                    for l in f["lines"].as_array().unwrap() {
+                        seen.push((l["seq"].as_u64().unwrap(), l["text"].as_str().unwrap().to_owned()));
+                    }
+                }
+                for pair in seen.windows(2) {
+                    assert_eq!(pair[1].0, pair[0].0 + 1, "lines in order, none skipped");
+                }
+                ws.close(None).await.ok();
+                seen
+            })
+        });
+        let all: Vec<Vec<(u64, String)>> = futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let by_seq: std::collections::HashMap<u64, &str> =
+            all[0].iter().map(|(s, t)| (*s, t.as_str())).collect();
+        for seen in &all[1..] {
+            for (seq, text) in seen {
+                if let Some(first) = by_seq.get(seq) {
+                    assert_eq!(first, text, "line {seq} differs between viewers");
+                }
+            }
+        }
+        // Lines come faster (as a chatty job's do), and one viewer keeps up with 100,000
+        // of them while the slow one still reads nothing: far more than hypd's channel
+        // and the sockets between them hold.
+        let client = kube_client(&world, name).await;
+        Api::<Pod>::namespaced(client, "default")
+            .patch(
+                "logs-pod-0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"sim.hypd.dev/log-interval-seconds": "0.01"}}})),
+            )
+            .await
+            .unwrap();
+        let (mut fast, _) = tokio_tungstenite::connect_async(log_request(&hypd, &token, name, "logs", "tail_lines=0"))
+            .await
+            .unwrap();
+        assert_eq!(frame(&mut fast).await.unwrap()["type"], "hello");
+        let mut kept_up = 0;
+        while kept_up < 100_000 {
+            let f = frame(&mut fast).await.unwrap_or_else(|code| panic!("the fast viewer was closed ({code}) after {kept_up}"));
+            kept_up += f["lines"].as_array().map_or(0, Vec::len);
+        }
+        // The slow one reads again: what was buffered for it, then how many it missed,
+        // and the close.
+        let mut last = None;
+        let mut read = 0;
+        let missed = loop {
+            assert!(read < 1_000_000, "read {read} lines and was never told it missed some");
+            match frame(&mut slow).await {
+                Ok(f) if f["type"] == "lines" => {
+                    let lines = f["lines"].as_array().unwrap();
+                    read += lines.len();
+                    last = lines.last().map(|l| l["seq"].clone());
+                }
+                Ok(f) if f["type"] == "missed" => break f,
+                Ok(f) => panic!("{f}"),
+                Err(code) => panic!("closed with {code} before a missed notice"),
+            }
+        };
+        assert!(missed["lines"].as_u64().unwrap() > 0, "{missed}");
+        assert_eq!(missed["after"], last.unwrap_or(Value::Null), "{missed}");
+        assert_eq!(frame(&mut slow).await, Err(4409));
+        let _ = slow.next().await;
+        fast.close(None).await.ok();
+    });
+    // All of them were one upstream stream (it lingers a while for reconnects).
+    assert_eq!(open_streams(&hypd), 1.0);
+    drop(world);
+}
