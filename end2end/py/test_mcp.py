@@ -680,6 +680,12 @@ async def training_through_mcp(server, hypd, sim):
         assert got["recovery"]["restarts_left"] == 4 and got["recovery"]["entries"] == [], got["recovery"]
         listed = structured(await client.call_tool("list_training_jobs", {"name": name}))
         assert [j["job"] for j in listed["jobs"]] == ["sft-mcp"], listed
+        # The pod's log: its last lines, and a pod that is not the job's refused by field.
+        logs = structured(await client.call_tool("get_training_job_logs", {"name": name, "job": "sft-mcp", "tail_lines": 3}))
+        assert logs["pod"] == pods[0]["metadata"]["name"] and 1 <= len(logs["lines"]) <= 3, logs
+        assert "loss=" in logs["lines"][-1], logs
+        wrong = await client.call_tool("get_training_job_logs", {"name": name, "job": "sft-mcp", "pod": "not-its-pod"})
+        assert wrong.is_error and wrong.structured_content["error"]["errors"][0]["field"] == "pod", wrong
 
         first = structured(await client.call_tool("delete_training_job", {"name": name, "job": "sft-mcp"}))
         assert [(c["action"], c["kind"]) for s in first["plan"]["stages"] for c in s["changes"]] == [

@@ -746,6 +746,23 @@ test('an operator checks a PyTorch job, reviews its plan, submits it and sees it
   await page.waitForSelector('.job-detail .pod-table tr[data-pod] .state-running');
   assert.equal(await page.textContent('.job-detail .restarts-left'), '50');
   assert.match(await page.textContent('.job-detail .next-failure'), /the failed pod restarts \(restart 1 of 50\)/);
+  // The pod's log, live: lines arrive, a search shows the matching ones only, pause holds the view.
+  await page.waitForFunction(() => Number(document.querySelector('.job-detail pre.log')?.dataset.lines || 0) >= 5);
+  assert.match(await page.textContent('.job-detail pre.log'), /console-train-pod-0 step \d+: loss=/);
+  const shownLog = (await page.textContent('.job-detail pre.log')).trim().split('\n');
+  const needle = `step ${shownLog[shownLog.length - 1].match(/step (\d+):/)[1]}:`;
+  await page.fill('.job-detail input[name="log-search"]', needle);
+  await page.waitForFunction((n) => {
+    const t = document.querySelector('.job-detail pre.log').textContent;
+    return t.length > 0 && t.split('\n').every((l) => l.includes(n));
+  }, needle);
+  await page.fill('.job-detail input[name="log-search"]', '');
+  await page.click('.job-detail button.log-pause');
+  const held = await page.getAttribute('.job-detail pre.log', 'data-lines');
+  await page.waitForTimeout(500);
+  assert.equal(await page.getAttribute('.job-detail pre.log', 'data-lines'), held);
+  await page.click('.job-detail button.log-pause');
+  assert.match(await page.getAttribute('.job-detail a.log-download', 'href'), /^data:text\/plain/);
   await shot(page, 'training');
   // REST reads the same job.
   const [s3, got] = await rest(server, admin, 'GET', '/api/v1/clusters/e2e-ml/training-jobs/console-train');

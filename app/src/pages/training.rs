@@ -127,7 +127,7 @@ fn JobDetail(cluster: String, job: String) -> impl IntoView {
     let shown = move || {
         Suspend::new(async move {
             match got.await {
-                Ok(j) => Either::Left(view! { <Detail j/> }),
+                Ok(j) => Either::Left(view! { <Detail cluster=cluster.get_value() j/> }),
                 Err(error) => Either::Right(view! { <ErrorPanel error/> }),
             }
         })
@@ -144,8 +144,10 @@ fn JobDetail(cluster: String, job: String) -> impl IntoView {
 }
 
 #[component]
-fn Detail(j: TrainingJob) -> impl IntoView {
+fn Detail(cluster: String, j: TrainingJob) -> impl IntoView {
     let ledger = j.recovery;
+    let pod_names: Vec<String> = j.pods.iter().map(|p| p.pod.clone()).collect();
+    let job_name = j.summary.job.clone();
     let pods = j
         .pods
         .into_iter()
@@ -186,6 +188,7 @@ fn Detail(j: TrainingJob) -> impl IntoView {
                 j.summary.instance_group.unwrap_or_else(|| "—".into()), j.image.unwrap_or_else(|| "—".into()))}
         </p>
         <Table class="pod-table" caption="Pods" columns={&["Pod", "Phase", "Node", "Waiting"]}>{pods}</Table>
+        <LogPane cluster job=job_name pods=pod_names/>
         <h3>"Recovery budget"</h3>
         <dl class="ledger">
             <dt>"Restarts used"</dt><dd class="restarts-used">{ledger.restarts_used}</dd>
@@ -333,5 +336,198 @@ fn Verdicts(c: TrainingChecks) -> impl IntoView {
             <p>{if c.ready { "Every check passed." } else { "Not every check passed:" }}</p>
             <ul>{items}</ul>
         </div>
+    }
+}
+
+/// Lines a log pane keeps on screen (older ones scroll away; Download saves these).
+const SHOWN_LINES: usize = 2000;
+
+/// One pod's log, live: the pod to follow, pause (lines keep coming in but the view
+/// holds still), a search that shows matching lines only, and a download of the lines
+/// shown. A viewer cut off for falling behind reconnects after the last line it has.
+#[component]
+fn LogPane(cluster: String, job: String, pods: Vec<String>) -> impl IntoView {
+    let pod = RwSignal::new(pods.first().cloned().unwrap_or_default());
+    let lines = RwSignal::new(std::collections::VecDeque::<(u64, String)>::new());
+    let held = RwSignal::new(Vec::<(u64, String)>::new());
+    let paused = RwSignal::new(false);
+    let search = RwSignal::new(String::new());
+    let status = RwSignal::new(String::from("connecting"));
+    let add = move |batch: Vec<(u64, String)>| {
+        if paused.get_untracked() {
+            held.update(|h| h.extend(batch));
+            return;
+        }
+        lines.update(|l| {
+            l.extend(held.try_update(std::mem::take).unwrap_or_default());
+            l.extend(batch);
+            while l.len() > SHOWN_LINES {
+                l.pop_front();
+            }
+        });
+    };
+    #[cfg(feature = "hydrate")]
+    {
+        let generation = StoredValue::new(0u64);
+        let (cluster, job) = (cluster.clone(), job.clone());
+        Effect::new(move || {
+            let chosen = pod.get();
+            if chosen.is_empty() {
+                return;
+            }
+            generation.update_value(|g| *g += 1);
+            let mine = generation.get_value();
+            lines.set(Default::default());
+            held.set(Vec::new());
+            let (cluster, job) = (cluster.clone(), job.clone());
+            leptos::task::spawn_local(async move {
+                browser::follow(&cluster, &job, &chosen, mine, generation, status, add).await;
+            });
+        });
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (&cluster, &job, add);
+    let choices = pods
+        .into_iter()
+        .map(|p| view! { <option value=p.clone()>{p.clone()}</option> })
+        .collect_view();
+    let shown = move || {
+        let needle = search.get();
+        lines.with(|l| {
+            l.iter()
+                .filter(|(_, t)| needle.is_empty() || t.contains(&needle))
+                .map(|(seq, t)| format!("{seq:>7}  {t}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    };
+    let download = move || {
+        let text = lines.with(|l| {
+            l.iter()
+                .map(|(_, t)| t.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        format!("data:text/plain;charset=utf-8,{}", percent(&text))
+    };
+    view! {
+        <div class="log-pane" aria-label="Pod log">
+            <h3>"Log"</h3>
+            <div class="log-controls">
+                <label>"Pod "<select name="log-pod" on:change=move |ev| pod.set(event_target_value(&ev)) prop:value=move || pod.get()>{choices}</select></label>
+                <button type="button" class="log-pause" on:click=move |_| {
+                    let resume = paused.get_untracked();
+                    paused.set(!resume);
+                    if resume {
+                        add(Vec::new());
+                    }
+                }>{move || if paused.get() { "Follow" } else { "Pause" }}</button>
+                <label>"Search "<input type="search" name="log-search" prop:value=move || search.get()
+                    on:input=move |ev| search.set(event_target_value(&ev))/></label>
+                <a class="log-download" download=format!("{job}.log") href=download>"Download"</a>
+                <span class="log-status muted">{move || status.get()}</span>
+            </div>
+            // Reversed, so the view stays at the newest line as lines come in.
+            <div class="log-scroll">
+                <pre class="log" data-lines=move || lines.with(|l| l.len())>{shown}</pre>
+            </div>
+        </div>
+    }
+}
+
+/// `text` as a URL's data: everything but unreserved characters percent-encoded.
+fn percent(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3 / 2);
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(feature = "hydrate")]
+mod browser {
+    use futures::StreamExt;
+    use gloo_net::websocket::{Message, futures::WebSocket};
+    use leptos::prelude::*;
+
+    fn url(cluster: &str, job: &str, pod: &str, after: Option<u64>) -> Option<String> {
+        let location = web_sys::window()?.location();
+        let scheme = if location.protocol().ok()? == "https:" {
+            "wss"
+        } else {
+            "ws"
+        };
+        let from = after.map_or_else(|| "tail_lines=200".to_owned(), |a| format!("after={a}"));
+        Some(format!(
+            "{scheme}://{}/api/v1/clusters/{cluster}/training-jobs/{job}/logs/stream?pod={pod}&{from}",
+            location.host().ok()?
+        ))
+    }
+
+    /// Follows `pod`'s log into the pane until the container ends or another pod is
+    /// chosen (`generation` moves on); reconnects after the last line seen when cut off.
+    pub async fn follow(
+        cluster: &str,
+        job: &str,
+        pod: &str,
+        mine: u64,
+        generation: StoredValue<u64>,
+        status: RwSignal<String>,
+        add: impl Fn(Vec<(u64, String)>) + Copy + 'static,
+    ) {
+        let mut last: Option<u64> = None;
+        loop {
+            let Some(url) = url(cluster, job, pod, last) else {
+                return;
+            };
+            let Ok(socket) = WebSocket::open(&url) else {
+                status.set("cannot connect".into());
+                return;
+            };
+            status.set("following".into());
+            let (_write, mut read) = socket.split();
+            let mut ended = false;
+            while let Some(Ok(message)) = read.next().await {
+                if generation.get_value() != mine {
+                    return;
+                }
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                let Ok(frame) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    continue;
+                };
+                match frame["type"].as_str() {
+                    Some("lines") => {
+                        let batch: Vec<(u64, String)> = frame["lines"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|l| {
+                                Some((l["seq"].as_u64()?, l["text"].as_str()?.to_owned()))
+                            })
+                            .collect();
+                        last = batch.last().map(|(s, _)| *s).or(last);
+                        add(batch);
+                    }
+                    Some("missed") => status.set(format!(
+                        "fell {} lines behind: catching up",
+                        frame["lines"].as_u64().unwrap_or(0)
+                    )),
+                    Some("end") => {
+                        status.set(frame["reason"].as_str().unwrap_or("ended").to_owned());
+                        ended = true;
+                    }
+                    _ => {}
+                }
+            }
+            if ended || generation.get_value() != mine {
+                return;
+            }
+        }
     }
 }

@@ -56,10 +56,12 @@ fn start(q: &LogQuery) -> Result<(From, bool), ApiError> {
     let number = |field: &str, v: &Option<String>, max: u64| -> Result<Option<u64>, FieldError> {
         v.as_deref()
             .map(|s| {
-                s.parse::<u64>()
-                    .ok()
-                    .filter(|n| *n <= max)
-                    .ok_or_else(|| FieldError::new(field, format!("{field} is a whole number up to {max} (got {s:?})")))
+                s.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| {
+                    FieldError::new(
+                        field,
+                        format!("{field} is a whole number up to {max} (got {s:?})"),
+                    )
+                })
             })
             .transpose()
     };
@@ -78,7 +80,10 @@ fn start(q: &LogQuery) -> Result<(From, bool), ApiError> {
         None | Some("true") => true,
         Some("false") => false,
         Some(other) => {
-            errors.push(FieldError::new("follow", format!("follow is true or false (got {other:?})")));
+            errors.push(FieldError::new(
+                "follow",
+                format!("follow is true or false (got {other:?})"),
+            ));
             true
         }
     };
@@ -117,7 +122,11 @@ pub async fn stream(
     let opened = async {
         let cluster = parsed("name", EksClusterName::parse(&name))?;
         let job = parsed("job", JobName::parse(&job))?;
-        let pod = q.pod.as_deref().map(|p| parsed("pod", PodName::parse(p))).transpose()?;
+        let pod = q
+            .pod
+            .as_deref()
+            .map(|p| parsed("pod", PodName::parse(p)))
+            .transpose()?;
         let container = q
             .container
             .as_deref()
@@ -139,7 +148,12 @@ pub async fn stream(
             container: at.container.clone(),
         };
         let pods = Api::<Pod>::namespaced(at.client, app::api::training::NAMESPACE);
-        Ok::<_, ApiError>((state.service.logs.stream(key.clone(), pods), key, from, follow))
+        Ok::<_, ApiError>((
+            state.service.logs.stream(key.clone(), pods),
+            key,
+            from,
+            follow,
+        ))
     };
     let (stream, key, from, follow) = match opened.await {
         Ok(x) => x,
@@ -267,7 +281,12 @@ impl Viewer {
         tracing::info!(actor = %self.actor.name, missed = n, "log viewer too slow: cut off");
         let notice = json!({ "type": "missed", "lines": n, "after": last });
         if send(socket, notice.to_string()).await {
-            close(socket, CLOSE_MISSED, "too slow: lines were missed; reconnect with after").await;
+            close(
+                socket,
+                CLOSE_MISSED,
+                "too slow: lines were missed; reconnect with after",
+            )
+            .await;
         }
     }
 }

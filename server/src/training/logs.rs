@@ -61,7 +61,12 @@ pub const STREAMS_METRIC: &str = "hypd_log_streams_open";
 impl Drop for Stream {
     fn drop(&mut self) {
         metrics::gauge!(STREAMS_METRIC).decrement(1.0);
-        if let Some(task) = self.upstream.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(task) = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             task.abort();
         }
     }
@@ -105,7 +110,9 @@ impl Stream {
         let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let seq = ring.next;
         ring.next += 1;
-        let json: Arc<str> = json!({ "seq": seq, "at": at, "text": text }).to_string().into();
+        let json: Arc<str> = json!({ "seq": seq, "at": at, "text": text })
+            .to_string()
+            .into();
         ring.lines.push_back((seq, at, json.clone()));
         if ring.lines.len() > RING {
             ring.lines.pop_front();
@@ -325,11 +332,17 @@ mod tests {
     fn a_viewer_resumes_after_its_last_line_and_is_told_what_the_ring_lost() {
         let s = Arc::new(Stream::new());
         for i in 0..(RING + 10) {
-            s.push(Some(format!("2026-01-01T00:00:{:02}.000Z", i % 60)), &format!("step {i}"));
+            s.push(
+                Some(format!("2026-01-01T00:00:{:02}.000Z", i % 60)),
+                &format!("step {i}"),
+            );
         }
         let now = std::time::SystemTime::now();
         let j = s.join(From::After(RING as u64 + 5), now);
-        assert_eq!(lines(&j.backlog), (RING as u64 + 6..=RING as u64 + 10).collect::<Vec<_>>());
+        assert_eq!(
+            lines(&j.backlog),
+            (RING as u64 + 6..=RING as u64 + 10).collect::<Vec<_>>()
+        );
         assert_eq!(j.missed, 0);
         // The first ten lines left the ring: a viewer that saw line 3 missed 7.
         let j = s.join(From::After(3), now);
@@ -350,7 +363,10 @@ mod tests {
         }
         let mut batch = Vec::new();
         assert_eq!(drain(&mut j.live, &mut batch, 10), Err(100));
-        let frames = frames(&[Event::Line { seq: 1, json: r#"{"seq":1,"at":null,"text":"a"}"#.into() }]);
+        let frames = frames(&[Event::Line {
+            seq: 1,
+            json: r#"{"seq":1,"at":null,"text":"a"}"#.into(),
+        }]);
         let v: serde_json::Value = serde_json::from_str(&frames[0]).unwrap();
         assert_eq!(v["lines"][0]["text"], "a");
     }

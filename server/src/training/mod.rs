@@ -307,7 +307,10 @@ pub(crate) async fn job_pod(
         .await?
         .remove(&uid)
         .unwrap_or_default();
-    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
     let chosen = match pod {
         Some(p) => pods
             .iter()
@@ -332,7 +335,10 @@ pub(crate) async fn job_pod(
         Some(c) => {
             return Err(ApiError::field(
                 "container",
-                format!("the pod has no container {c} (it has {})", containers.join(", ")),
+                format!(
+                    "the pod has no container {c} (it has {})",
+                    containers.join(", ")
+                ),
             ));
         }
         None => containers

@@ -364,8 +364,12 @@ fn log_request(
 /// The next JSON frame, or the close frame's code.
 async fn frame<S>(ws: &mut S) -> Result<Value, u16>
 where
-    S: futures_util::Stream<Item = Result<tokio_tungstenite::tungstenite::Message, tokio_tungstenite::tungstenite::Error>>
-        + Unpin,
+    S: futures_util::Stream<
+            Item = Result<
+                tokio_tungstenite::tungstenite::Message,
+                tokio_tungstenite::tungstenite::Error,
+            >,
+        > + Unpin,
 {
     use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::Message;
@@ -403,23 +407,42 @@ fn twenty_viewers_share_one_log_stream_and_one_that_stops_reading_is_cut_off() {
         &token,
         Method::POST,
         &jobs,
-        Some(json!({"job": "logs", "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py"}})),
+        Some(
+            json!({"job": "logs", "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py"}}),
+        ),
     );
     assert_eq!(status, 200, "{started}");
     let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
 
     // REST and MCP read the tail; a pod that is not the job's is refused by field.
-    let (status, tail) = hypd.call(&token, Method::GET, &format!("{jobs}/logs/logs?tail_lines=5"), None);
+    let (status, tail) = hypd.call(
+        &token,
+        Method::GET,
+        &format!("{jobs}/logs/logs?tail_lines=5"),
+        None,
+    );
     assert_eq!(status, 200, "{tail}");
     assert_eq!(tail["pod"], "logs-pod-0", "{tail}");
     let lines = tail["lines"].as_array().unwrap();
     assert!(!lines.is_empty() && lines.len() <= 5, "{tail}");
     assert!(lines[0].as_str().unwrap().contains("loss="), "{tail}");
-    let (status, refused) = hypd.call(&token, Method::GET, &format!("{jobs}/logs/logs?pod=other-pod"), None);
-    assert_eq!((status, &refused["error"]["errors"][0]["field"]), (422, &json!("pod")), "{refused}");
+    let (status, refused) = hypd.call(
+        &token,
+        Method::GET,
+        &format!("{jobs}/logs/logs?pod=other-pod"),
+        None,
+    );
+    assert_eq!(
+        (status, &refused["error"]["errors"][0]["field"]),
+        (422, &json!("pod")),
+        "{refused}"
+    );
 
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         use futures_util::StreamExt;
         // Four lines a simulated second: some 2,400 a second at the test's clock.
