@@ -116,7 +116,8 @@ fn a_training_job_runs_spends_its_budget_as_the_ledger_shows_and_is_deleted() {
     let jobs = format!("/api/v1/clusters/{name}/training-jobs");
     let body = json!({"job": "sft", "nodes": 2,
         "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py", "args": ["--epochs", "1"]},
-        "recovery": {"job_max_retry_count": 3, "restarts_before_full_job_restart": 5}});
+        "recovery": {"job_max_retry_count": 3, "restarts_before_full_job_restart": 5},
+        "log_monitoring": [{"name": "hang", "pattern": "step \\d+: loss=", "expected_frequency_seconds": 120}]});
 
     // Nothing is ready: the operator is off and the script not uploaded; both say so, by
     // field, in the check and in the refusal alike.
@@ -284,7 +285,42 @@ fn a_training_job_runs_spends_its_budget_as_the_ledger_shows_and_is_deleted() {
         "{got:#}"
     );
 
-    // Failing for good: the last restart, then the job fails with the reason.
+    // A hang: pod 0 stops printing; the log rule fires and restarts it, as the ledger says.
+    rt.block_on(async {
+        let client = kube_client(&world, name).await;
+        Api::<Pod>::namespaced(client, "default")
+            .patch(
+                "sft-pod-0",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"sim.hypd.dev/hang-after-seconds": "1"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    });
+    let got = wait_for_job(&hypd, &token, name, "sft", "the hang restarted", |j| {
+        j["recovery"]["restarts_used"] == 3
+    });
+    let hang = &got["recovery"]["entries"][2];
+    assert_eq!(
+        (&hang["log_rule"], &hang["pod"], &hang["exit_code"]),
+        (&json!("hang"), &json!("sft-pod-0"), &Value::Null),
+        "{got:#}"
+    );
+    assert!(
+        hang["message"].as_str().unwrap().contains("a hang"),
+        "{got:#}"
+    );
+    assert!(
+        got["recovery"]["next_failure"]
+            .as_str()
+            .unwrap()
+            .starts_with("the job fails"),
+        "{got:#}"
+    );
+
+    // Failing for good: the job fails with the reason.
     rt.block_on(annotate(
         &world,
         name,

@@ -21,6 +21,9 @@ use crate::world::Shared;
 
 /// Pod annotation: sim seconds between two log lines (default 1).
 pub const INTERVAL_ANNOTATION: &str = "sim.hypd.dev/log-interval-seconds";
+/// Pod annotation: sim seconds after its start when the container stops printing but
+/// keeps running (a hang).
+pub const HANG_ANNOTATION: &str = "sim.hypd.dev/hang-after-seconds";
 /// Lines generated per chunk of a response.
 const BATCH: u64 = 1000;
 /// Real time between two looks at a followed container.
@@ -33,6 +36,8 @@ struct Source {
     container: String,
     start: f64,
     end: Option<f64>,
+    /// When it stops printing while it runs on (a hang).
+    silent: Option<f64>,
     interval: f64,
     /// A model download's container: its model and revision (it prints progress).
     download: Option<(String, String)>,
@@ -42,6 +47,7 @@ impl Source {
     /// Lines written by sim epoch `t`.
     fn count_at(&self, t: f64) -> u64 {
         let t = self.end.map_or(t, |e| t.min(e));
+        let t = self.silent.map_or(t, |s| t.min(s));
         if t < self.start {
             return 0;
         }
@@ -158,14 +164,30 @@ fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
         .or_else(|| super::controllers::run_seconds(pod).map(|run| start + run));
     let download =
         super::controllers::download_of(pod).map(|(model, revision, _)| (model, revision));
+    let silent = pod["metadata"]["annotations"][HANG_ANNOTATION]
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(|after| start + after);
     Ok(Source {
         pod: name.to_owned(),
         container,
         start,
         end,
+        silent,
         interval,
         download,
     })
+}
+
+/// The last line pod `pod`'s (only or default) container printed by sim epoch `now`, and
+/// when; None before its first, or when its log cannot be read.
+pub fn last_line(pod: &Value, now: f64) -> Option<(String, f64)> {
+    let src = source(pod, None).ok()?;
+    let i = src.count_at(now).checked_sub(1)?;
+    Some((
+        src.line(i, false).trim_end().to_owned(),
+        src.start + i as f64 * src.interval,
+    ))
 }
 
 fn render(src: &Source, from: u64, to: u64, timestamps: bool) -> Bytes {

@@ -2,7 +2,9 @@
 //! launched together, the job completes when all succeed, and a failed pod is restarted
 //! within the job's `runPolicy` as the operator does: in place while the evaluation
 //! period's count allows, then the whole job, until `jobMaxRetryCount` or
-//! `maxFullJobRestarts` is spent and the job fails with the reason. Each restart is an
+//! `maxFullJobRestarts` is spent and the job fails with the reason. A running pod one of
+//! the job's log rules fires on (its pattern not seen within its start cut-off, or not
+//! again within its expected frequency: a hang) counts as a failure too. Each restart is an
 //! Event on the job and an entry of `status.restartHistory` (the sim's status shape: the
 //! operator publishes no CRD).
 //!
@@ -16,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::pods::{EXIT_ANNOTATION, RUN_ANNOTATION};
 use super::{condition, finish_time, is_ready, owned, pod_from, snapshot, start_time, upsert};
+use crate::clock::reached;
 use crate::kube::admission::object;
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::parse_rfc3339;
@@ -77,6 +80,9 @@ impl Budget {
         }
     }
 }
+
+/// A pod that failed: its exit code, or the log rule that fired on it and why.
+type Failure<'a> = (&'a Value, Option<i64>, Option<(String, String)>);
 
 /// What a failed pod leads to.
 enum Verdict {
@@ -156,6 +162,45 @@ fn event(store: &mut Store, job: &Value, reason: &str, message: &str, now: &str)
     store.put(Key::new("/events", &ns, &name), e);
 }
 
+/// The log rule of `rules` (the job's `logMonitoringConfiguration`) that fires on running
+/// pod `pod` at sim epoch `now`, with why: its pattern not seen within
+/// `expectedStartCutOffInSeconds` of the start, or not again within
+/// `expectedRecurringFrequencyInSeconds` (a hang). The sim's lines all share one shape,
+/// so whether the last line matches is whether any does. (Metric thresholds are not
+/// judged: the sim's numbers only fall.)
+fn fired(rules: &Value, pod: &Value, now: f64) -> Option<(String, String)> {
+    let started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+        .as_str()
+        .and_then(parse_rfc3339)?;
+    let last = crate::kube::logs::last_line(pod, now);
+    for rule in rules.as_array().into_iter().flatten() {
+        let (Some(name), Some(pattern)) = (rule["name"].as_str(), rule["logPattern"].as_str())
+        else {
+            continue;
+        };
+        let Ok(re) = regex::Regex::new(pattern) else {
+            continue;
+        };
+        let seen = last
+            .as_ref()
+            .filter(|(text, _)| re.is_match(text))
+            .map(|(_, at)| *at);
+        let cutoff = rule["expectedStartCutOffInSeconds"].as_f64();
+        let every = rule["expectedRecurringFrequencyInSeconds"].as_f64();
+        let why = match (seen, cutoff, every) {
+            (None, Some(c), _) if reached(now, started + c) => {
+                format!("{pattern} not seen within {c} s of the start")
+            }
+            (Some(at), _, Some(f)) if reached(now, at + f) => {
+                format!("{pattern} not seen for {f} s (a hang)")
+            }
+            _ => continue,
+        };
+        return Some((name.to_owned(), why));
+    }
+    None
+}
+
 /// HyperPodPyTorchJob: `replicas` pods per replica spec, launched together; failures
 /// restarted within the run policy; complete when every pod has succeeded.
 pub(super) fn pytorchjobs(store: &mut Store, now: &str) {
@@ -177,21 +222,35 @@ pub(super) fn pytorchjobs(store: &mut Store, now: &str) {
                 .unwrap_or_default()
                 .to_owned()
         });
-        for pod in pods.iter().filter(|p| p["status"]["phase"] == "Failed") {
+        // Failed pods, and running ones a log rule fired on.
+        let epoch_now = parse_rfc3339(now).unwrap_or(0.0);
+        let rules = job["spec"]["runPolicy"]["logMonitoringConfiguration"].clone();
+        let failures: Vec<Failure> = pods
+            .iter()
+            .filter_map(|p| match p["status"]["phase"].as_str() {
+                Some("Failed") => Some((p, exit_code(p), None)),
+                Some("Running") => fired(&rules, p, epoch_now).map(|r| (p, None, Some(r))),
+                _ => None,
+            })
+            .collect();
+        for (pod, code, rule) in failures {
             if done || failed.is_some() {
                 break;
             }
             let pod_name = meta(pod, "name");
             let node = pod["spec"]["nodeName"].as_str().map(str::to_owned);
-            let code = exit_code(pod);
             let attempt = budget.restarts + 1;
-            let what = format!(
-                "pod {pod_name}{} exited with code {}",
-                node.as_deref()
-                    .map(|n| format!(" on {n}"))
-                    .unwrap_or_default(),
-                code.map_or_else(|| "unknown".to_owned(), |c| c.to_string())
-            );
+            let on = node
+                .as_deref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default();
+            let what = match &rule {
+                Some((name, why)) => format!("log rule {name} fired on pod {pod_name}{on}: {why}"),
+                None => format!(
+                    "pod {pod_name}{on} exited with code {}",
+                    code.map_or_else(|| "unknown".to_owned(), |c| c.to_string())
+                ),
+            };
             let (action, reason, message) = match decide(&policy, &mut budget, now) {
                 Verdict::RestartPod => {
                     store.remove(&Key::new("/pods", &ns, &pod_name));
@@ -224,8 +283,11 @@ pub(super) fn pytorchjobs(store: &mut Store, now: &str) {
                 }
             };
             event(store, &job, reason, &message, now);
-            budget.history.push(json!({ "attempt": attempt, "time": now, "action": action,
-                "pod": pod_name, "node": node, "exitCode": code, "reason": reason, "message": message }));
+            budget
+                .history
+                .push(json!({ "attempt": attempt, "time": now, "action": action,
+                "pod": pod_name, "node": node, "exitCode": code, "logRule": rule.map(|(n, _)| n),
+                "reason": reason, "message": message }));
             if matches!(action, "full_job_restart") {
                 break;
             }
@@ -250,7 +312,6 @@ pub(super) fn pytorchjobs(store: &mut Store, now: &str) {
             .iter()
             .filter(|p| !super::is_terminal(p) && marked(p))
             .count() as u64;
-        let epoch_now = parse_rfc3339(now).unwrap_or(0.0);
         for mut pod in live
             .into_iter()
             .filter(|p| p["status"]["phase"] == "Running" && !marked(p))
