@@ -28,19 +28,21 @@ pub const MAX_ARG_CHARS: usize = 1024;
 /// Most log-monitoring rules per job.
 pub const MAX_LOG_RULES: usize = 16;
 
-/// What the job runs; `kind` picks the recipe. Decoded by hand (below) so a bad value
-/// is reported at its own path (`recipe.script`), which serde's tagged enums lose.
+// What the job runs; `kind` picks the recipe. Decoded by hand (below) so a bad value
+// is reported at its own path (`recipe.script`), which serde's tagged enums lose.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Recipe {
-    /// A PyTorch script on the shared bucket, launched on every node by `hyperpodrun`.
+    // A PyTorch script on the shared bucket, launched on every node by `hyperpodrun`.
     Pytorch {
         script: PodPath,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         args: Vec<String>,
     },
-    /// A LLaMA-Factory training config (SFT, DPO, …) on the shared bucket.
-    LlamaFactory { config: PodPath },
+    // A LLaMA-Factory training config (SFT, DPO, …) on the shared bucket.
+    LlamaFactory {
+        config: PodPath,
+    },
 }
 
 impl Recipe {
@@ -122,20 +124,20 @@ impl<'de> Deserialize<'de> for Recipe {
     }
 }
 
-/// How many failures the training operator absorbs before it gives up: its `runPolicy`.
+// How many failures the training operator absorbs before it gives up: its `runPolicy`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Recovery {
-    /// Pod restarts in all, over the job's life (default 50).
+    // Pod restarts in all, over the job's life (default 50).
     #[serde(default = "Recovery::default_retries")]
     pub job_max_retry_count: RetryCount,
-    /// Pod restarts within one evaluation period before the whole job restarts (default 3).
+    // Pod restarts within one evaluation period before the whole job restarts (default 3).
     #[serde(default = "Recovery::default_restarts")]
     pub restarts_before_full_job_restart: RestartCount,
-    /// The period restarts are counted in (default 21,600 s: six hours).
+    // The period restarts are counted in (default 21,600 s: six hours).
     #[serde(default = "Recovery::default_period")]
     pub eval_period_seconds: EvalPeriodSeconds,
-    /// Full-job restarts before the job fails (default 1).
+    // Full-job restarts before the job fails (default 1).
     #[serde(default = "Recovery::default_full")]
     pub max_full_job_restarts: RestartCount,
 }
@@ -189,31 +191,31 @@ impl Comparison {
     }
 }
 
-/// A log-monitoring rule: the operator restarts the job when a pattern is not seen in
-/// time (a hang) or the number it captures crosses a threshold (an outlier).
+// A log-monitoring rule: the operator restarts the job when a pattern is not seen in
+// time (a hang) or the number it captures crosses a threshold (an outlier).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogRule {
     pub name: LogRuleName,
-    /// A regular expression; for a threshold, its first group captures the number.
+    // A regular expression; for a threshold, its first group captures the number.
     pub pattern: String,
-    /// The pattern must be seen within this many seconds of the start.
+    // The pattern must be seen within this many seconds of the start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_cutoff_seconds: Option<LogSeconds>,
-    /// Then again at least this often (a hang otherwise).
+    // Then again at least this often (a hang otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_frequency_seconds: Option<LogSeconds>,
-    /// The captured number is judged against this, with `comparison`.
+    // The captured number is judged against this, with `comparison`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric_threshold: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison: Option<Comparison>,
-    /// Consecutive values that must break the threshold (default 1).
+    // Consecutive values that must break the threshold (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation_data_points: Option<DataPoints>,
 }
 
-/// Elastic training: the job runs on as few as `min_nodes` and grows to `max_nodes`.
+// Elastic training: the job runs on as few as `min_nodes` and grows to `max_nodes`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Elastic {
@@ -350,7 +352,7 @@ impl Command for SubmitTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "submit_training_job",
         summary: "Submit a training job (a PyTorch script or a LLaMA-Factory config)",
-        description: "Makes a HyperPodPyTorchJob from a recipe: `pytorch` (script and args) or `llama_factory` (config), each a file of the shared bucket as pods see it (/s3/...). Every pod asks for the instance type's GPUs and EFA, runs on the group's nodes with the shared bucket at /s3, and the operator restarts failures within `recovery`. Checked first exactly as check_training_job reports; `dry_run` shows the object as it will be applied. Returns an operation that finishes once every pod runs: follow it with wait_operation, then get_training_job.",
+        description: "A HyperPodPyTorchJob from a recipe: `pytorch` (script, args) or `llama_factory` (config), files of the shared bucket as pods see them (/s3/...). Pods get the type's GPUs and EFA, the group's nodes, the bucket at /s3; the operator restarts failures within `recovery`. Refused with check_training_job's failed verdicts; `dry_run` shows the object as applied. Returns an operation that ends once every pod runs: wait_operation, then get_training_job.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -377,14 +379,23 @@ impl Command for SubmitTrainingJob {
 #[serde(transparent)]
 pub struct CheckTrainingJob(pub SubmitTrainingJob);
 
-/// The submit request's own schema (an object of its fields, as a tool's input must be),
-/// under this command's name.
+/// An object naming the cluster and the job, pointing at submit_training_job's schema for
+/// the rest: the two tools' inputs are one request, and listing its 3 kB schema twice
+/// would cost every agent's tools/list (decoding checks every field the same either way).
 impl JsonSchema for CheckTrainingJob {
     fn schema_name() -> std::borrow::Cow<'static, str> {
         "CheckTrainingJob".into()
     }
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        SubmitTrainingJob::json_schema(generator)
+        schemars::json_schema!({
+            "type": "object",
+            "properties": {
+                "name": generator.subschema_for::<ClusterName>(),
+                "job": generator.subschema_for::<JobName>(),
+                "recipe": { "type": "object" },
+            },
+            "required": ["name", "job", "recipe"],
+        })
     }
 }
 
@@ -415,7 +426,7 @@ impl Command for CheckTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "check_training_job",
         summary: "Check a training job before submitting it",
-        description: "Takes the same arguments as submit_training_job and returns one verdict per check: the training operator on, the instance group and its GPUs and EFA per pod, enough healthy nodes, the shared bucket's claim bound, the script or config in the bucket, the elastic-training rules, the log rules and the name free. submit_training_job refuses with the failed ones. Read-only.",
+        description: "The same arguments as submit_training_job (idempotency_key and dry_run ignored); one verdict per check: the training operator on, the group's GPUs and EFA per pod, enough healthy nodes, the shared claim bound, the file in the bucket, the elastic and log rules, the name free. A submit is refused with the failed ones. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -609,7 +620,7 @@ impl Command for GetTrainingJobLogs {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_training_job_logs",
         summary: "Read a training job's pod logs",
-        description: "The last `tail_lines` lines (default 100, at most 5000) of a pod of the job (default its first pod) and container, or those written in the last `since_seconds`. To follow a log live, open the WebSocket /api/v1/clusters/{name}/training-jobs/{job}/logs/stream (same query and authentication; `after` resumes after a line number). Read-only.",
+        description: "A pod's (default the job's first) last `tail_lines` lines (default 100, at most 5000), or those of the last `since_seconds`. Live: the WebSocket /api/v1/clusters/{name}/training-jobs/{job}/logs/stream (same query and token; `after` resumes after a line number). Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

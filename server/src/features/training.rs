@@ -6,6 +6,7 @@
 
 use app::api::ApiError;
 use app::api::features::{Feature, FeatureState};
+use kube::api::ListParams;
 
 use crate::aws::Aws;
 use crate::cluster::dependencies::TRAINING_OPERATOR;
@@ -15,6 +16,8 @@ use crate::operation::pipeline::Progress;
 use crate::resources::eks::addon::State as AddonState;
 use crate::resources::eks::pod_identity::PodIdentity;
 use crate::resources::iam::role::{Role, RoleSpec, Trust};
+use crate::resources::kube::training::HyperPodPyTorchJob;
+use crate::resources::kube::{self as kubernetes};
 use crate::resources::{Resource, Want, converge, is_planning, missing, plan};
 
 /// The operator's service account, which its pod identity names.
@@ -115,6 +118,35 @@ impl<'a> TrainingOperator<'a> {
     /// Why turning it off cannot be done by hypd, if so.
     pub async fn not_ours(&self) -> Result<Option<String>, ApiError> {
         super::not_ours(self.aws, self.at, &TRAINING_OPERATOR).await
+    }
+
+    /// Why it may not be turned off now, if so: training jobs exist, and removing the
+    /// add-on removes its CRD and every job with it.
+    pub async fn jobs_left(&self) -> Result<Option<String>, ApiError> {
+        let client = kubernetes::connect(self.aws, &self.at.region, &self.at.eks).await?;
+        let api = kube::Api::<HyperPodPyTorchJob>::all(client);
+        let mut jobs = Vec::new();
+        let listed = kubernetes::each_listed(&api, ListParams::default(), |j| {
+            jobs.push(format!(
+                "{}/{}",
+                j.metadata.namespace.unwrap_or_default(),
+                j.metadata.name.unwrap_or_default()
+            ))
+        })
+        .await;
+        match listed {
+            Ok(()) => {}
+            // No CRD, no job.
+            Err(e) if kubernetes::kind_not_served(&e) => {}
+            Err(e) => return Err(e),
+        }
+        Ok((!jobs.is_empty()).then(|| {
+            format!(
+                "training jobs exist on {} ({}); turning the training operator off deletes its CRD and every job with it: delete them first (delete_training_job)",
+                self.at.eks,
+                jobs.join(", ")
+            )
+        }))
     }
 
     /// One step towards `on`.

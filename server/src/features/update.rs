@@ -108,6 +108,9 @@ impl Pipeline for UpdateFeatures {
                     if !on && let Some(why) = t.not_ours().await? {
                         return Err(ApiError::field(feature.as_str(), why));
                     }
+                    if !on && let Some(why) = t.jobs_left().await? {
+                        return Err(ApiError::field(feature.as_str(), why));
+                    }
                     if t.holds(on).await? {
                         self.drop(feature);
                     }

@@ -54,6 +54,23 @@ pub(crate) fn operator_missing(cluster: &str) -> ApiError {
     )
 }
 
+/// Job `job` of cluster `cluster`: not found, or the operator missing, as such.
+async fn read_job(
+    client: &kube::Client,
+    cluster: &str,
+    job: &str,
+) -> Result<HyperPodPyTorchJob, ApiError> {
+    match kubernetes::get(&jobs(client), job).await {
+        Ok(Some(j)) => Ok(j),
+        Ok(None) => Err(ApiError::NotFound {
+            resource: "training job".into(),
+            name: job.to_owned(),
+        }),
+        Err(e) if kubernetes::kind_not_served(&e) => Err(operator_missing(cluster)),
+        Err(e) => Err(e),
+    }
+}
+
 /// The pods of the namespace, by the uid of the job that owns them.
 async fn pods_by_owner(client: &kube::Client) -> Result<HashMap<String, Vec<Pod>>, ApiError> {
     let mut by_owner: HashMap<String, Vec<Pod>> = HashMap::new();
@@ -208,17 +225,7 @@ impl Handler<GetTrainingJob> for Service {
         let cluster = r.name.as_str();
         let region = region_of(&self.store, cluster).await?;
         let client = kubernetes::connect(&self.aws, &region, cluster).await?;
-        let job = match kubernetes::get(&jobs(&client), r.job.as_str()).await {
-            Ok(Some(j)) => j,
-            Ok(None) => {
-                return Err(ApiError::NotFound {
-                    resource: "training job".into(),
-                    name: r.job.to_string(),
-                });
-            }
-            Err(e) if kubernetes::kind_not_served(&e) => return Err(operator_missing(cluster)),
-            Err(e) => return Err(e),
-        };
+        let job = read_job(&client, cluster, r.job.as_str()).await?;
         let uid = job.metadata.uid.clone().unwrap_or_default();
         let pods = pods_by_owner(&client)
             .await?
@@ -291,17 +298,7 @@ pub(crate) async fn job_pod(
 ) -> Result<JobPod, ApiError> {
     let region = region_of(&service.store, cluster).await?;
     let client = kubernetes::connect(&service.aws, &region, cluster).await?;
-    let found = match kubernetes::get(&jobs(&client), job).await {
-        Ok(Some(j)) => j,
-        Ok(None) => {
-            return Err(ApiError::NotFound {
-                resource: "training job".into(),
-                name: job.to_owned(),
-            });
-        }
-        Err(e) if kubernetes::kind_not_served(&e) => return Err(operator_missing(cluster)),
-        Err(e) => return Err(e),
-    };
+    let found = read_job(&client, cluster, job).await?;
     let uid = found.metadata.uid.clone().unwrap_or_default();
     let pods = pods_by_owner(&client)
         .await?

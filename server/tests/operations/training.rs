@@ -347,6 +347,20 @@ fn a_training_job_runs_spends_its_budget_as_the_ledger_shows_and_is_deleted() {
         "failed"
     );
 
+    // The operator cannot be turned off under a job: its CRD would take the job along.
+    let (status, kept) = hypd.call(
+        &token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(json!({"training_operator": false})),
+    );
+    assert_eq!(
+        (status, &kept["error"]["errors"][0]["field"]),
+        (422, &json!("training_operator")),
+        "{kept}"
+    );
+    assert!(kept.to_string().contains("default/sft"), "{kept}");
+
     // The name is taken until the job is deleted; deleting it takes its pods.
     let (status, taken) = hypd.call(&token, Method::POST, &jobs, Some(body.clone()));
     assert_eq!(
