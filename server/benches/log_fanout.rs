@@ -6,9 +6,11 @@
 //! measured is hypd's: one upstream read per stream, each line rendered once, batches
 //! written to every viewer.
 //!
-//! Run: `cargo bench -p server --bench log_fanout` (after `cargo build -p sim --bins`;
-//! needs moto as `scripts/setup --tests` installs it). Under `cargo test` it runs a
-//! smoke-sized pass (2 viewers, a second each) and measures nothing.
+//! Run: `HYPD_SIM_BIN=$CARGO_TARGET_DIR/debug/hypd-sim cargo bench -p server --bench
+//! log_fanout` (after `cargo build -p sim --bins`; a release build has no sim of its own
+//! unless `cargo build --release -p sim`; needs moto as `scripts/setup --tests` installs
+//! it). Under `cargo test` it runs a smoke-sized pass (2 viewers, a second each) and
+//! measures nothing.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
