@@ -388,7 +388,8 @@ pub(crate) async fn check(
 
     let mut bad_patterns = 0;
     for (i, rule) in r.log_monitoring.iter().enumerate() {
-        if let Err(e) = regex::Regex::new(&rule.pattern) {
+        let compiled = regex::Regex::new(&rule.pattern);
+        if let Err(e) = &compiled {
             bad_patterns += 1;
             say(
                 "log_monitoring",
@@ -396,8 +397,7 @@ pub(crate) async fn check(
                 Some(&format!("log_monitoring[{i}].pattern")),
                 format!("not a regular expression: {e}"),
             );
-        } else if rule.metric_threshold.is_some()
-            && regex::Regex::new(&rule.pattern).is_ok_and(|re| re.captures_len() < 2)
+        } else if rule.metric_threshold.is_some() && compiled.is_ok_and(|re| re.captures_len() < 2)
         {
             bad_patterns += 1;
             say(

@@ -7,18 +7,14 @@ use std::time::Duration;
 use app::api::ApiError;
 use app::api::training::{DeleteTrainingJob, NAMESPACE};
 use app::api::values::IdempotencyKey;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
 
-use super::{JOB_LABEL, jobs, operator_missing};
+use super::read_job;
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
-use crate::resources::kube::object::Applied;
+use crate::resources::kube::object::{Applied, made_by_hypd};
 use crate::resources::kube::training::HyperPodPyTorchJob;
 use crate::resources::kube::{self as kubernetes};
-use crate::resources::tags::K8S_MANAGED_BY;
 use crate::resources::{converge, is_planning};
 
 stages! {
@@ -38,18 +34,13 @@ pub struct Outputs {
 
 const POLL: Duration = Duration::from_secs(2);
 
-/// The job's pods, by the label hypd put on its template.
-async fn pods_of(client: &kube::Client, job: &str) -> Result<Vec<String>, ApiError> {
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
-    let mut names = Vec::new();
-    kubernetes::each_listed(
-        &pods,
-        ListParams::default().labels(&format!("{JOB_LABEL}={job}")),
-        |p| names.extend(p.metadata.name),
-    )
-    .await?;
-    names.sort();
-    Ok(names)
+/// The names of the job's pods.
+async fn pod_names(client: &kube::Client, job: &str) -> Result<Vec<String>, ApiError> {
+    Ok(super::pods_of(client, job)
+        .await?
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect())
 }
 
 impl Pipeline for DeleteTrainingJob {
@@ -69,24 +60,15 @@ impl Pipeline for DeleteTrainingJob {
         let cluster = self.name.as_str();
         let at = locate(cx.store, cluster, "to delete training jobs").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        let job = match kubernetes::get(&jobs(&client), self.job.as_str()).await {
-            Ok(j) => j,
-            Err(e) if kubernetes::kind_not_served(&e) => return Err(operator_missing(cluster)),
-            Err(e) => return Err(e),
-        };
-        let Some(job) = job else {
-            return Err(ApiError::field(
-                "job",
-                format!("{cluster} has no training job {}", self.job),
-            ));
-        };
-        let ours = job
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(K8S_MANAGED_BY.0))
-            .is_some_and(|v| v == K8S_MANAGED_BY.1);
-        if !ours {
+        let job = read_job(&client, cluster, self.job.as_str())
+            .await
+            .map_err(|e| match e {
+                ApiError::NotFound { .. } => {
+                    ApiError::field("job", format!("{cluster} has no training job {}", self.job))
+                }
+                other => other,
+            })?;
+        if !made_by_hypd(&job.metadata) {
             return Err(ApiError::field(
                 "job",
                 format!(
@@ -110,7 +92,7 @@ impl Pipeline for DeleteTrainingJob {
         match stage {
             Stage::Job => {
                 if out.pods.is_empty() {
-                    out.pods = pods_of(&client, name).await?;
+                    out.pods = pod_names(&client, name).await?;
                 }
                 let mut job = HyperPodPyTorchJob::new(Default::default(), Default::default());
                 job.metadata.name = Some(name.to_owned());
@@ -124,7 +106,7 @@ impl Pipeline for DeleteTrainingJob {
                 if is_planning() {
                     return Ok(Progress::Done);
                 }
-                let left = pods_of(&client, name).await?;
+                let left = pod_names(&client, name).await?;
                 Ok(Progress::unless_pending(POLL, &left, |pods| {
                     format!("waiting for the job's pods to go: {pods}")
                 }))

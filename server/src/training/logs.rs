@@ -10,7 +10,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use app::api::ApiError;
 use futures_util::{AsyncBufReadExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -130,14 +129,6 @@ impl Stream {
         let _ = self.tx.send(Event::End(reason));
     }
 
-    pub fn ended(&self) -> bool {
-        self.ring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .ended
-            .is_some()
-    }
-
     /// A new viewer starting `from`.
     pub fn join(self: &Arc<Self>, from: From, now: std::time::SystemTime) -> Joined {
         let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
@@ -186,12 +177,6 @@ pub struct LogHub {
 }
 
 impl LogHub {
-    /// Streams with their upstream open now.
-    pub fn open(&self) -> usize {
-        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        streams.values().filter(|w| w.strong_count() > 0).count()
-    }
-
     /// The stream of `key`, following it upstream through `pods` if no viewer does yet.
     pub fn stream(&self, key: StreamKey, pods: Api<Pod>) -> Arc<Stream> {
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
@@ -248,7 +233,7 @@ async fn follow(stream: Weak<Stream>, pods: Api<Pod>, key: StreamKey) {
         }
         Err(e) => {
             let e = crate::resources::kube::upstream(&format!("log Pod/{}", key.pod), e);
-            format!("the log cannot be read: {}", error_text(&e))
+            format!("the log cannot be read: {e}")
         }
     };
     if let Some(s) = stream.upgrade() {
@@ -259,10 +244,6 @@ async fn follow(stream: Weak<Stream>, pods: Api<Pod>, key: StreamKey) {
 /// `2026-01-01T00:00:01.000000000Z` as hypd writes times (milliseconds).
 fn normalise(at: &str) -> String {
     crate::clock::parse_time(at).map_or_else(|| at.to_owned(), crate::clock::format_time)
-}
-
-fn error_text(e: &ApiError) -> String {
-    e.to_string()
 }
 
 /// Drains what a viewer's channel holds now without waiting, up to `max` events: one

@@ -55,7 +55,7 @@ pub(crate) fn operator_missing(cluster: &str) -> ApiError {
 }
 
 /// Job `job` of cluster `cluster`: not found, or the operator missing, as such.
-async fn read_job(
+pub(crate) async fn read_job(
     client: &kube::Client,
     cluster: &str,
     job: &str,
@@ -112,7 +112,7 @@ pub(crate) fn expected_pods(job: &HyperPodPyTorchJob) -> u32 {
         .sum()
 }
 
-fn running(pod: &Pod) -> bool {
+pub(crate) fn running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
@@ -164,9 +164,18 @@ fn summary(job: &HyperPodPyTorchJob, pods: &[Pod]) -> TrainingJobSummary {
     }
 }
 
-/// Why a pod is not running, when it waits.
-pub(crate) fn waiting(pod: &Pod) -> Option<String> {
-    kubernetes::not_running(pod)
+/// The pods of job `job`, by the label hypd put on its template, by name.
+pub(crate) async fn pods_of(client: &kube::Client, job: &str) -> Result<Vec<Pod>, ApiError> {
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+    let mut listed = Vec::new();
+    kubernetes::each_listed(
+        &pods,
+        ListParams::default().labels(&format!("{JOB_LABEL}={job}")),
+        |p| listed.push(p),
+    )
+    .await?;
+    listed.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(listed)
 }
 
 fn pod_view(pod: &Pod) -> TrainingPod {
@@ -177,7 +186,7 @@ fn pod_view(pod: &Pod) -> TrainingPod {
             .and_then(|s| s.phase.clone())
             .unwrap_or_else(|| "Pending".to_owned()),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-        waiting: waiting(pod),
+        waiting: kubernetes::not_running(pod),
         exit_code: status
             .and_then(|s| s.container_statuses.as_ref())
             .and_then(|cs| {

@@ -9,13 +9,10 @@ use std::time::Duration;
 use app::api::ApiError;
 use app::api::training::{NAMESPACE, SubmitTrainingJob};
 use app::api::values::IdempotencyKey;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
 
 use super::check::{check, choose, groups};
-use super::{JOB_LABEL, OPERATION_ANNOTATION, jobs, recipe, waiting};
+use super::{OPERATION_ANNOTATION, jobs, recipe};
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::kube::object::Applied;
@@ -129,24 +126,11 @@ impl Pipeline for SubmitTrainingJob {
                         field: Some("job".into()),
                     });
                 };
-                let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
-                let mut listed = Vec::new();
-                kubernetes::each_listed(
-                    &pods,
-                    ListParams::default().labels(&format!("{JOB_LABEL}={name}")),
-                    |p| listed.push(p),
-                )
-                .await?;
-                listed.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                let listed = super::pods_of(&client, name).await?;
                 let phase = super::phase(&job, &listed);
                 out.phase = Some(phase.to_owned());
                 out.pods = super::expected_pods(&job);
-                out.running = listed
-                    .iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .count() as u32;
+                out.running = listed.iter().filter(|p| super::running(p)).count() as u32;
                 match phase {
                     "running" | "succeeded" => Ok(Progress::Done),
                     "failed" => {
@@ -180,7 +164,7 @@ impl Pipeline for SubmitTrainingJob {
                         let why = listed
                             .iter()
                             .find_map(|p| {
-                                waiting(p).map(|w| {
+                                kubernetes::not_running(p).map(|w| {
                                     format!("{}: {w}", p.metadata.name.as_deref().unwrap_or("pod"))
                                 })
                             })

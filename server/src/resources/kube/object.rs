@@ -148,6 +148,14 @@ fn other_managers<K: Object>(live: &K) -> Vec<String> {
     managers
 }
 
+/// Whether an object carries hypd's label: only those hypd deletes.
+pub fn made_by_hypd(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(tags::K8S_MANAGED_BY.0))
+        .is_some_and(|v| v == tags::K8S_MANAGED_BY.1)
+}
+
 /// The changes for `want` given the live object. Pure.
 pub fn diff<K: Object>(
     want: &Want<()>,
@@ -170,15 +178,11 @@ pub fn diff<K: Object>(
                 vec![Op::Apply { fields }]
             })
         }
-        (Want::Absent, Some(live)) => {
-            let ours = live
-                .meta()
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(tags::K8S_MANAGED_BY.0))
-                .is_some_and(|v| v == tags::K8S_MANAGED_BY.1);
-            Ok(if ours { vec![Op::Delete] } else { Vec::new() })
-        }
+        (Want::Absent, Some(live)) => Ok(if made_by_hypd(live.meta()) {
+            vec![Op::Delete]
+        } else {
+            Vec::new()
+        }),
         (Want::Absent, None) => Ok(Vec::new()),
     }
 }
