@@ -1,12 +1,16 @@
 //! SageMaker managed MLflow tracking servers: Creating → Created, Updating → Updated and
 //! Deleting on the sim's clock, an artifact store that must be an S3 URI and a role
-//! that must exist in moto, and presigned URLs only for a server that is up.
+//! that must exist in moto, and presigned URLs only for a server that is up. With a real
+//! MLflow configured ([`super::mlflow_server`]) a server's URL is that MLflow's, and it
+//! is Created only once that MLflow answers.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::lookups::Lookups;
+use super::mlflow_server::Backend;
 use super::{Order, check_hyphenated, page, str_field, validation};
 use crate::clock::reached;
 use crate::world::{ACCOUNT, Aws, AwsError, Phase, fnv1a};
@@ -34,11 +38,27 @@ pub struct Server {
     /// The last phase entered and when; `Updating` settles to Updated, `Creating` to
     /// Created.
     phase: (Phase, f64),
+    /// The real MLflow's URL, when one serves it.
+    backend: Option<String>,
 }
 
 #[derive(Default)]
 pub struct Mlflow {
     servers: BTreeMap<String, Server>,
+    /// The real MLflow, once a tracking server asked for it.
+    backend: Option<Arc<Backend>>,
+}
+
+impl Mlflow {
+    /// The URL of the real MLflow that tracking server `arn` is, when it is one and up:
+    /// where job pods that name it report.
+    pub fn reporting_url(&self, arn: &str) -> Option<String> {
+        let backend = self.backend.as_ref().filter(|b| b.ready())?;
+        self.servers
+            .values()
+            .any(|s| s.arn() == arn && s.phase.0 != Phase::Deleting)
+            .then(|| backend.url.clone())
+    }
 }
 
 impl Server {
@@ -69,6 +89,9 @@ impl Server {
     }
 
     fn url(&self) -> String {
+        if let Some(url) = &self.backend {
+            return url.clone();
+        }
         format!(
             "https://t-{}.{}.experiments.sagemaker.aws",
             short_id(&self.arn()),
@@ -87,8 +110,15 @@ impl Aws {
         let create = self.stuck("sagemaker", "CreateMlflowTrackingServer");
         let update = self.stuck("sagemaker", "UpdateMlflowTrackingServer");
         let delete = self.stuck("sagemaker", "DeleteMlflowTrackingServer");
+        // A server on a real MLflow is up once that MLflow answers.
+        let starting = self
+            .sagemaker
+            .mlflow
+            .backend
+            .as_ref()
+            .is_some_and(|b| !b.ready());
         move |p| match p {
-            Phase::Creating => create,
+            Phase::Creating => create || starting,
             Phase::Updating => update,
             Phase::Deleting => delete,
         }
@@ -205,8 +235,18 @@ pub fn create(
             "Cannot create tracking server {name} because a tracking server with the same name already exists"
         )));
     }
+    if w.sagemaker.mlflow.backend.is_none()
+        && let Some(bin) = Backend::configured()
+    {
+        match Backend::start(&bin) {
+            Ok(b) => w.sagemaker.mlflow.backend = Some(b),
+            Err(e) => tracing::error!("no real MLflow: {e}"),
+        }
+    }
+    let backend = w.sagemaker.mlflow.backend.as_ref().map(|b| b.url.clone());
     let now = w.clock.now();
     let server = Server {
+        backend,
         name: name.to_owned(),
         region: region.to_owned(),
         artifact_store_uri: uri.to_owned(),

@@ -29,6 +29,7 @@ mod instances;
 mod kubernetes;
 mod lookups;
 mod mlflow;
+mod mlflow_server;
 mod nodes;
 mod paging;
 mod placement;
@@ -133,7 +134,7 @@ pub struct SageMaker {
     pub quotas: BTreeMap<String, u32>,
     pub instance_types: BTreeMap<String, instance_types::InstanceType>,
     pub training_plans: training_plans::TrainingPlans,
-    mlflow: mlflow::Mlflow,
+    pub mlflow: mlflow::Mlflow,
     nodes: u64,
 }
 

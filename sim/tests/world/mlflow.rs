@@ -1,7 +1,7 @@
 //! The real `aws-sdk-sagemaker` client drives managed MLflow tracking servers on
 //! hypd-sim: Creating → Created, Updating → Updated, Deleting → gone, with the artifact
-//! store and role checked as SageMaker checks them, and a throttled create absorbed by
-//! the SDK's retry.
+//! store and role checked as SageMaker checks them, a throttled create absorbed by the
+//! SDK's retry, and (with a real MLflow configured) MLflow's own API at the server's URL.
 
 use crate::support::{
     control, inject, moto, network, refused, sagemaker_client, set_time_scale, sim, wait_for,
@@ -91,10 +91,18 @@ async fn mlflow_tracking_server_lifecycle() {
         Some("s3://hypd-mlflow/exp")
     );
     let url = d.tracking_server_url.unwrap();
-    assert!(
-        url.starts_with("https://t-") && url.ends_with(".us-east-1.experiments.sagemaker.aws"),
-        "{url}"
-    );
+    // With a real MLflow (HYPD_SIM_MLFLOW, as scripts/env.sh sets it) the server is that
+    // MLflow; without one, a URL of AWS's shape that nothing answers.
+    let real =
+        std::env::var_os("HYPD_SIM_MLFLOW").is_some_and(|p| std::path::Path::new(&p).is_file());
+    if real {
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    } else {
+        assert!(
+            url.starts_with("https://t-") && url.ends_with(".us-east-1.experiments.sagemaker.aws"),
+            "{url}"
+        );
+    }
     let (code, _) = refused(
         sm.create_presigned_mlflow_tracking_server_url()
             .tracking_server_name("exp")
@@ -127,6 +135,19 @@ async fn mlflow_tracking_server_lifecycle() {
         status(&sm, "exp").await == Some(TrackingServerStatus::Created)
     })
     .await;
+    if real {
+        // It is MLflow: its own API answers at the server's URL.
+        let searched: serde_json::Value = reqwest::Client::new()
+            .post(format!("{url}/api/2.0/mlflow/experiments/search"))
+            .json(&json!({ "max_results": 10 }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(searched["experiments"][0]["name"], "Default", "{searched}");
+    }
     let signed = sm
         .create_presigned_mlflow_tracking_server_url()
         .tracking_server_name("exp")

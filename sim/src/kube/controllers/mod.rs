@@ -24,6 +24,7 @@ mod downloads;
 mod gc;
 mod jobs;
 mod karpenter;
+mod mlflow_reports;
 mod mounts;
 mod nodes;
 mod pods;
@@ -177,6 +178,7 @@ async fn pass(world: &World, api: &ClusterApi) -> f64 {
         recording(|| reconcile(&mut store, api, &facts, &world.clock))
     };
     let written_due = write_downloads(world, api).await;
+    let reported_due = report_metrics(world, api).await;
     let mut karpenter_due = f64::INFINITY;
     if let (Some(plan), Some(groups)) = (plan, &facts.karpenter)
         && !plan.is_empty()
@@ -186,7 +188,50 @@ async fn pass(world: &World, api: &ClusterApi) -> f64 {
             karpenter_due = karpenter::apply(&mut aws, groups, plan);
         }
     }
-    aws_due.min(kube_due).min(karpenter_due).min(written_due)
+    aws_due
+        .min(kube_due)
+        .min(karpenter_due)
+        .min(written_due)
+        .min(reported_due)
+}
+
+/// Logs what training containers report to MLflow (see [`mlflow_reports`]), with no lock
+/// held while MLflow answers. Due again a step later, but no sooner than half a real
+/// second: at the tests' 600x a step is 17 ms, and one call logs many steps.
+async fn report_metrics(world: &World, api: &ClusterApi) -> f64 {
+    static CLIENT: std::sync::LazyLock<reqwest::Client> = std::sync::LazyLock::new(|| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .expect("a reqwest client builds")
+    });
+    let now = world.clock.epoch(world.clock.now());
+    let pending = mlflow_reports::pending(&*api.store.lock().await, now);
+    if pending.is_empty() {
+        return f64::INFINITY;
+    }
+    let urls: Vec<Option<String>> = {
+        let aws = world.aws.lock().await;
+        pending
+            .iter()
+            .map(|r| aws.sagemaker.mlflow.reporting_url(&r.tracking))
+            .collect()
+    };
+    let mut done = Vec::new();
+    for (r, url) in pending.iter().zip(urls) {
+        // A server that is not up (or not this sim's) hears nothing, as a real one
+        // would not; the pod tries again later.
+        let Some(url) = url else { continue };
+        match mlflow_reports::report(&CLIENT, &url, r).await {
+            Ok(state) => done.push((r, state)),
+            Err(e) => tracing::warn!(pod = %r.pod, "reporting to MLflow: {e}"),
+        }
+    }
+    let mut store = api.store.lock().await;
+    for (r, state) in done {
+        mlflow_reports::reported(&mut store, r, &state);
+    }
+    mlflow_reports::STEP_SECS.max(world.clock.scale() * 0.5)
 }
 
 /// Writes the files of the download containers that started, with no lock held while
