@@ -335,6 +335,15 @@ def test_create_cluster_through_mcp(hypd, sim):
     assert "hypd-mcp-gpu-123456789012-tls" not in buckets, buckets
 
 
+def mlflow_call(url, call, **query):
+    """MLflow's REST API at `url`, as its own client would call it."""
+    import urllib.parse
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/api/2.0/mlflow/{call}?{urllib.parse.urlencode(query)}", timeout=10) as r:
+        return json.loads(r.read())
+
+
 def aws(service, endpoint):
     import boto3
 
@@ -633,7 +642,10 @@ async def training_through_mcp(server, hypd, sim):
     outside /s3, a config not in the bucket), checked verdict by verdict, planned, then
     run: the HyperPodPyTorchJob kubectl sees was accepted by the CRD's schema and its
     pods mount the bucket at /s3 with the group's GPUs; get_training_job shows it running
-    with its budget untouched; deleting it takes two steps and its pods."""
+    with its budget untouched; it reports to the cluster's MLflow tracking server (made
+    through MCP) and its metrics are what the real MLflow server holds; deleting it takes
+    two steps and its pods. Then ms-swift and pytorch planned, a VERL RayJob run on
+    KubeRay (which may not be turned off under it) and deleted, a custom RayJob planned."""
     import base64
     import time
 
@@ -654,6 +666,16 @@ async def training_through_mcp(server, hypd, sim):
         assert status == 200 and same["checks"] == checks["checks"], same
         refused = await client.call_tool("submit_training_job", request)
         assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == "recipe.config", refused
+
+        # The cluster's MLflow tracking server, planned then made; the job reports to it.
+        mlflow_request = {"name": name, "size": "Small"}
+        dry = structured(await client.call_tool("create_mlflow_tracking_server", {**mlflow_request, "dry_run": True}))
+        assert [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]] == [
+            ("create", "iam:Role"), ("create", "sagemaker:MlflowTrackingServer")], dry["plan"]
+        waited = await finished(client, structured(await client.call_tool("create_mlflow_tracking_server", mlflow_request))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        server = aws("sagemaker", sim).describe_mlflow_tracking_server(TrackingServerName=f"{name}-mlflow")
+        assert server["TrackingServerStatus"] == "Created" and server["ArtifactStoreUri"].endswith("/mlflow"), server
 
         config = "model_name_or_path: /s3/models/Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: lora\n"
         await client.call_tool("upload_storage_file", {"name": name, "storage": "shared-s3", "key": "configs/sft.yaml",
@@ -687,18 +709,84 @@ async def training_through_mcp(server, hypd, sim):
         wrong = await client.call_tool("get_training_job_logs", {"name": name, "job": "sft-mcp", "pod": "not-its-pod"})
         assert wrong.is_error and wrong.structured_content["error"]["errors"][0]["field"] == "pod", wrong
 
+        # Its metrics: the points the pod posted to the real MLflow server behind the
+        # tracking server, as MLflow itself has them, its run tagged with attempt 1.
+        for _ in range(120):
+            metrics = structured(await client.call_tool("get_training_job_metrics",
+                                                        {"name": name, "job": "sft-mcp", "metrics": ["loss"]}))
+            if metrics["series"] and len(metrics["series"][0]["points"]) >= 3:
+                break
+            time.sleep(0.5)
+        [series] = metrics["series"]
+        assert series["key"] == "loss" and series["attempt"] == 1, metrics
+        run = mlflow_call(server["TrackingServerUrl"], "runs/get", run_id=series["run_id"])["run"]
+        tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+        assert tags["hypd.job"] == "sft-mcp" and tags["hypd.attempt"] == "1", tags
+        history = mlflow_call(server["TrackingServerUrl"], "metrics/get-history", run_id=series["run_id"], metric_key="loss")
+        by_step = {m["step"]: m["value"] for m in history["metrics"]}
+        assert all(by_step[step] == value for step, value in series["points"]), (series, history)
+        got = structured(await client.call_tool("get_training_job", {"name": name, "job": "sft-mcp"}))
+        assert got["mlflow"]["runs"][0]["run_id"] == series["run_id"] and got["mlflow"]["experiment"] == name, got["mlflow"]
+
         first = structured(await client.call_tool("delete_training_job", {"name": name, "job": "sft-mcp"}))
         assert [(c["action"], c["kind"]) for s in first["plan"]["stages"] for c in s["changes"]] == [
             ("delete", "k8s:sagemaker.amazonaws.com/v1/HyperPodPyTorchJob")], first["plan"]
         confirmed = {"name": name, "job": "sft-mcp", "confirmation": first["confirmation"]}
         waited = await finished(client, structured(await client.call_tool("delete_training_job", confirmed))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
-    for _ in range(40):
-        left = json.loads(kubectl(sim, name, "get", "pods", "-l", "hypd.dev/training-job=sft-mcp", "-o", "json"))["items"]
-        if not left:
-            break
-        time.sleep(0.25)
-    assert not left, left
+        for _ in range(40):
+            left = json.loads(kubectl(sim, name, "get", "pods", "-l", "hypd.dev/training-job=sft-mcp", "-o", "json"))["items"]
+            if not left:
+                break
+            time.sleep(0.25)
+        assert not left, left
+
+        # The other recipes: refused alike on both faces, planned as the objects they make.
+        bad = {"name": name, "job": "swift-mcp", "instance_group": "gpu",
+               "recipe": {"kind": "ms_swift", "command": "dpo", "config": "/s3/configs/sft.yaml"}}
+        refused = await client.call_tool("submit_training_job", bad)
+        status, body = rest_call(hypd, "submit_training_job", bad)
+        assert refused.is_error and status == 422 and body == refused.structured_content, body
+        for recipe, kind in [({"kind": "ms_swift", "command": "sft", "config": "/s3/configs/sft.yaml"}, "sagemaker.amazonaws.com/v1/HyperPodPyTorchJob"),
+                             ({"kind": "pytorch", "script": "/s3/configs/sft.yaml", "args": ["--lr", "1e-4"]}, "sagemaker.amazonaws.com/v1/HyperPodPyTorchJob")]:
+            dry = structured(await client.call_tool("submit_training_job", {"name": name, "job": "other", "instance_group": "gpu",
+                                                                          "recipe": recipe, "dry_run": True}))
+            assert dry["plan"]["stages"][0]["changes"][0]["kind"] == f"k8s:{kind}", dry
+
+        # VERL: KubeRay on, then a RayJob whose head runs on the group with the bucket at /s3.
+        waited = await finished(client, structured(await client.call_tool(
+            "update_features", {"name": name, "kuberay_operator": True}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        verl = {"name": name, "job": "rl-mcp", "instance_group": "gpu",
+                "recipe": {"kind": "verl", "args": ["data.train_files=/s3/data/train.parquet"]}}
+        waited = await finished(client, structured(await client.call_tool("submit_training_job", verl))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        rayjob = json.loads(kubectl(sim, name, "get", "rayjob", "rl-mcp", "-o", "json"))
+        assert "verl.trainer.main_ppo" in rayjob["spec"]["entrypoint"] and "trainer.logger=" in rayjob["spec"]["entrypoint"], rayjob["spec"]
+        [head] = json.loads(kubectl(sim, name, "get", "pods", "-l", "hypd.dev/training-job=rl-mcp", "-o", "json"))["items"]
+        assert head["status"]["phase"] == "Running" and head["metadata"]["labels"]["ray.io/node-type"] == "head", head
+        assert {"name": "shared", "mountPath": "/s3"} in head["spec"]["containers"][0]["volumeMounts"], head["spec"]
+        got = structured(await client.call_tool("get_training_job", {"name": name, "job": "rl-mcp"}))
+        assert (got["kind"], got["recipe"], got["phase"]) == ("RayJob", "verl", "running"), got
+        # KubeRay may not be turned off under a RayJob.
+        refused = await client.call_tool("update_features", {"name": name, "kuberay_operator": False})
+        assert refused.is_error and "rl-mcp" in json.dumps(refused.structured_content), refused
+
+        # A custom RayJob: planned as given, under the job's name.
+        custom = {"name": name, "job": "own-mcp", "dry_run": True, "recipe": {"kind": "custom", "object": {
+            "apiVersion": "ray.io/v1", "kind": "RayJob", "spec": {"entrypoint": "python3 -c 'print(1)'",
+            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}}}}
+        dry = structured(await client.call_tool("submit_training_job", custom))
+        change = dry["plan"]["stages"][0]["changes"][0]
+        assert change["kind"] == "k8s:ray.io/v1/RayJob" and change["name"] == "own-mcp", dry
+
+        first = structured(await client.call_tool("delete_training_job", {"name": name, "job": "rl-mcp"}))
+        assert [(c["action"], c["kind"]) for s in first["plan"]["stages"] for c in s["changes"]] == [
+            ("delete", "k8s:ray.io/v1/RayJob")], first["plan"]
+        waited = await finished(client, structured(await client.call_tool(
+            "delete_training_job", {"name": name, "job": "rl-mcp", "confirmation": first["confirmation"]}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
 
 
 async def fsx_through_mcp(server, hypd, sim):

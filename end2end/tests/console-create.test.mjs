@@ -706,7 +706,7 @@ test('an operator downloads a model into the shared bucket and finds it listed w
   assert.deepEqual(errors, []);
 });
 
-test('an operator checks a PyTorch job, reviews its plan, submits it and sees it run with its budget', async () => {
+test('an operator makes the MLflow server, checks a PyTorch job, reviews its plan, runs it, sees its budget, logs and loss chart, and runs a VERL job', async () => {
   // The operator on and a script in the bucket, through REST: their own forms are tested above.
   const [s1, on] = await rest(server, admin, 'POST', '/api/v1/clusters/e2e-ml/features', { training_operator: true });
   assert.equal(s1, 200, JSON.stringify(on));
@@ -715,6 +715,17 @@ test('an operator checks a PyTorch job, reviews its plan, submits it and sees it
   const { page, errors } = await newPage();
   await signIn(page, admin, '/clusters/e2e-ml/training');
   await page.waitForSelector('.training .empty-training');
+  await settled(page);
+  // No MLflow tracking server yet: the tab offers to make one, plan first.
+  await page.selectOption('form.create-mlflow select[name="size"]', 'Small');
+  await page.click('form.create-mlflow button[type="submit"]');
+  await page.waitForSelector('form.create-mlflow .plan li[data-kind="sagemaker:MlflowTrackingServer"][data-action="create"]');
+  await page.click('form.create-mlflow button[type="submit"]');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/training', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector('.mlflow-server .state-created');
   await settled(page);
   const form = 'form.submit-training';
   await page.fill(`${form} input[name="job"]`, 'console-train');
@@ -763,11 +774,54 @@ test('an operator checks a PyTorch job, reviews its plan, submits it and sees it
   assert.equal(await page.getAttribute('.job-detail pre.log', 'data-lines'), held);
   await page.click('.job-detail button.log-pause');
   assert.match(await page.getAttribute('.job-detail a.log-download', 'href'), /^data:text\/plain/);
+  // The job reports to the cluster's MLflow server: its run, and its loss charted from
+  // the points the pod posted to the real MLflow server.
+  await page.waitForSelector('.job-detail .run-table tr[data-run]', { timeout: 60_000 }).catch(async () => {
+    await page.click('.job-detail button.refresh-job');
+    await page.waitForSelector('.job-detail .run-table tr[data-run]', { timeout: 60_000 });
+  });
+  const charted = async () => {
+    const points = await page.getAttribute('.job-detail figure.chart[data-metric="loss"] polyline', 'points').catch(() => null);
+    return points ? points.trim().split(' ').length : 0;
+  };
+  for (let i = 0; i < 60 && (await charted()) < 3; i++) {
+    await page.click('.job-detail button.refresh-metrics');
+    await page.waitForTimeout(500);
+  }
+  assert.ok((await charted()) >= 3, 'the loss chart has points');
+  await page.waitForSelector('.job-detail figure.chart[data-metric="system/gpu_0_utilization_percentage"] polyline');
   await shot(page, 'training');
   // REST reads the same job.
   const [s3, got] = await rest(server, admin, 'GET', '/api/v1/clusters/e2e-ml/training-jobs/console-train');
   assert.equal(s3, 200, JSON.stringify(got));
   assert.deepEqual([got.recipe, got.phase, got.recovery.restarts_left], ['pytorch', 'running', 50]);
+  assert.equal(got.mlflow.runs[0].attempt, 1);
+
+  // A VERL job through the same form: KubeRay on (through REST), then a RayJob planned and run.
+  const [s4, ray] = await rest(server, admin, 'POST', '/api/v1/clusters/e2e-ml/features', { kuberay_operator: true });
+  assert.equal(s4, 200, JSON.stringify(ray));
+  const rayDone = await waitForOperation(server, admin, ray.operation_id, (op) => ['succeeded', 'failed'].includes(op.state));
+  assert.equal(rayDone.state, 'succeeded', JSON.stringify(rayDone));
+  await page.goto(new URL('/clusters/e2e-ml/training', server.url).href);
+  await hydrated(page);
+  await settled(page);
+  await page.fill(`${form} input[name="job"]`, 'console-rl');
+  await page.selectOption(`${form} select[name="recipe.kind"]`, 'verl');
+  await page.fill(`${form} input[name="recipe.file"]`, '');
+  await page.fill(`${form} input[name="recipe.args"]`, 'data.train_files=/s3/data/train.parquet');
+  await page.fill(`${form} input[name="instance_group"]`, 'accelerated-1');
+  await page.click(`${form} button.check-training`);
+  await page.waitForSelector(`${form} .verdicts.ready li[data-check="feature"][data-passed="true"]`);
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:ray.io/v1/RayJob"][data-action="create"]`);
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/training', server.url).href);
+  await hydrated(page);
+  const rl = '.job-table tr[data-job="console-rl"]';
+  await page.waitForSelector(`${rl} .state-running`);
+  assert.match(await page.textContent(rl), /verl/);
   assert.deepEqual(errors, []);
 });
 

@@ -381,6 +381,33 @@ impl Aws {
         &self.config
     }
 
+    /// The credentials to sign a request hypd makes itself (an EKS token, MLflow's REST
+    /// API), for `purpose`.
+    pub async fn signing_identity(
+        &self,
+        purpose: &str,
+    ) -> Result<aws_smithy_runtime_api::client::identity::Identity, ApiError> {
+        use aws_credential_types::provider::ProvideCredentials;
+        let provider = self
+            .config
+            .credentials_provider()
+            .ok_or_else(|| ApiError::internal("no AWS credentials are configured"))?;
+        let credentials = provider
+            .provide_credentials()
+            .await
+            .map_err(|e| ApiError::Upstream {
+                service: "sts".into(),
+                call: "credentials".into(),
+                code: None,
+                message: format!("no AWS credentials to sign {purpose} with: {e}"),
+                request_id: None,
+                // Credential providers fail for passing reasons too (an expired SSO
+                // token refreshed by the user, IMDS unreachable for a moment).
+                transient: true,
+            })?;
+        Ok(credentials.into())
+    }
+
     pub fn ec2(&self, region: &str) -> aws_sdk_ec2::Client {
         client!(self, aws_sdk_ec2, region)
     }

@@ -13,6 +13,7 @@ pub mod faces;
 pub mod features;
 pub mod inspect;
 pub mod instance_group;
+pub mod mlflow;
 pub mod model;
 pub mod node;
 pub mod operation;

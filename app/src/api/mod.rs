@@ -10,6 +10,7 @@ pub mod features;
 pub mod inspect;
 pub mod instance_groups;
 pub mod listing;
+pub mod mlflow;
 pub mod models;
 pub mod nodes;
 pub mod operations;
@@ -64,7 +65,9 @@ macro_rules! for_each_command {
             $crate::api::training::ListTrainingJobs,
             $crate::api::training::GetTrainingJob,
             $crate::api::training::GetTrainingJobLogs,
+            $crate::api::training::GetTrainingJobMetrics,
             $crate::api::training::DeleteTrainingJob,
+            $crate::api::mlflow::CreateMlflowTrackingServer,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,

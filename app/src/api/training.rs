@@ -1,7 +1,8 @@
-//! Training jobs: `submit_training_job` turns a recipe (a PyTorch script or a
-//! LLaMA-Factory config) into the HyperPod training operator's HyperPodPyTorchJob,
-//! with the instance type's GPUs and EFA, the group's node selector, the shared bucket at
-//! `/s3` in every pod and a recovery budget the operator enforces;
+//! Training jobs: `submit_training_job` turns a recipe (a PyTorch script, a
+//! LLaMA-Factory or ms-swift config, a VERL run, or a spec of your own) into the HyperPod
+//! training operator's HyperPodPyTorchJob or KubeRay's RayJob, with the instance type's
+//! GPUs and EFA, the group's node selector, the shared bucket at `/s3` in every pod, the
+//! MLflow tracking server, and a recovery budget the operator enforces;
 //! `check_training_job` says, check by check, whether the same request may run;
 //! `list_training_jobs`, `get_training_job` (with the budget as a ledger of what used it)
 //! and `delete_training_job` follow it. The job's object is the record: hypd reads the
@@ -16,8 +17,9 @@ use super::operations::OperationRef;
 use super::plan::Gated;
 use super::values::{
     ClusterName, Confirmation, ContainerImage, DataPoints, EksClusterName, EvalPeriodSeconds,
-    IdempotencyKey, InstanceGroupName, JobName, LogLines, LogRuleName, LogSeconds, LogSince,
-    NodeCount, PodName, PodPath, ProcessesPerNode, RestartCount, RetryCount,
+    ExperimentName, IdempotencyKey, InstanceGroupName, JobName, LogLines, LogRuleName, LogSeconds,
+    LogSince, MetricKey, MetricPoints, NodeCount, PodName, PodPath, ProcessesPerNode, RestartCount,
+    RetryCount, TrackingServerName,
 };
 
 /// The namespace jobs run in: the shared bucket's claim is there.
@@ -43,22 +45,170 @@ pub enum Recipe {
     LlamaFactory {
         config: PodPath,
     },
+    // An ms-swift run: `swift sft|pt|rlhf` or `megatron sft|pt|rlhf` with a config file.
+    MsSwift {
+        command: SwiftCommand,
+        config: PodPath,
+    },
+    // A VERL reinforcement-learning run as a KubeRay RayJob: a script on the bucket, or
+    // VERL's PPO trainer (`python3 -m verl.trainer.main_ppo`) with Hydra overrides.
+    Verl {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        script: Option<PodPath>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
+    },
+    // A HyperPodPyTorchJob or RayJob spec of your own, applied as given (checked by the
+    // cluster's CRD schema).
+    Custom {
+        #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
+        object: serde_json::Value,
+    },
 }
+
+/// The ms-swift entry points hypd launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SwiftCommand {
+    Sft,
+    Pt,
+    Rlhf,
+    MegatronSft,
+    MegatronPt,
+    MegatronRlhf,
+}
+
+impl SwiftCommand {
+    /// The module of ms-swift whose file is the entry point (`swift sft` runs it).
+    pub fn module(self) -> &'static str {
+        match self {
+            SwiftCommand::Sft => "swift.cli.sft",
+            SwiftCommand::Pt => "swift.cli.pt",
+            SwiftCommand::Rlhf => "swift.cli.rlhf",
+            SwiftCommand::MegatronSft => "swift.cli._megatron.sft",
+            SwiftCommand::MegatronPt => "swift.cli._megatron.pt",
+            SwiftCommand::MegatronRlhf => "swift.cli._megatron.rlhf",
+        }
+    }
+}
+
+/// The CRD kinds a training job is made of.
+pub const PYTORCH_JOB: &str = "HyperPodPyTorchJob";
+pub const RAY_JOB: &str = "RayJob";
 
 impl Recipe {
     pub fn kind(&self) -> &'static str {
         match self {
             Recipe::Pytorch { .. } => "pytorch",
             Recipe::LlamaFactory { .. } => "llama_factory",
+            Recipe::MsSwift { .. } => "ms_swift",
+            Recipe::Verl { .. } => "verl",
+            Recipe::Custom { .. } => "custom",
         }
     }
 
     /// The file on the bucket the recipe reads, and its request field.
-    pub fn file(&self) -> (&PodPath, &'static str) {
+    pub fn file(&self) -> Option<(&PodPath, &'static str)> {
         match self {
-            Recipe::Pytorch { script, .. } => (script, "recipe.script"),
-            Recipe::LlamaFactory { config } => (config, "recipe.config"),
+            Recipe::Pytorch { script, .. } => Some((script, "recipe.script")),
+            Recipe::LlamaFactory { config } | Recipe::MsSwift { config, .. } => {
+                Some((config, "recipe.config"))
+            }
+            Recipe::Verl { script, .. } => script.as_ref().map(|s| (s, "recipe.script")),
+            Recipe::Custom { .. } => None,
         }
+    }
+
+    /// The kind of object the job is: a RayJob for VERL (and a custom RayJob), a
+    /// HyperPodPyTorchJob otherwise.
+    pub fn object_kind(&self) -> &str {
+        match self {
+            Recipe::Verl { .. } => RAY_JOB,
+            Recipe::Custom { object } => object["kind"].as_str().unwrap_or(PYTORCH_JOB),
+            _ => PYTORCH_JOB,
+        }
+    }
+
+    /// The rules of a recipe that need nothing but the request.
+    fn errors(&self, err: &mut impl FnMut(String, String)) {
+        let args = match self {
+            Recipe::Pytorch { args, .. } | Recipe::Verl { args, .. } => args.as_slice(),
+            _ => &[],
+        };
+        if args.len() > MAX_ARGS {
+            err(
+                "recipe.args".into(),
+                format!("at most {MAX_ARGS} arguments (got {})", args.len()),
+            );
+        }
+        for (i, a) in args.iter().enumerate() {
+            if a.chars().count() > MAX_ARG_CHARS || a.contains('\0') {
+                err(
+                    format!("recipe.args[{i}]"),
+                    format!("an argument is at most {MAX_ARG_CHARS} characters, without NUL"),
+                );
+            }
+        }
+        if let Recipe::Custom { object } = self {
+            custom_errors(object, err);
+        }
+    }
+}
+
+/// The apiVersion each custom kind must have.
+fn api_version_of(kind: &str) -> Option<&'static str> {
+    match kind {
+        PYTORCH_JOB => Some("sagemaker.amazonaws.com/v1"),
+        RAY_JOB => Some("ray.io/v1"),
+        _ => None,
+    }
+}
+
+/// A custom object: one of the two kinds at its version, with a spec; its name and
+/// namespace are the request's (a different one is refused, not silently replaced).
+fn custom_errors(object: &serde_json::Value, err: &mut impl FnMut(String, String)) {
+    let Some(map) = object.as_object() else {
+        return err(
+            "recipe.object".into(),
+            "an object: {apiVersion, kind, spec}".into(),
+        );
+    };
+    let kind = map.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+    match api_version_of(kind) {
+        None => err(
+            "recipe.object.kind".into(),
+            format!("a custom job is a {PYTORCH_JOB} or a {RAY_JOB} (got {kind:?})"),
+        ),
+        Some(v) if map.get("apiVersion").and_then(|a| a.as_str()) != Some(v) => err(
+            "recipe.object.apiVersion".into(),
+            format!("a {kind} is {v}"),
+        ),
+        Some(_) => {}
+    }
+    if !map.get("spec").is_some_and(|s| s.is_object()) {
+        err(
+            "recipe.object.spec".into(),
+            "the job's spec, an object".into(),
+        );
+    }
+    if map.contains_key("status") {
+        err(
+            "recipe.object.status".into(),
+            "a status is the operator's to write".into(),
+        );
+    }
+    let meta = &object["metadata"];
+    if meta["namespace"].as_str().is_some_and(|n| n != NAMESPACE) {
+        err(
+            "recipe.object.metadata.namespace".into(),
+            format!("training jobs run in {NAMESPACE}, where the shared bucket's claim is"),
+        );
+    }
+    if meta.get("name").is_some() {
+        err(
+            "recipe.object.metadata.name".into(),
+            "the job's name is the request's `job`: leave it out".into(),
+        );
     }
 }
 
@@ -68,16 +218,17 @@ impl<'de> Deserialize<'de> for Recipe {
         impl<'de> serde::de::Visitor<'de> for Visit {
             type Value = Recipe;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a recipe: {\"kind\": \"pytorch\", \"script\": …} or {\"kind\": \"llama_factory\", \"config\": …}")
+                f.write_str("a recipe: {\"kind\": \"pytorch\" | \"llama_factory\" | \"ms_swift\" | \"verl\" | \"custom\", …}")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
             ) -> Result<Recipe, A::Error> {
                 use serde::de::Error;
-                const FIELDS: &[&str] = &["kind", "script", "args", "config"];
-                let (mut kind, mut script, mut args, mut config) =
-                    (None::<String>, None, None, None);
+                const FIELDS: &[&str] = &["kind", "script", "args", "config", "command", "object"];
+                const KINDS: &[&str] = &["pytorch", "llama_factory", "ms_swift", "verl", "custom"];
+                let (mut kind, mut script, mut args, mut config, mut command, mut object) =
+                    (None::<String>, None, None, None, None, None);
                 while let Some(key) = map.next_key::<String>()? {
                     // Each value read here carries its key in the error's path.
                     match key.as_str() {
@@ -85,39 +236,55 @@ impl<'de> Deserialize<'de> for Recipe {
                         "script" => script = Some(map.next_value::<PodPath>()?),
                         "args" => args = Some(map.next_value::<Vec<String>>()?),
                         "config" => config = Some(map.next_value::<PodPath>()?),
+                        "command" => command = Some(map.next_value::<SwiftCommand>()?),
+                        "object" => object = Some(map.next_value::<serde_json::Value>()?),
                         other => return Err(A::Error::unknown_field(other, FIELDS)),
                     }
                 }
                 let kind = kind.ok_or_else(|| A::Error::missing_field("kind"))?;
-                let not_for = |field: &'static str| {
-                    A::Error::custom(format!("`{field}` is not a field of a {kind} recipe"))
+                // The fields each kind takes; any other given is refused by name.
+                let takes: &[&str] = match kind.as_str() {
+                    "pytorch" | "verl" => &["script", "args"],
+                    "llama_factory" => &["config"],
+                    "ms_swift" => &["command", "config"],
+                    "custom" => &["object"],
+                    other => return Err(A::Error::unknown_variant(other, KINDS)),
                 };
-                match kind.as_str() {
-                    "pytorch" => {
-                        if config.is_some() {
-                            return Err(not_for("config"));
-                        }
-                        Ok(Recipe::Pytorch {
-                            script: script.ok_or_else(|| A::Error::missing_field("script"))?,
-                            args: args.unwrap_or_default(),
-                        })
-                    }
-                    "llama_factory" => {
-                        if script.is_some() {
-                            return Err(not_for("script"));
-                        }
-                        if args.is_some() {
-                            return Err(not_for("args"));
-                        }
-                        Ok(Recipe::LlamaFactory {
-                            config: config.ok_or_else(|| A::Error::missing_field("config"))?,
-                        })
-                    }
-                    other => Err(A::Error::unknown_variant(
-                        other,
-                        &["pytorch", "llama_factory"],
-                    )),
+                let given = [
+                    ("script", script.is_some()),
+                    ("args", args.is_some()),
+                    ("config", config.is_some()),
+                    ("command", command.is_some()),
+                    ("object", object.is_some()),
+                ];
+                if let Some((field, _)) = given.iter().find(|(f, g)| *g && !takes.contains(f)) {
+                    return Err(A::Error::custom(format!(
+                        "`{field}` is not a field of a {kind} recipe"
+                    )));
                 }
+                fn need<T, E: Error>(v: Option<T>, field: &'static str) -> Result<T, E> {
+                    v.ok_or_else(|| E::missing_field(field))
+                }
+                Ok(match kind.as_str() {
+                    "pytorch" => Recipe::Pytorch {
+                        script: need(script, "script")?,
+                        args: args.unwrap_or_default(),
+                    },
+                    "llama_factory" => Recipe::LlamaFactory {
+                        config: need(config, "config")?,
+                    },
+                    "ms_swift" => Recipe::MsSwift {
+                        command: need(command, "command")?,
+                        config: need(config, "config")?,
+                    },
+                    "verl" => Recipe::Verl {
+                        script,
+                        args: args.unwrap_or_default(),
+                    },
+                    _ => Recipe::Custom {
+                        object: need(object, "object")?,
+                    },
+                })
             }
         }
         d.deserialize_map(Visit)
@@ -248,6 +415,16 @@ pub struct SubmitTrainingJob {
     pub log_monitoring: Vec<LogRule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic: Option<Elastic>,
+    // The script uses HyperPod checkpointless training (recovery from peers' memory),
+    // which refuses elastic training and managed tiered checkpointing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkpointless: bool,
+    // MLflow tracking server (default: the cluster's, if it has one) and experiment
+    // (default: the cluster's name) the job reports to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlflow_tracking_server: Option<TrackingServerName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlflow_experiment: Option<ExperimentName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -263,22 +440,7 @@ impl SubmitTrainingJob {
     pub fn request_errors(&self) -> Vec<FieldError> {
         let mut errors = Vec::new();
         let mut err = |field: String, message: String| errors.push(FieldError::new(field, message));
-        if let Recipe::Pytorch { args, .. } = &self.recipe {
-            if args.len() > MAX_ARGS {
-                err(
-                    "recipe.args".into(),
-                    format!("at most {MAX_ARGS} arguments (got {})", args.len()),
-                );
-            }
-            for (i, a) in args.iter().enumerate() {
-                if a.chars().count() > MAX_ARG_CHARS || a.contains('\0') {
-                    err(
-                        format!("recipe.args[{i}]"),
-                        format!("an argument is at most {MAX_ARG_CHARS} characters, without NUL"),
-                    );
-                }
-            }
-        }
+        self.recipe.errors(&mut err);
         if let Some(e) = &self.elastic {
             if e.min_nodes > e.max_nodes {
                 err(
@@ -297,6 +459,46 @@ impl SubmitTrainingJob {
                         self.nodes.get(),
                         e.min_nodes.get(),
                         e.max_nodes.get()
+                    ),
+                );
+            }
+        }
+        if self.checkpointless && self.elastic.is_some() {
+            err(
+                "elastic".into(),
+                "elastic training is refused with checkpointless training (HyperPod supports neither with the other): drop one".into(),
+            );
+        }
+        // What only the training operator acts on, refused where it would be ignored.
+        let operator_only: &[(&str, bool)] = &[
+            ("log_monitoring", !self.log_monitoring.is_empty()),
+            ("elastic", self.elastic.is_some()),
+            ("checkpointless", self.checkpointless),
+        ];
+        if let Recipe::Verl { .. } = self.recipe {
+            for (field, given) in operator_only {
+                if *given {
+                    err(
+                        (*field).into(),
+                        format!(
+                            "{field} is the HyperPod training operator's; a verl job is a KubeRay RayJob"
+                        ),
+                    );
+                }
+            }
+        }
+        if let Recipe::Custom { .. } = self.recipe {
+            let given = [
+                ("image", self.image.is_some()),
+                ("processes_per_node", self.processes_per_node.is_some()),
+                ("log_monitoring", !self.log_monitoring.is_empty()),
+                ("elastic", self.elastic.is_some()),
+            ];
+            for (field, _) in given.iter().filter(|(_, g)| *g) {
+                err(
+                    (*field).into(),
+                    format!(
+                        "a custom job is applied as given: put {field} in recipe.object's spec"
                     ),
                 );
             }
@@ -351,8 +553,8 @@ impl Command for SubmitTrainingJob {
     type Output = Gated<OperationRef>;
     const SPEC: CommandSpec = CommandSpec {
         name: "submit_training_job",
-        summary: "Submit a training job (a PyTorch script or a LLaMA-Factory config)",
-        description: "A HyperPodPyTorchJob from a recipe: `pytorch` (script, args) or `llama_factory` (config), files of the shared bucket as pods see them (/s3/...). Pods get the type's GPUs and EFA, the group's nodes, the bucket at /s3; the operator restarts failures within `recovery`. Refused with check_training_job's failed verdicts; `dry_run` shows the object as applied. Returns an operation that ends once every pod runs: wait_operation, then get_training_job.",
+        summary: "Submit a training job (PyTorch, LLaMA-Factory, ms-swift, VERL or a custom spec)",
+        description: "A HyperPodPyTorchJob from a recipe: `pytorch` (script, args), `llama_factory` (config), `ms_swift` (command, config); a KubeRay RayJob for `verl` (script or VERL's PPO trainer, args); `custom` applies your own object. Files are the shared bucket's as pods see them (/s3/...). Pods get the type's GPUs and EFA, the group's nodes, the bucket at /s3, the MLflow server. Refused with check_training_job's failed verdicts; `dry_run` shows the object as applied. Returns an operation that ends once every pod runs.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -451,6 +653,8 @@ pub struct ListTrainingJobs {
 pub struct TrainingJobList {
     pub name: String,
     pub jobs: Vec<TrainingJobSummary>,
+    /// The cluster's MLflow tracking server (`<cluster>-mlflow`), if it has one.
+    pub mlflow: Option<super::mlflow::TrackingServer>,
     pub fetched_at: String,
 }
 
@@ -459,8 +663,11 @@ pub struct TrainingJobList {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TrainingJobSummary {
     pub job: String,
-    /// `pytorch`, `llama_factory`, or `custom` for a job hypd did not make.
+    /// `pytorch`, `llama_factory`, `ms_swift`, `verl`, or `custom` (also a job hypd did
+    /// not make).
     pub recipe: String,
+    /// `HyperPodPyTorchJob` or `RayJob`.
+    pub kind: String,
     pub phase: String,
     pub instance_group: Option<String>,
     pub nodes: u32,
@@ -475,7 +682,7 @@ impl Command for ListTrainingJobs {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_training_jobs",
         summary: "List a cluster's training jobs",
-        description: "Every HyperPodPyTorchJob of the cluster (hypd's and others'): recipe, phase, group, nodes, attempt, when. Read-only.",
+        description: "Every HyperPodPyTorchJob and RayJob of the cluster (hypd's and others'): recipe, phase, group, nodes, attempt, when. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -505,7 +712,46 @@ pub struct TrainingJob {
     pub recovery: RecoveryLedger,
     /// The job's events, oldest first.
     pub events: Vec<JobEvent>,
+    /// Where the job reports to MLflow, and its runs (one per attempt), if it does.
+    pub mlflow: Option<JobTracking>,
     pub fetched_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobTracking {
+    /// The tracking server's ARN (the job's MLFLOW_TRACKING_URI).
+    pub tracking_server: String,
+    pub experiment: String,
+    /// The MLflow UI of the experiment (SageMaker asks for a presigned login first).
+    pub url: Option<String>,
+    /// Oldest first; empty until the job's code starts its first run.
+    pub runs: Vec<MlflowRun>,
+    /// Why the runs could not be read, when they could not (the job still runs).
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MlflowRun {
+    pub run_id: String,
+    pub name: Option<String>,
+    /// The job's attempt the run belongs to (hypd tags it `hypd.attempt`).
+    pub attempt: Option<u32>,
+    /// MLflow's: RUNNING, FINISHED, FAILED, KILLED.
+    pub status: String,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    pub link: Option<String>,
+    /// Every metric's last value.
+    pub last: Vec<MetricPoint>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MetricPoint {
+    pub key: String,
+    pub step: i64,
+    pub value: f64,
+    /// Milliseconds since the epoch, as MLflow stores it.
+    pub timestamp: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -632,6 +878,54 @@ impl Command for GetTrainingJobLogs {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct GetTrainingJobMetrics {
+    /// The cluster's name.
+    pub name: EksClusterName,
+    pub job: JobName,
+    // Default: every metric the runs logged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricKey>,
+    // Most points per series (default 500); longer histories are thinned evenly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_points: Option<MetricPoints>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingMetrics {
+    pub name: String,
+    pub job: String,
+    pub tracking: Option<JobTracking>,
+    /// One series per run and metric, runs oldest first.
+    pub series: Vec<MetricSeries>,
+    pub fetched_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MetricSeries {
+    pub run_id: String,
+    pub attempt: Option<u32>,
+    pub key: String,
+    /// `[step, value]`, by step.
+    pub points: Vec<(i64, f64)>,
+}
+
+impl Command for GetTrainingJobMetrics {
+    type Output = TrainingMetrics;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "get_training_job_metrics",
+        summary: "Read a training job's MLflow metrics (loss, throughput, GPU use)",
+        description: "The histories the job's runs logged to its MLflow tracking server (one run per attempt): each metric as [step, value] points, thinned to max_points (default 500). Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/training-jobs/{job}/metrics",
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct DeleteTrainingJob {
     /// The cluster's name.
     pub name: ClusterName,
@@ -649,7 +943,7 @@ impl Command for DeleteTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_training_job",
         summary: "Delete a training job and its pods",
-        description: "Deletes the HyperPodPyTorchJob and waits until its pods are gone (a running job stops; what it wrote to the bucket stays). Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
+        description: "Deletes the job's HyperPodPyTorchJob or RayJob and waits until its pods are gone (a running job stops; what it wrote to the bucket stays). Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -686,7 +980,7 @@ mod tests {
         let stored: SubmitTrainingJob = serde_json::from_value(json!({"name": "ml-1",
             "job": "a", "recipe": {"kind": "llama_factory", "config": "/s3/cfg/sft.yaml"}}))
         .unwrap();
-        assert_eq!(stored.recipe.file().1, "recipe.config");
+        assert_eq!(stored.recipe.file().unwrap().1, "recipe.config");
     }
 
     #[test]
@@ -734,5 +1028,53 @@ mod tests {
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["log_monitoring"][0]["metric_threshold"], json!(0.5));
         assert!(r.validate().is_ok());
+    }
+
+    #[test]
+    fn each_recipe_decodes_and_its_rules_name_their_fields() {
+        let r = submit(
+            json!({"recipe": {"kind": "ms_swift", "command": "rlhf", "config": "/s3/c.yaml"}}),
+        )
+        .unwrap();
+        assert_eq!(r.recipe.object_kind(), PYTORCH_JOB);
+        let e = submit(
+            json!({"recipe": {"kind": "ms_swift", "command": "dpo", "config": "/s3/c.yaml"}}),
+        )
+        .unwrap_err();
+        assert!(e.contains("dpo"), "{e}");
+        let r = submit(json!({"recipe": {"kind": "verl"}, "log_monitoring": [
+            {"name": "hang", "pattern": "step", "expected_frequency_seconds": 60}]}))
+        .unwrap();
+        assert_eq!(r.recipe.object_kind(), RAY_JOB);
+        assert_eq!(r.recipe.file(), None);
+        let fields: Vec<String> = r.request_errors().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["log_monitoring"]);
+        let r =
+            submit(json!({"checkpointless": true, "elastic": {"min_nodes": 1, "max_nodes": 2}}))
+                .unwrap();
+        assert_eq!(r.request_errors()[0].field, "elastic");
+        let r = submit(
+            json!({"image": "x/y:1", "recipe": {"kind": "custom", "object": {
+            "apiVersion": "ray.io/v2", "kind": "RayJob", "metadata": {"name": "other"},
+            "status": {}}}}),
+        )
+        .unwrap();
+        let fields: Vec<String> = r.request_errors().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "recipe.object.apiVersion",
+                "recipe.object.spec",
+                "recipe.object.status",
+                "recipe.object.metadata.name",
+                "image"
+            ]
+        );
+        let e = submit(json!({"recipe": {"kind": "custom", "object": {}, "script": "/s3/a.py"}}))
+            .unwrap_err();
+        assert!(
+            e.contains("`script` is not a field of a custom recipe"),
+            "{e}"
+        );
     }
 }

@@ -1238,3 +1238,69 @@ mod tests {
         );
     }
 }
+
+fn check_tracking_server_name(s: &str) -> Result<(), String> {
+    // SageMaker's pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}
+    let ok = (1..=256).contains(&s.len())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a tracking server name is 1-256 letters, digits and '-', starting and ending with a letter or digit (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A SageMaker managed MLflow tracking server's name.
+    TrackingServerName, check_tracking_server_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[a-zA-Z0-9](-*[a-zA-Z0-9])*$" }
+);
+
+fn check_experiment_name(s: &str) -> Result<(), String> {
+    let ok = (1..=256).contains(&s.chars().count()) && !s.chars().any(char::is_control);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "an MLflow experiment name is 1-256 characters without control characters (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// An MLflow experiment's name, e.g. `llama-sft`.
+    ExperimentName, check_experiment_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 256 }
+);
+
+fn check_metric_key(s: &str) -> Result<(), String> {
+    // MLflow's rule: alphanumerics, underscores, dashes, periods, spaces, slashes, colons.
+    let ok = (1..=250).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ' | '/' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a metric name is 1-250 letters, digits and _ - . / : or spaces, as MLflow allows (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// An MLflow metric's name, e.g. `loss` or `system/gpu_0_utilization_percentage`.
+    MetricKey, check_metric_key,
+    schema: { "type": "string", "minLength": 1, "maxLength": 250 }
+);
+
+bounded_int!(
+    /// Most points of one metric series an answer carries.
+    MetricPoints, 10, 5000, "a number of points"
+);

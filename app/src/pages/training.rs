@@ -1,7 +1,9 @@
-//! The cluster page's Training tab: the jobs `list_training_jobs` finds, one job's pods,
-//! conditions and recovery ledger (`get_training_job`), and the submit form. The form
-//! asks `check_training_job` first and shows every verdict, then the plan (the job's spec
-//! as it will be applied), then runs it: the same checks, plan and operation an agent gets.
+//! The cluster page's Training tab: the jobs `list_training_jobs` finds and the cluster's
+//! MLflow tracking server (or the form that makes it), one job's pods, conditions,
+//! recovery ledger and MLflow runs (`get_training_job`) with their metrics charted
+//! (`get_training_job_metrics`), and the submit form. The form asks `check_training_job`
+//! first and shows every verdict, then the plan (the job's spec as it will be applied),
+//! then runs it: the same checks, plan and operation an agent gets.
 
 use leptos::either::Either;
 use leptos::prelude::*;
@@ -11,9 +13,10 @@ use super::{StateBadge, Table, loading};
 use crate::api::ApiError;
 use crate::api::call::call;
 use crate::api::command::Role;
+use crate::api::mlflow::{CreateMlflowTrackingServer, TrackingServer};
 use crate::api::training::{
-    CheckTrainingJob, GetTrainingJob, ListTrainingJobs, SubmitTrainingJob, TrainingChecks,
-    TrainingJob, TrainingJobList,
+    CheckTrainingJob, GetTrainingJob, GetTrainingJobMetrics, JobTracking, ListTrainingJobs,
+    MetricSeries, SubmitTrainingJob, TrainingChecks, TrainingJob, TrainingJobList,
 };
 use crate::api::values::{EksClusterName, JobName};
 use crate::form::{check, request};
@@ -51,7 +54,13 @@ pub fn TrainingPanel(
                 None => Either::Left(view! {
                     <p class="muted">"Read from the cluster once it is active."</p>
                 }),
-                Some(Ok(list)) => Either::Right(Either::Left(view! { <Jobs list shown_job/> })),
+                Some(Ok(list)) => {
+                    let server = list.mlflow.clone();
+                    Either::Right(Either::Left(view! {
+                        <Jobs list shown_job/>
+                        <Tracking cluster=cluster.get_value() server/>
+                    }))
+                }
                 Some(Err(error)) => Either::Right(Either::Right(view! { <ErrorPanel error/> })),
             }
         })
@@ -72,6 +81,56 @@ pub fn TrainingPanel(
         </IfRole>
     }
     .into_any()
+}
+
+/// The cluster's MLflow tracking server, or (for an operator) the form that makes it.
+#[component]
+fn Tracking(cluster: String, server: Option<TrackingServer>) -> impl IntoView {
+    match server {
+        Some(s) => {
+            let link = s.url.clone().filter(|_| s.up());
+            Either::Left(view! {
+                <p class="mlflow-server">
+                    "MLflow: "<span class="mono">{s.name}</span>" "<StateBadge state=s.status/>
+                    {link.map(|url| view! { " " <a href=url target="_blank" rel="noopener">"Open MLflow"</a> })}
+                </p>
+            })
+        }
+        None => Either::Right(view! {
+            <IfRole role=Role::Operator>
+                <CreateTracking cluster=cluster.clone()/>
+            </IfRole>
+        }),
+    }
+}
+
+#[component]
+fn CreateTracking(cluster: String) -> impl IntoView {
+    let gate = Gate::default();
+    let size = RwSignal::new("Small".to_owned());
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        gate.start::<CreateMlflowTrackingServer>(&[
+            text("name", cluster.clone()),
+            text("size", size.get_untracked()),
+        ]);
+    };
+    view! {
+        <form class="create-mlflow" aria-label="Create an MLflow tracking server" on:submit=submit>
+            <p class="muted">"No MLflow tracking server: jobs report nowhere."</p>
+            <label>"Size "
+                <select name="size" on:change=gate.edit(size) prop:value=move || size.get()>
+                    <option value="Small">"Small (up to 25 users)"</option>
+                    <option value="Medium">"Medium (50)"</option>
+                    <option value="Large">"Large (100)"</option>
+                </select>
+            </label>
+            <button class="primary" type="submit" disabled=move || gate.busy()>
+                {move || if gate.reviewing() { "Create tracking server" } else { "Review plan" }}
+            </button>
+            {gate.view()}
+        </form>
+    }
 }
 
 #[component]
@@ -146,6 +205,8 @@ fn JobDetail(cluster: String, job: String) -> impl IntoView {
 #[component]
 fn Detail(cluster: String, j: TrainingJob) -> impl IntoView {
     let ledger = j.recovery;
+    let tracking = j.mlflow;
+    let metrics_for = (cluster.clone(), j.summary.job.clone());
     let pod_names: Vec<String> = j.pods.iter().map(|p| p.pod.clone()).collect();
     let job_name = j.summary.job.clone();
     let pods = j
@@ -206,11 +267,153 @@ fn Detail(cluster: String, j: TrainingJob) -> impl IntoView {
         } else {
             Either::Right(view! { <p class="muted unspent">"Nothing has used the budget yet."</p> })
         }}
+        {tracking.map(|t| view! { <Runs t/> <Metrics cluster=metrics_for.0 job=metrics_for.1/> })}
     }
 }
 
-/// The submit form: a PyTorch script or a LLaMA-Factory config on the shared bucket, where
-/// it runs and its budget; "Check" shows every verdict, then the plan, then the run.
+/// Where the job reports in MLflow, and its runs with their attempts.
+#[component]
+fn Runs(t: JobTracking) -> impl IntoView {
+    let rows = t
+        .runs
+        .into_iter()
+        .map(|r| {
+            let link = r.link.clone().unwrap_or_default();
+            let id = r.run_id.clone();
+            view! {
+                <tr data-run=id>
+                    <td class="num">{r.attempt.map(|a| a.to_string()).unwrap_or_default()}</td>
+                    <td><a href=link target="_blank" rel="noopener" class="mono">{r.name.unwrap_or(r.run_id)}</a></td>
+                    <td><StateBadge state=r.status/></td>
+                    <td>{r.started_at.unwrap_or_default()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <h3>"MLflow"</h3>
+        <p class="mlflow-experiment">
+            {format!("Experiment {} on ", t.experiment)}<span class="mono">{t.tracking_server}</span>
+            {t.url.map(|u| view! { " " <a href=u target="_blank" rel="noopener">"Open"</a> })}
+        </p>
+        {t.error.map(|e| view! { <p class="error">{e}</p> })}
+        <Table class="run-table" caption="Runs (one per attempt)" columns={&["Attempt", "Run", "Status", "Started"]}>{rows}</Table>
+    }
+}
+
+/// The job's metrics, one chart per metric with a line per run, refreshed on demand.
+#[component]
+fn Metrics(cluster: String, job: String) -> impl IntoView {
+    let reads = RwSignal::new(0u32);
+    let cluster = StoredValue::new(cluster);
+    let job = StoredValue::new(job);
+    let got = Resource::new(
+        move || reads.get(),
+        move |_| async move {
+            let name = EksClusterName::parse(&cluster.get_value())
+                .map_err(|m| ApiError::field("name", m))?;
+            let job = JobName::parse(&job.get_value()).map_err(|m| ApiError::field("job", m))?;
+            call(&GetTrainingJobMetrics {
+                name,
+                job,
+                metrics: Vec::new(),
+                max_points: None,
+            })
+            .await
+        },
+    );
+    let shown = move || {
+        Suspend::new(async move {
+            match got.await {
+                Ok(m) if m.series.is_empty() => Either::Left(
+                    view! {
+                        <p class="muted no-metrics">"No metrics reported yet."</p>
+                    }
+                    .into_any(),
+                ),
+                Ok(m) => {
+                    let mut keys: Vec<String> = m.series.iter().map(|s| s.key.clone()).collect();
+                    keys.sort();
+                    keys.dedup();
+                    Either::Left(
+                        keys.into_iter()
+                            .map(|key| {
+                                let lines: Vec<MetricSeries> =
+                                    m.series.iter().filter(|s| s.key == key).cloned().collect();
+                                view! { <Chart key lines/> }
+                            })
+                            .collect_view()
+                            .into_any(),
+                    )
+                }
+                Err(error) => Either::Right(view! { <ErrorPanel error/> }),
+            }
+        })
+    };
+    view! {
+        <div class="metrics" aria-label="Metrics">
+            <Transition fallback=loading>{shown}</Transition>
+            <button type="button" class="refresh-metrics" on:click=move |_| reads.update(|n| *n += 1)>"Refresh metrics"</button>
+        </div>
+    }
+}
+
+const CHART_W: f64 = 420.0;
+const CHART_H: f64 = 140.0;
+
+/// One metric as a line chart: steps across, values up, a line per run (attempt).
+#[component]
+fn Chart(key: String, lines: Vec<MetricSeries>) -> impl IntoView {
+    let points = lines.iter().flat_map(|l| l.points.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (i64::MAX, i64::MIN, f64::MAX, f64::MIN);
+    for (x, y) in points.filter(|(_, y)| y.is_finite()) {
+        x0 = x0.min(*x);
+        x1 = x1.max(*x);
+        y0 = y0.min(*y);
+        y1 = y1.max(*y);
+    }
+    let dx = ((x1 - x0).max(1)) as f64;
+    let dy = if y1 > y0 { y1 - y0 } else { 1.0 };
+    let paths = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let d = l
+                .points
+                .iter()
+                .filter(|(_, y)| y.is_finite())
+                .map(|(x, y)| {
+                    format!(
+                        "{:.1},{:.1}",
+                        (*x - x0) as f64 / dx * CHART_W,
+                        CHART_H - (y - y0) / dy * CHART_H
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            let attempt = l.attempt.map(|a| a.to_string()).unwrap_or_default();
+            view! { <polyline class=format!("line line-{}", i % 4) data-attempt=attempt points=d/> }
+        })
+        .collect_view();
+    let last = lines
+        .last()
+        .and_then(|l| l.points.last())
+        .map(|(s, v)| format!("step {s}: {v:.4}"))
+        .unwrap_or_default();
+    let metric = key.clone();
+    view! {
+        <figure class="chart" data-metric=metric>
+            <figcaption><span class="mono">{key}</span>" "<span class="muted">{last}</span></figcaption>
+            <svg viewBox=format!("0 -4 {CHART_W} {}", CHART_H + 8.0) role="img" preserveAspectRatio="none">
+                {paths}
+            </svg>
+            <div class="axis muted">{format!("{y0:.3} – {y1:.3} over steps {x0}–{x1}")}</div>
+        </figure>
+    }
+}
+
+/// The submit form: a recipe (PyTorch, LLaMA-Factory, ms-swift, VERL) over a file of the
+/// shared bucket, where it runs, its budget and its MLflow experiment; "Check" shows every verdict, then the plan, then the run.
 #[component]
 fn Submit(cluster: String) -> impl IntoView {
     let gate = Gate::default();
@@ -224,28 +427,31 @@ fn Submit(cluster: String) -> impl IntoView {
     let processes = RwSignal::new(String::new());
     let image = RwSignal::new(String::new());
     let retries = RwSignal::new("50".to_owned());
+    let command = RwSignal::new("sft".to_owned());
+    let experiment = RwSignal::new(String::new());
     let checked = RwSignal::new(None::<Result<TrainingChecks, ApiError>>);
     let inputs = move || {
-        let pytorch = kind.get_untracked() == "pytorch";
+        let recipe = kind.get_untracked();
+        let file_field = match recipe.as_str() {
+            "pytorch" | "verl" => "recipe.script",
+            _ => "recipe.config",
+        };
         let mut inputs = vec![
             text("name", cluster.get_value()),
             text("job", job.get_untracked()),
-            text("recipe.kind", kind.get_untracked()),
-            text(
-                if pytorch {
-                    "recipe.script"
-                } else {
-                    "recipe.config"
-                },
-                file.get_untracked(),
-            ),
+            text("recipe.kind", recipe.clone()),
+            text(file_field, file.get_untracked()),
             text("instance_group", group.get_untracked()),
             integer("nodes", nodes.get_untracked()),
             integer("processes_per_node", processes.get_untracked()),
             text("image", image.get_untracked()),
+            text("mlflow_experiment", experiment.get_untracked()),
             integer("recovery.job_max_retry_count", retries.get_untracked()),
         ];
-        if pytorch {
+        if recipe == "ms_swift" {
+            inputs.push(text("recipe.command", command.get_untracked()));
+        }
+        if matches!(recipe.as_str(), "pytorch" | "verl") {
             for (i, a) in args.get_untracked().split_whitespace().enumerate() {
                 inputs.push(text(format!("recipe.args[{i}]"), a));
             }
@@ -282,13 +488,29 @@ fn Submit(cluster: String) -> impl IntoView {
                 <select name="recipe.kind" on:change=edit(kind) prop:value=move || kind.get()>
                     <option value="pytorch">"PyTorch script"</option>
                     <option value="llama_factory">"LLaMA-Factory config"</option>
+                    <option value="ms_swift">"ms-swift config"</option>
+                    <option value="verl">"VERL (Ray)"</option>
                 </select>
             </label>
-            <label>{move || if kind.get() == "pytorch" { "Script " } else { "Config " }}
+            <label class="swift-command" class:hidden=move || kind.get() != "ms_swift">"Command "
+                <select name="recipe.command" on:change=edit(command) prop:value=move || command.get()>
+                    <option value="sft">"swift sft"</option>
+                    <option value="pt">"swift pt"</option>
+                    <option value="rlhf">"swift rlhf"</option>
+                    <option value="megatron_sft">"megatron sft"</option>
+                    <option value="megatron_pt">"megatron pt"</option>
+                    <option value="megatron_rlhf">"megatron rlhf"</option>
+                </select>
+            </label>
+            <label>{move || match kind.get().as_str() {
+                    "pytorch" => "Script ",
+                    "verl" => "Script (empty: VERL's PPO trainer) ",
+                    _ => "Config ",
+                }}
                 <input type="text" name="recipe.file" placeholder="/s3/scripts/train.py"
                     prop:value=move || file.get() on:input=edit(file)/></label>
             <label>"Arguments "<input type="text" name="recipe.args" placeholder="--epochs 3"
-                disabled=move || kind.get() != "pytorch"
+                disabled=move || !matches!(kind.get().as_str(), "pytorch" | "verl")
                 prop:value=move || args.get() on:input=edit(args)/></label>
             <label>"Instance group "<input type="text" name="instance_group" placeholder="(the GPU group)"
                 prop:value=move || group.get() on:input=edit(group)/></label>
@@ -298,6 +520,8 @@ fn Submit(cluster: String) -> impl IntoView {
                 prop:value=move || processes.get() on:input=edit(processes)/></label>
             <label>"Image "<input type="text" name="image" placeholder="(AWS PyTorch training image)"
                 prop:value=move || image.get() on:input=edit(image)/></label>
+            <label>"MLflow experiment "<input type="text" name="mlflow_experiment" placeholder="(the cluster's name)"
+                prop:value=move || experiment.get() on:input=edit(experiment)/></label>
             <label>"Restarts in all "<input type="text" inputmode="numeric" name="recovery.job_max_retry_count"
                 prop:value=move || retries.get() on:input=edit(retries)/></label>
             <div class="actions">

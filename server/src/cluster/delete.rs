@@ -24,6 +24,7 @@ stages! {
         Hyperpod = "hyperpod", "Delete the HyperPod cluster", true;
         Addons = "addons", "Delete hypd's EKS add-ons", true;
         Eks = "eks", "Delete the EKS cluster (an imported one keeps it and loses only hypd's access entry)", false;
+        Mlflow = "mlflow", "Delete the MLflow tracking server hypd made for the cluster (with its runs) and its role", false;
         Iam = "iam", "Delete the IAM roles and the OIDC provider", false;
         FileSystems = "file_systems", "Delete the FSx file systems hypd made for the cluster's storage (with their files)", false;
         Network = "network", "Delete the network: NAT, gateways, route tables, subnets, security group, VPC", false;
@@ -132,6 +133,12 @@ impl Pipeline for DeleteCluster {
                 out.oidc_provider_arn = None;
                 out.keep(access::revoke(&cx.aws, &region, name).await?);
                 Ok(Progress::Done)
+            }
+            Stage::Mlflow => {
+                let (progress, kept) =
+                    crate::mlflow::create::teardown(&cx.aws, &region, name).await?;
+                out.keep(kept);
+                Ok(progress)
             }
             Stage::Iam => {
                 let known = match &out.oidc_provider_arn {

@@ -271,6 +271,7 @@ macro_rules! for_each_pipeline {
             app::api::models::DownloadModel,
             app::api::training::SubmitTrainingJob,
             app::api::training::DeleteTrainingJob,
+            app::api::mlflow::CreateMlflowTrackingServer,
         }
     };
 }
@@ -437,6 +438,7 @@ mod tests {
                 "hyperpod",
                 "addons",
                 "eks",
+                "mlflow",
                 "iam",
                 "file_systems",
                 "network",
@@ -504,7 +506,11 @@ mod tests {
         assert_eq!(of("download_model"), ["job", "download", "record"]);
         assert_eq!(of("submit_training_job"), ["job", "started"]);
         assert_eq!(of("delete_training_job"), ["job", "pods"]);
-        assert_eq!(names.len(), 18, "a new pipeline: add its stored names here");
+        assert_eq!(
+            of("create_mlflow_tracking_server"),
+            ["role", "server", "available"]
+        );
+        assert_eq!(names.len(), 19, "a new pipeline: add its stored names here");
     }
 
     #[test]

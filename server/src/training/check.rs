@@ -6,16 +6,19 @@
 use app::api::ApiError;
 use app::api::error::FieldError;
 use app::api::storage::SHARED_CLAIM;
-use app::api::training::{CheckTrainingJob, SubmitTrainingJob, TrainingChecks, Verdict};
+use app::api::training::{
+    CheckTrainingJob, RAY_JOB, Recipe, SubmitTrainingJob, TrainingChecks, Verdict,
+};
 use app::api::values::{InstanceGroupName, ProcessesPerNode};
 use aws_sdk_sagemaker::operation::describe_cluster::DescribeClusterOutput;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 
+use super::NODE_GROUP_LABEL;
+use super::job::{self, Lookup};
 use super::recipe::Target;
-use super::{NODE_GROUP_LABEL, jobs, operator_missing};
 use crate::auth::Actor;
 use crate::aws::{Aws, SdkResultExt};
 use crate::cluster::managed::{Where, locate};
@@ -24,8 +27,9 @@ use crate::resources::sagemaker::tiered_storage;
 use crate::service::{Handler, Service};
 use crate::store::Store;
 
-/// The operator's CRD: served means the operator is installed (by hypd or not).
-const CRD: &str = "hyperpodpytorchjobs.sagemaker.amazonaws.com";
+/// The operators' CRDs: served means the operator is installed (by hypd or not).
+const PYTORCH_CRD: &str = "hyperpodpytorchjobs.sagemaker.amazonaws.com";
+const RAY_CRD: &str = "rayjobs.ray.io";
 
 /// One instance group of the cluster and what each of its nodes has.
 pub(crate) struct Group {
@@ -140,6 +144,61 @@ async fn schedulable(client: &kube::Client, group: &str) -> Result<u32, ApiError
     Ok(n)
 }
 
+/// A custom object as the cluster's own CRD schema judges it: a server-side dry-run
+/// apply with strict field validation (unknown fields refused), so the rule is the
+/// installed operator's version, not a copy of it.
+async fn schema_check(
+    client: &kube::Client,
+    r: &SubmitTrainingJob,
+    _object: &serde_json::Value,
+) -> Result<(bool, String), ApiError> {
+    let target = super::recipe::Target {
+        group: String::new(),
+        instance_type: String::new(),
+        gpus: 0,
+        efa: 0,
+    };
+    let made = super::recipe::object(r, &target, "", "check", None)?;
+    let params = PatchParams::apply(crate::resources::kube::FIELD_MANAGER)
+        .dry_run()
+        .validation_strict();
+    let name = r.job.as_str();
+    let result = match made {
+        super::job::Job::PyTorch(o) => {
+            let api: Api<crate::resources::kube::training::HyperPodPyTorchJob> =
+                Api::namespaced(client.clone(), app::api::training::NAMESPACE);
+            api.patch(name, &params, &Patch::Apply(&o))
+                .await
+                .map(|_| ())
+        }
+        super::job::Job::Ray(o) => {
+            let api: Api<crate::resources::kube::training::RayJob> =
+                Api::namespaced(client.clone(), app::api::training::NAMESPACE);
+            api.patch(name, &params, &Patch::Apply(&o))
+                .await
+                .map(|_| ())
+        }
+    };
+    Ok(match result {
+        Ok(()) => (
+            true,
+            format!(
+                "the cluster's {} schema accepts the object",
+                r.recipe.object_kind()
+            ),
+        ),
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => (
+            false,
+            format!(
+                "the cluster's {} schema refuses it: {}",
+                r.recipe.object_kind(),
+                s.message
+            ),
+        ),
+        Err(e) => return Err(kubernetes::upstream("dry-run apply", e)),
+    })
+}
+
 /// What the checks found: the verdicts, and the request with hypd's defaults filled in.
 pub(crate) struct Checked {
     pub request: SubmitTrainingJob,
@@ -186,20 +245,40 @@ pub(crate) async fn check(
     };
 
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    let served = kubernetes::get(&crds, CRD).await?.is_some();
+    let ray = r.recipe.object_kind() == RAY_JOB;
+    let (crd, operator, feature) = if ray {
+        (RAY_CRD, "KubeRay", "kuberay_operator")
+    } else {
+        (
+            PYTORCH_CRD,
+            "the HyperPod training operator",
+            "training_operator",
+        )
+    };
+    let served = kubernetes::get(&crds, crd).await?.is_some();
     say(
         "feature",
         served,
         Some("name"),
         if served {
-            "the HyperPod training operator serves HyperPodPyTorchJob".to_owned()
+            format!("{operator} serves {}", r.recipe.object_kind())
         } else {
-            operator_missing(&cluster).to_string()
+            format!(
+                "{cluster} does not run {operator} ({} is not served): turn it on with update_features ({feature}: true)",
+                r.recipe.object_kind()
+            )
         },
     );
 
-    let groups = groups(aws, &at.region, &described).await?;
+    let custom = matches!(r.recipe, Recipe::Custom { .. });
+    // A custom job's spec says where its pods run and what they ask for.
+    let groups = if custom {
+        Vec::new()
+    } else {
+        groups(aws, &at.region, &described).await?
+    };
     let chosen = match choose(&groups, r.instance_group.as_ref(), &cluster) {
+        _ if custom => None,
         Ok(g) => {
             say(
                 "instance_group",
@@ -294,7 +373,10 @@ pub(crate) async fn check(
         );
     }
 
-    let (file, field) = r.recipe.file();
+    let (file, field) = match r.recipe.file() {
+        Some((file, field)) => (Some(file), field),
+        None => (None, "recipe"),
+    };
     match crate::storage::find(&client, SHARED_CLAIM).await? {
         Some(shared) if shared.phase() == "Bound" => {
             say(
@@ -304,7 +386,9 @@ pub(crate) async fn check(
                 format!("the shared bucket's claim {SHARED_CLAIM} is bound, at /s3 in every pod"),
             );
             match shared.bucket() {
+                _ if file.is_none() => {}
                 Some(bucket) => {
+                    let file = file.expect("matched above");
                     let head = aws
                         .s3(&at.region)
                         .head_object()
@@ -386,6 +470,22 @@ pub(crate) async fn check(
         );
     }
 
+    if r.checkpointless && tiered_storage::Observed::from(&described).enabled.is_some() {
+        say(
+            "checkpointless",
+            false,
+            Some("checkpointless"),
+            "managed tiered checkpointing is on, which checkpointless training is refused with (turn it off with update_features)".to_owned(),
+        );
+    }
+
+    if let Recipe::Custom { object } = &r.recipe
+        && served
+    {
+        let (passed, message) = schema_check(&client, &r, object).await?;
+        say("schema", passed, Some("recipe.object"), message);
+    }
+
     let mut bad_patterns = 0;
     for (i, rule) in r.log_monitoring.iter().enumerate() {
         let compiled = regex::Regex::new(&rule.pattern);
@@ -418,24 +518,34 @@ pub(crate) async fn check(
     }
 
     if served {
-        let existing = kubernetes::get(&jobs(&client), r.job.as_str()).await?;
-        say(
-            "name",
-            existing.is_none(),
-            Some("job"),
-            match existing {
-                None => format!("no training job is named {}", r.job),
-                Some(j) => format!(
-                    "a training job named {} exists ({}): delete it with delete_training_job or choose another name",
+        match job::find(&client, r.job.as_str()).await? {
+            Lookup::Found(j) => say(
+                "name",
+                false,
+                Some("job"),
+                format!(
+                    "a training job named {} exists ({}, {}): delete it with delete_training_job or choose another name",
                     r.job,
-                    if j.status["completionTime"].is_null() {
+                    j.kind(),
+                    if j.finished_at().is_none() {
                         "not finished"
                     } else {
                         "finished"
                     }
                 ),
-            },
-        );
+            ),
+            _ => say(
+                "name",
+                true,
+                Some("job"),
+                format!("no training job is named {}", r.job),
+            ),
+        }
+    }
+
+    if served {
+        let (ok, field, message) = super::metrics::check(aws, &at.region, &mut r).await?;
+        say("mlflow", ok, Some(field), message);
     }
 
     Ok(Checked {

@@ -1,6 +1,7 @@
 //! `delete_training_job`: the job's object deleted (a running job stops), then its pods
 //! waited for until gone. Only a job hypd made is deleted (its label says so); what the
-//! job wrote to the bucket stays.
+//! job wrote to the bucket stays. The kind (HyperPodPyTorchJob or RayJob) is the one the
+//! cluster has by that name.
 
 use std::time::Duration;
 
@@ -9,17 +10,18 @@ use app::api::training::{DeleteTrainingJob, NAMESPACE};
 use app::api::values::IdempotencyKey;
 use serde::{Deserialize, Serialize};
 
+use super::job::{self, Job, Lookup};
 use super::read_job;
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::kube::object::{Applied, made_by_hypd};
-use crate::resources::kube::training::HyperPodPyTorchJob;
+use crate::resources::kube::training::{HyperPodPyTorchJob, RayJob};
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::{converge, is_planning};
 
 stages! {
     pub enum Stage {
-        Job = "job", "The HyperPodPyTorchJob deleted (a running job stops)", false;
+        Job = "job", "The job's object deleted (a running job stops)", false;
         Pods = "pods", "Every pod of the job gone", false;
     }
 }
@@ -34,9 +36,9 @@ pub struct Outputs {
 
 const POLL: Duration = Duration::from_secs(2);
 
-/// The names of the job's pods.
-async fn pod_names(client: &kube::Client, job: &str) -> Result<Vec<String>, ApiError> {
-    Ok(super::pods_of(client, job)
+/// The names of every pod of the jobs' namespace.
+async fn pod_names(client: &kube::Client) -> Result<Vec<String>, ApiError> {
+    Ok(job::all_pods(client)
         .await?
         .into_iter()
         .filter_map(|p| p.metadata.name)
@@ -68,12 +70,14 @@ impl Pipeline for DeleteTrainingJob {
                 }
                 other => other,
             })?;
-        if !made_by_hypd(&job.metadata) {
+        if !made_by_hypd(job.metadata()) {
             return Err(ApiError::field(
                 "job",
                 format!(
-                    "{} was not made by hypd: delete it where it was made (kubectl delete hyperpodpytorchjob {} -n {NAMESPACE})",
-                    self.job, self.job
+                    "{} was not made by hypd: delete it where it was made (kubectl delete {} {} -n {NAMESPACE})",
+                    self.job,
+                    job.kind().to_lowercase(),
+                    self.job
                 ),
             ));
         }
@@ -91,13 +95,34 @@ impl Pipeline for DeleteTrainingJob {
         let name = self.job.as_str();
         match stage {
             Stage::Job => {
+                let found = match job::find(&client, name).await? {
+                    Lookup::Found(j) => j,
+                    // Gone already (this step ran before), or never there.
+                    _ => return Ok(Progress::Done),
+                };
                 if out.pods.is_empty() {
-                    out.pods = pod_names(&client, name).await?;
+                    let pods = found.pods_among(&job::all_pods(&client).await?);
+                    out.pods = pods.into_iter().filter_map(|p| p.metadata.name).collect();
                 }
-                let mut job = HyperPodPyTorchJob::new(Default::default(), Default::default());
-                job.metadata.name = Some(name.to_owned());
-                job.metadata.namespace = Some(NAMESPACE.to_owned());
-                converge(&Applied::namespaced(&client, job).absent()).await?;
+                let metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some(NAMESPACE.to_owned()),
+                    ..Default::default()
+                };
+                match *found {
+                    Job::PyTorch(_) => {
+                        let gone = HyperPodPyTorchJob::new(metadata, Default::default());
+                        {
+                            converge(&Applied::namespaced(&client, gone).absent()).await?;
+                        }
+                    }
+                    Job::Ray(_) => {
+                        let gone = RayJob::new(metadata, Default::default());
+                        {
+                            converge(&Applied::namespaced(&client, gone).absent()).await?;
+                        }
+                    }
+                }
                 Ok(Progress::Done)
             }
             Stage::Pods => {
@@ -106,7 +131,13 @@ impl Pipeline for DeleteTrainingJob {
                 if is_planning() {
                     return Ok(Progress::Done);
                 }
-                let left = pod_names(&client, name).await?;
+                let now = pod_names(&client).await?;
+                let left: Vec<String> = out
+                    .pods
+                    .iter()
+                    .filter(|p| now.contains(p))
+                    .cloned()
+                    .collect();
                 Ok(Progress::unless_pending(POLL, &left, |pods| {
                     format!("waiting for the job's pods to go: {pods}")
                 }))

@@ -7,7 +7,7 @@ use app::api::training::{LedgerEntry, Recovery, RecoveryLedger};
 use app::api::values::{EvalPeriodSeconds, RestartCount, RetryCount};
 use serde_json::Value;
 
-use crate::resources::kube::training::HyperPodPyTorchJob;
+use crate::resources::kube::training::{HyperPodPyTorchJob, RayJob};
 
 /// The attempt a job is on: 1, then one more after every restart (pod or whole job).
 pub fn attempt(status: &Value) -> u32 {
@@ -117,6 +117,35 @@ pub fn ledger(job: &HyperPodPyTorchJob, now: &str) -> RecoveryLedger {
         full_job_restarts_used: full_used,
         next_failure,
         entries,
+    }
+}
+
+/// The ledger of a RayJob: KubeRay retries a failed job on a new Ray cluster up to its
+/// `backoffLimit` and counts failures in `status.failed`; it keeps no history of them, so
+/// the ledger has counts and no entries.
+pub fn ray_ledger(job: &RayJob) -> RecoveryLedger {
+    let failed = job.status["failed"].as_u64().unwrap_or(0) as u32;
+    let limit = job.spec["backoffLimit"].as_u64().unwrap_or(0) as u32;
+    let finished = !job.status["endTime"].is_null();
+    let next_failure = if finished {
+        "nothing: the job has finished".to_owned()
+    } else if failed >= limit {
+        format!("the job fails: all {limit} retries of its backoffLimit are used")
+    } else {
+        format!(
+            "KubeRay runs the job again on a new Ray cluster (retry {} of {limit})",
+            failed + 1
+        )
+    };
+    RecoveryLedger {
+        budget: None,
+        restarts_used: failed,
+        restarts_left: Some(limit.saturating_sub(failed)),
+        restarts_in_period: 0,
+        full_job_restarts_used: failed,
+        full_job_restarts_left: Some(limit.saturating_sub(failed)),
+        next_failure,
+        entries: Vec::new(),
     }
 }
 

@@ -1,17 +1,18 @@
 //! Training jobs on a cluster: `check` (the pre-flight, one verdict per check),
-//! `recipe` (the HyperPodPyTorchJob a request becomes), `ledger` (the recovery budget as
-//! the operator spends it), the `submit` and `delete` pipelines, and the read commands
-//! here. The cluster is the record: jobs are read from its API server, never from hypd's
+//! `recipe` (the HyperPodPyTorchJob or RayJob a request becomes), `job` (either kind as
+//! the cluster holds it), `ledger` (the recovery budget as the operator spends it),
+//! `metrics` (the job's MLflow runs), `logs`, the `submit` and `delete` pipelines, and
+//! the read commands here. The cluster is the record: jobs are read from its API server, never from hypd's
 //! store, so a job made with kubectl is listed too (as `custom`).
 
 pub mod check;
 pub mod delete;
+pub mod job;
 pub mod ledger;
 pub mod logs;
+pub mod metrics;
 pub mod recipe;
 pub mod submit;
-
-use std::collections::HashMap;
 
 use app::api::ApiError;
 use app::api::training::{
@@ -23,8 +24,8 @@ use kube::Api;
 use kube::api::{ListParams, LogParams};
 use serde_json::Value;
 
+use self::job::{Job, Lookup};
 use crate::auth::Actor;
-use crate::resources::kube::training::HyperPodPyTorchJob;
 use crate::resources::kube::{self as kubernetes};
 use crate::service::{Handler, Service};
 use crate::storage::region_of;
@@ -40,142 +41,61 @@ pub const GROUP_ANNOTATION: &str = "hypd.dev/instance-group";
 /// The label HyperPod puts on its nodes: their instance group.
 pub const NODE_GROUP_LABEL: &str = "sagemaker.amazonaws.com/instance-group-name";
 
-pub(crate) fn jobs(client: &kube::Client) -> Api<HyperPodPyTorchJob> {
-    Api::namespaced(client.clone(), NAMESPACE)
-}
-
-/// Why a cluster without the operator's CRD has no training jobs.
+/// Why a cluster without either operator's CRD has no training jobs.
 pub(crate) fn operator_missing(cluster: &str) -> ApiError {
     ApiError::field(
         "name",
         format!(
-            "{cluster} does not run the HyperPod training operator (HyperPodPyTorchJob is not served): turn it on with update_features (training_operator: true)"
+            "{cluster} runs neither the HyperPod training operator nor KubeRay (HyperPodPyTorchJob and RayJob are not served): turn one on with update_features (training_operator: true, or kuberay_operator: true for verl)"
         ),
     )
 }
 
-/// Job `job` of cluster `cluster`: not found, or the operator missing, as such.
+/// Job `job` of cluster `cluster`: not found, or no operator, as such.
 pub(crate) async fn read_job(
     client: &kube::Client,
     cluster: &str,
     job: &str,
-) -> Result<HyperPodPyTorchJob, ApiError> {
-    match kubernetes::get(&jobs(client), job).await {
-        Ok(Some(j)) => Ok(j),
-        Ok(None) => Err(ApiError::NotFound {
+) -> Result<Job, ApiError> {
+    match job::find(client, job).await? {
+        Lookup::Found(j) => Ok(*j),
+        Lookup::Missing => Err(ApiError::NotFound {
             resource: "training job".into(),
             name: job.to_owned(),
         }),
-        Err(e) if kubernetes::kind_not_served(&e) => Err(operator_missing(cluster)),
-        Err(e) => Err(e),
+        Lookup::NoOperator => Err(operator_missing(cluster)),
     }
 }
 
-/// The pods of the namespace, by the uid of the job that owns them.
-async fn pods_by_owner(client: &kube::Client) -> Result<HashMap<String, Vec<Pod>>, ApiError> {
-    let mut by_owner: HashMap<String, Vec<Pod>> = HashMap::new();
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
-    kubernetes::each_listed(&pods, ListParams::default(), |p| {
-        let owner = p
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.kind == HyperPodPyTorchJob::KIND)
-            .map(|o| o.uid.clone());
-        if let Some(uid) = owner {
-            by_owner.entry(uid).or_default().push(p);
-        }
-    })
-    .await?;
-    for pods in by_owner.values_mut() {
-        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    }
-    Ok(by_owner)
-}
-
-fn condition_true(status: &Value, kind: &str) -> bool {
-    status["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == kind && c["status"] == "True")
-}
-
-/// The pods a job asks for: the replicas of every replica spec.
-pub(crate) fn expected_pods(job: &HyperPodPyTorchJob) -> u32 {
-    job.spec["replicaSpecs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| s["replicas"].as_u64().unwrap_or(1) as u32)
-        .sum()
-}
-
-pub(crate) fn running(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
-/// `succeeded`, `failed`, `running` (every pod runs), `restarting` (after a failure) or
-/// `pending`.
-pub(crate) fn phase(job: &HyperPodPyTorchJob, pods: &[Pod]) -> &'static str {
-    let status = &job.status;
-    if condition_true(status, "Failed") {
-        "failed"
-    } else if condition_true(status, "Completed") {
-        "succeeded"
-    } else if expected_pods(job) > 0
-        && pods.iter().filter(|p| running(p)).count() as u32 == expected_pods(job)
-    {
-        "running"
-    } else if status["restartCount"].as_u64().unwrap_or(0) > 0 {
-        "restarting"
-    } else {
-        "pending"
-    }
-}
-
-fn summary(job: &HyperPodPyTorchJob, pods: &[Pod]) -> TrainingJobSummary {
-    let labels = job.metadata.labels.clone().unwrap_or_default();
-    let annotations = job.metadata.annotations.clone().unwrap_or_default();
+fn summary(job: &Job, pods: &[Pod]) -> TrainingJobSummary {
+    let labels = job.metadata().labels.clone().unwrap_or_default();
+    let annotations = job.metadata().annotations.clone().unwrap_or_default();
     let ours = labels.contains_key(JOB_LABEL);
     let group = annotations.get(GROUP_ANNOTATION).cloned().or_else(|| {
-        job.spec["replicaSpecs"][0]["template"]["spec"]["nodeSelector"][NODE_GROUP_LABEL]
-            .as_str()
+        job.templates()
+            .first()
+            .and_then(|t| t["spec"]["nodeSelector"][NODE_GROUP_LABEL].as_str())
             .map(str::to_owned)
     });
     TrainingJobSummary {
-        job: job.metadata.name.clone().unwrap_or_default(),
+        job: job.name().to_owned(),
         recipe: labels
             .get(RECIPE_LABEL)
             .filter(|_| ours)
             .cloned()
             .unwrap_or_else(|| "custom".to_owned()),
-        phase: phase(job, pods).to_owned(),
+        kind: job.kind().to_owned(),
+        phase: job.phase(pods).to_owned(),
         instance_group: group,
-        nodes: expected_pods(job),
-        attempt: ledger::attempt(&job.status),
+        nodes: job.expected_pods(),
+        attempt: job.attempt(),
         created_at: job
-            .metadata
+            .metadata()
             .creation_timestamp
             .as_ref()
             .map(|t| t.0.to_string()),
-        finished_at: job.status["completionTime"].as_str().map(str::to_owned),
+        finished_at: job.finished_at(),
     }
-}
-
-/// The pods of job `job`, by the label hypd put on its template, by name.
-pub(crate) async fn pods_of(client: &kube::Client, job: &str) -> Result<Vec<Pod>, ApiError> {
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
-    let mut listed = Vec::new();
-    kubernetes::each_listed(
-        &pods,
-        ListParams::default().labels(&format!("{JOB_LABEL}={job}")),
-        |p| listed.push(p),
-    )
-    .await?;
-    listed.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    Ok(listed)
 }
 
 fn pod_view(pod: &Pod) -> TrainingPod {
@@ -201,28 +121,22 @@ impl Handler<ListTrainingJobs> for Service {
         let fetched_at = crate::clock::now();
         let region = region_of(&self.store, r.name.as_str()).await?;
         let client = kubernetes::connect(&self.aws, &region, r.name.as_str()).await?;
-        let mut listed = Vec::new();
-        match kubernetes::each_listed(&jobs(&client), ListParams::default(), |j| listed.push(j))
-            .await
-        {
-            Ok(()) => {}
-            // No operator, no jobs.
-            Err(e) if kubernetes::kind_not_served(&e) => {}
-            Err(e) => return Err(e),
-        }
-        let pods = pods_by_owner(&client).await?;
-        let none = Vec::new();
+        let listed = job::list(&client).await?;
+        let pods = job::all_pods(&client).await?;
         let mut jobs: Vec<TrainingJobSummary> = listed
             .iter()
-            .map(|j| {
-                let uid = j.metadata.uid.clone().unwrap_or_default();
-                summary(j, pods.get(&uid).unwrap_or(&none))
-            })
+            .map(|j| summary(j, &j.pods_among(&pods)))
             .collect();
         jobs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.job.cmp(&b.job)));
+        let mlflow = crate::resources::sagemaker::tracking_server::describe(
+            &self.aws.sagemaker(&region),
+            &app::api::mlflow::default_server(r.name.as_str()),
+        )
+        .await?;
         Ok(TrainingJobList {
             name: r.name.to_string(),
             jobs,
+            mlflow,
             fetched_at,
         })
     }
@@ -235,11 +149,8 @@ impl Handler<GetTrainingJob> for Service {
         let region = region_of(&self.store, cluster).await?;
         let client = kubernetes::connect(&self.aws, &region, cluster).await?;
         let job = read_job(&client, cluster, r.job.as_str()).await?;
-        let uid = job.metadata.uid.clone().unwrap_or_default();
-        let pods = pods_by_owner(&client)
-            .await?
-            .remove(&uid)
-            .unwrap_or_default();
+        let uid = job.metadata().uid.clone().unwrap_or_default();
+        let pods = job.pods_among(&job::all_pods(&client).await?);
         let mut events = Vec::new();
         let api = Api::<Event>::namespaced(client.clone(), NAMESPACE);
         kubernetes::each_listed(&api, ListParams::default(), |e| {
@@ -258,7 +169,7 @@ impl Handler<GetTrainingJob> for Service {
         })
         .await?;
         events.sort_by(|a, b| a.at.cmp(&b.at));
-        let conditions = job.status["conditions"]
+        let conditions = job.status()["conditions"]
             .as_array()
             .into_iter()
             .flatten()
@@ -270,19 +181,24 @@ impl Handler<GetTrainingJob> for Service {
                 at: c["lastTransitionTime"].as_str().map(str::to_owned),
             })
             .collect();
-        let container = &job.spec["replicaSpecs"][0]["template"]["spec"]["containers"][0];
+        let image = job
+            .templates()
+            .first()
+            .and_then(|t| t["spec"]["containers"][0]["image"].as_str())
+            .map(str::to_owned);
         Ok(TrainingJob {
             name: cluster.to_owned(),
             summary: summary(&job, &pods),
-            image: container["image"].as_str().map(str::to_owned),
-            processes_per_node: match &job.spec["nprocPerNode"] {
+            image,
+            processes_per_node: match &job.spec()["nprocPerNode"] {
                 Value::String(s) => s.parse().ok(),
                 v => v.as_u64().map(|n| n as u32),
             },
             pods: pods.iter().map(pod_view).collect(),
             conditions,
-            recovery: ledger::ledger(&job, &crate::clock::now()),
+            recovery: job.ledger(&crate::clock::now()),
             events,
+            mlflow: metrics::job_tracking(&self.aws, &region, cluster, &job).await,
             fetched_at,
         })
     }
@@ -308,11 +224,7 @@ pub(crate) async fn job_pod(
     let region = region_of(&service.store, cluster).await?;
     let client = kubernetes::connect(&service.aws, &region, cluster).await?;
     let found = read_job(&client, cluster, job).await?;
-    let uid = found.metadata.uid.clone().unwrap_or_default();
-    let pods = pods_by_owner(&client)
-        .await?
-        .remove(&uid)
-        .unwrap_or_default();
+    let pods = found.pods_among(&job::all_pods(&client).await?);
     let names: Vec<String> = pods
         .iter()
         .filter_map(|p| p.metadata.name.clone())

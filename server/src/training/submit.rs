@@ -11,8 +11,10 @@ use app::api::training::{NAMESPACE, SubmitTrainingJob};
 use app::api::values::IdempotencyKey;
 use serde::{Deserialize, Serialize};
 
+use super::OPERATION_ANNOTATION;
 use super::check::{check, choose, groups};
-use super::{OPERATION_ANNOTATION, jobs, recipe};
+use super::job::{self, Job, Lookup};
+use super::recipe;
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::kube::object::Applied;
@@ -21,7 +23,7 @@ use crate::resources::{converge, is_planning};
 
 stages! {
     pub enum Stage {
-        Job = "job", "The HyperPodPyTorchJob applied: pods with the type's GPUs and EFA, on the group's nodes, the shared bucket at /s3", true;
+        Job = "job", "The job's object applied (a HyperPodPyTorchJob, or a RayJob for verl): pods with the type's GPUs and EFA, on the group's nodes, the shared bucket at /s3", true;
         Started = "started", "Every pod of the job running (or the job already finished)", true;
     }
 }
@@ -39,6 +41,11 @@ pub struct Outputs {
     pub running: u32,
     #[serde(default)]
     pub pods: u32,
+    /// The MLflow tracking server's ARN and the experiment the job reports to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracking_server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<String>,
     /// The job's phase when the operation last looked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
@@ -82,12 +89,14 @@ impl Pipeline for SubmitTrainingJob {
             Stage::Job => {
                 let live = if is_planning() {
                     None
+                } else if let Lookup::Found(j) = job::find(&client, name).await? {
+                    Some(j)
                 } else {
-                    kubernetes::get(&jobs(&client), name).await?
+                    None
                 };
                 if let Some(live) = live {
                     let made_by = live
-                        .metadata
+                        .metadata()
                         .annotations
                         .as_ref()
                         .and_then(|a| a.get(OPERATION_ANNOTATION));
@@ -102,64 +111,73 @@ impl Pipeline for SubmitTrainingJob {
                         ),
                     ));
                 }
-                let described = crate::resources::sagemaker::described(
-                    &cx.aws.sagemaker(&at.region),
-                    &at.hyperpod,
-                )
-                .await?;
-                let groups = groups(&cx.aws, &at.region, &described).await?;
-                let group = choose(&groups, self.instance_group.as_ref(), self.name.as_str())
-                    .map_err(|why| ApiError::field("instance_group", why))?;
-                out.instance_group = Some(group.name.clone());
-                let object = recipe::object(self, &group.target(), &at.region, &cx.operation_id)?;
-                converge(&Applied::namespaced(&client, object)).await?;
+                let target = if let app::api::training::Recipe::Custom { .. } = self.recipe {
+                    // Applied as given: the spec says where its pods run.
+                    recipe::Target::default()
+                } else {
+                    let described = crate::resources::sagemaker::described(
+                        &cx.aws.sagemaker(&at.region),
+                        &at.hyperpod,
+                    )
+                    .await?;
+                    let groups = groups(&cx.aws, &at.region, &described).await?;
+                    let group = choose(&groups, self.instance_group.as_ref(), self.name.as_str())
+                        .map_err(|why| ApiError::field("instance_group", why))?;
+                    out.instance_group = Some(group.name.clone());
+                    group.target()
+                };
+                let tracking = super::metrics::tracking(&cx.aws, &at.region, self).await?;
+                if let Some(t) = &tracking {
+                    out.tracking_server = Some(t.arn.clone());
+                    out.experiment = Some(t.experiment.clone());
+                }
+                let object = recipe::object(
+                    self,
+                    &target,
+                    &at.region,
+                    &cx.operation_id,
+                    tracking.as_ref(),
+                )?;
+                match object {
+                    Job::PyTorch(o) => {
+                        converge(&Applied::namespaced(&client, o)).await?;
+                    }
+                    Job::Ray(o) => {
+                        converge(&Applied::namespaced(&client, o)).await?;
+                    }
+                }
                 Ok(Progress::Done)
             }
             Stage::Started => {
                 if is_planning() {
                     return Ok(Progress::Done);
                 }
-                let Some(job) = kubernetes::get(&jobs(&client), name).await? else {
+                let Lookup::Found(job) = job::find(&client, name).await? else {
                     return Err(ApiError::Conflict {
                         message: format!("the training job {name} was deleted before its pods ran"),
                         operation_id: None,
                         field: Some("job".into()),
                     });
                 };
-                let listed = super::pods_of(&client, name).await?;
-                let phase = super::phase(&job, &listed);
+                let listed = job.pods_among(&job::all_pods(&client).await?);
+                let phase = job.phase(&listed);
                 out.phase = Some(phase.to_owned());
-                out.pods = super::expected_pods(&job);
-                out.running = listed.iter().filter(|p| super::running(p)).count() as u32;
+                out.pods = job.expected_pods();
+                out.running = job.running(&listed);
                 match phase {
                     "running" | "succeeded" => Ok(Progress::Done),
-                    "failed" => {
-                        let ledger = super::ledger::ledger(&job, &crate::clock::now());
-                        let why = job.status["conditions"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .find(|c| c["type"] == "Failed")
-                            .map(|c| {
-                                format!(
-                                    "{}: {}",
-                                    c["reason"].as_str().unwrap_or("Failed"),
-                                    c["message"].as_str().unwrap_or_default()
-                                )
-                            })
-                            .unwrap_or_else(|| "the operator marked it Failed".to_owned());
-                        Err(ApiError::Upstream {
-                            service: "kubernetes".into(),
-                            call: format!("HyperPodPyTorchJob {NAMESPACE}/{name}"),
-                            code: Some("JobFailed".into()),
-                            message: format!(
-                                "the job failed before all its pods ran ({} restarts used): {why}",
-                                ledger.restarts_used
-                            ),
-                            request_id: None,
-                            transient: false,
-                        })
-                    }
+                    "failed" => Err(ApiError::Upstream {
+                        service: "kubernetes".into(),
+                        call: format!("{} {NAMESPACE}/{name}", job.kind()),
+                        code: Some("JobFailed".into()),
+                        message: format!(
+                            "the job failed before all its pods ran ({} restarts used): {}",
+                            job.ledger(&crate::clock::now()).restarts_used,
+                            job.failure()
+                        ),
+                        request_id: None,
+                        transient: false,
+                    }),
                     _ => {
                         let why = listed
                             .iter()

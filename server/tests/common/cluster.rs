@@ -486,6 +486,9 @@ pub fn changed_kind(service: &str, operation: &str) -> Option<String> {
                 "sagemaker",
                 "BatchRebootClusterNodes" | "BatchReplaceClusterNodes" | "BatchDeleteClusterNodes",
             ) => "sagemaker:ClusterNode",
+            ("sagemaker", "CreateMlflowTrackingServer" | "DeleteMlflowTrackingServer") => {
+                "sagemaker:MlflowTrackingServer"
+            }
             _ => return None,
         }
         .to_owned(),

@@ -549,6 +549,44 @@ pub const CASES: &[Case] = &[
         ],
     },
     Case {
+        command: "create_mlflow_tracking_server",
+        given: created,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/mlflow");
+            (Method::POST, path, json!({}))
+        },
+        check: |_, hypd, token, name| {
+            let (status, listed) = hypd.call(
+                token,
+                Method::GET,
+                &format!("/api/v1/clusters/{name}/training-jobs"),
+                None,
+            );
+            assert_eq!(status, 200, "{listed}");
+            assert_eq!(
+                listed["mlflow"]["name"],
+                format!("{name}-mlflow"),
+                "{listed:#}"
+            );
+            assert_eq!(listed["mlflow"]["status"], "Created", "{listed:#}");
+            assert!(
+                listed["mlflow"]["artifact_store"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("s3://") && s.ends_with("/mlflow")),
+                "{listed:#}"
+            );
+        },
+        // The server stage describes the server before and after creating it.
+        calls: &[
+            call("role", "iam", "PutRolePolicy"),
+            call("server", "sagemaker", "CreateMlflowTrackingServer"),
+            Call {
+                after: 2,
+                ..call("available", "sagemaker", "DescribeMlflowTrackingServer")
+            },
+        ],
+    },
+    Case {
         command: "delete_training_job",
         given: |world, hypd, token, name| {
             training_ready(world, hypd, token, name);

@@ -3,7 +3,9 @@
 //! showing the object as applied, a PyTorch job whose pods run on the group's nodes with
 //! its GPUs, EFA and the shared bucket at /s3, failures spending the recovery budget as
 //! the ledger shows, the budget running out failing the job with the reason, and the
-//! job deleted with its pods.
+//! job deleted with its pods; ms-swift, VERL (a RayJob of a head and workers) and
+//! custom jobs, and a job's metrics read back from the real MLflow server behind the
+//! sim's tracking server.
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::Pod;
@@ -605,4 +607,187 @@ fn twenty_viewers_share_one_log_stream_and_one_that_stops_reading_is_cut_off() {
     // All of them were one upstream stream (it lingers a while for reconnects).
     assert_eq!(open_streams(&hypd), 1.0);
     drop(world);
+}
+
+/// Runs `body` as an operation of cluster `name` at `path` and waits until it succeeds.
+fn run_op(hypd: &Hypd, token: &str, path: &str, body: Value) -> Value {
+    let (status, started) = hypd.call(token, Method::POST, path, Some(body));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    op
+}
+
+#[test]
+fn ms_swift_verl_and_custom_jobs_run_and_report_metrics_to_mlflow() {
+    let name = "ml-recipes";
+    let (world, hypd, token, _) = world_with_cluster(FAST, json!({}), small(name));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let jobs = format!("/api/v1/clusters/{name}/training-jobs");
+    operator_on(&hypd, &token, name);
+    upload(&hypd, &token, name, "configs/swift.yaml");
+
+    // A verl job needs KubeRay: the check names the feature to turn on.
+    let verl = json!({"job": "rl", "nodes": 2, "recipe": {"kind": "verl",
+        "args": ["data.train_files=/s3/data/train.parquet"]}});
+    let (_, checks) = hypd.call(
+        &token,
+        Method::POST,
+        &format!("{jobs}/check"),
+        Some(verl.clone()),
+    );
+    assert_eq!(failed(&checks), ["feature"], "{checks:#}");
+    assert!(
+        checks.to_string().contains("kuberay_operator: true"),
+        "{checks}"
+    );
+    // A name of a tracking server that does not exist is refused by its field.
+    let mut unknown = json!({"job": "sw", "mlflow_tracking_server": "nope",
+        "recipe": {"kind": "ms_swift", "command": "sft", "config": "/s3/configs/swift.yaml"}});
+    let (status, refused) = hypd.call(&token, Method::POST, &jobs, Some(unknown.clone()));
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["errors"][0]["field"],
+        "mlflow_tracking_server"
+    );
+
+    run_op(
+        &hypd,
+        &token,
+        &format!("/api/v1/clusters/{name}/features"),
+        json!({"kuberay_operator": true}),
+    );
+    let op = run_op(
+        &hypd,
+        &token,
+        &format!("/api/v1/clusters/{name}/mlflow"),
+        json!({}),
+    );
+    assert_eq!(op["outputs"]["status"], "Created", "{op:#}");
+
+    // ms-swift: a HyperPodPyTorchJob reporting to the cluster's tracking server.
+    unknown
+        .as_object_mut()
+        .unwrap()
+        .remove("mlflow_tracking_server");
+    let op = run_op(&hypd, &token, &jobs, unknown);
+    assert!(
+        op["outputs"]["tracking_server"]
+            .as_str()
+            .is_some_and(|a| a.ends_with(&format!(":mlflow-tracking-server/{name}-mlflow"))),
+        "{op:#}"
+    );
+    assert_eq!(op["outputs"]["experiment"], name);
+
+    // Its run reports while it runs: get_training_job links it, tagged with attempt 1,
+    // and the metrics are the points the pod posted to the real MLflow server.
+    let got = wait_for_job(&hypd, &token, name, "sw", "a run in MLflow", |j| {
+        j["mlflow"]["runs"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+    });
+    let run = &got["mlflow"]["runs"][0];
+    assert_eq!(run["attempt"], 1, "{got:#}");
+    assert!(
+        got["mlflow"]["tracking_server"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(":mlflow-tracking-server/{name}-mlflow"))
+    );
+    let metrics = format!("{jobs}/sw/metrics?metrics=loss&max_points=50");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let loss = loop {
+        let (status, m) = hypd.call(&token, Method::GET, &metrics, None);
+        assert_eq!(status, 200, "{m}");
+        let points = m["series"][0]["points"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if points.len() >= 5 {
+            assert_eq!(m["series"][0]["key"], "loss");
+            break points;
+        }
+        assert!(std::time::Instant::now() < deadline, "loss points: {m:#}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(loss.len() <= 50);
+    let first = loss[0][1].as_f64().unwrap();
+    let last = loss[loss.len() - 1][1].as_f64().unwrap();
+    assert!(last < first, "loss falls: {loss:?}");
+
+    // verl on a node freed by deleting the ms-swift job: a RayJob with a head and a
+    // worker on the group's nodes, each with the node's GPU and the bucket at /s3.
+    let (status, started) = hypd.confirmed(&token, Method::DELETE, &format!("{jobs}/sw"), None);
+    assert_eq!(status, 200, "{started}");
+    hypd.finish(&token, started["operation_id"].as_str().unwrap());
+    let op = run_op(&hypd, &token, &jobs, verl);
+    assert_eq!(op["outputs"]["running"], 2, "{op:#}");
+    let pods: Vec<Pod> = rt.block_on(async {
+        let client = kube_client(&world, name).await;
+        Api::<Pod>::namespaced(client, "default")
+            .list(&ListParams::default().labels("hypd.dev/training-job=rl"))
+            .await
+            .unwrap()
+            .items
+    });
+    let kinds: Vec<String> = pods
+        .iter()
+        .map(|p| p.metadata.labels.as_ref().unwrap()["ray.io/node-type"].clone())
+        .collect();
+    assert_eq!(kinds, ["head", "worker"], "{pods:#?}");
+    for p in &pods {
+        let p = serde_json::to_value(p).unwrap();
+        let c = &p["spec"]["containers"][0];
+        assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1");
+        assert_eq!(c["volumeMounts"][0]["mountPath"], "/s3");
+        assert_eq!(
+            p["spec"]["nodeSelector"]["sagemaker.amazonaws.com/instance-group-name"],
+            "gpu"
+        );
+    }
+    let (_, listed) = hypd.call(&token, Method::GET, &jobs, None);
+    let rl = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == "rl")
+        .unwrap();
+    assert_eq!(
+        (&rl["kind"], &rl["recipe"], &rl["phase"], &rl["nodes"]),
+        (
+            &json!("RayJob"),
+            &json!("verl"),
+            &json!("running"),
+            &json!(2)
+        ),
+        "{listed:#}"
+    );
+
+    // A custom RayJob with a field its CRD does not have is refused by the cluster's own
+    // schema; without it, it is applied as given.
+    let mut custom = json!({"job": "mine", "recipe": {"kind": "custom", "object": {
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "spec": {"entrypoint": "python3 -c 'print(1)'", "shutdownAfterJobFinishes": false,
+            "notAField": 1,
+            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                "containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0",
+                    "resources": {"requests": {"cpu": "1"}}}]}}}}}}}});
+    let (status, refused) = hypd.call(&token, Method::POST, &jobs, Some(custom.clone()));
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["errors"][0]["field"], "recipe.object",
+        "{refused:#}"
+    );
+    assert!(refused.to_string().contains("notAField"), "{refused}");
+    custom["recipe"]["object"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("notAField");
+    run_op(&hypd, &token, &jobs, custom);
+    let got = get_job(&hypd, &token, name, "mine");
+    assert_eq!(
+        (&got["recipe"], &got["kind"]),
+        (&json!("custom"), &json!("RayJob")),
+        "{got:#}"
+    );
 }

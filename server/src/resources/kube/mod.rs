@@ -15,7 +15,6 @@ pub mod training;
 use std::time::{Duration, SystemTime};
 
 use app::api::ApiError;
-use aws_credential_types::provider::ProvideCredentials;
 use base64::Engine;
 use kube::api::{Api, ListParams};
 use serde::de::DeserializeOwned;
@@ -203,24 +202,7 @@ pub async fn token(
     use aws_sigv4::http_request::{
         SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
     };
-    let provider = aws
-        .sdk_config()
-        .credentials_provider()
-        .ok_or_else(|| ApiError::internal("no AWS credentials are configured"))?;
-    let credentials = provider
-        .provide_credentials()
-        .await
-        .map_err(|e| ApiError::Upstream {
-            service: "sts".into(),
-            call: "credentials".into(),
-            code: None,
-            message: format!("no AWS credentials to sign the EKS token with: {e}"),
-            request_id: None,
-            // Credential providers fail for passing reasons too (an expired SSO token
-            // refreshed by the user, IMDS unreachable for a moment).
-            transient: true,
-        })?;
-    let identity = credentials.into();
+    let identity = aws.signing_identity("the EKS token").await?;
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
     settings.expires_in = Some(TOKEN_LIFETIME);
@@ -301,7 +283,9 @@ pub fn kind_not_served(e: &ApiError) -> bool {
     matches!(
         e,
         ApiError::Upstream { service, call, code: Some(code), .. }
-            if service == "kubernetes" && call.starts_with("apply ") && code == "NotFound"
+            if service == "kubernetes"
+                && (call.starts_with("apply ") || call.starts_with("list "))
+                && code == "NotFound"
     )
 }
 

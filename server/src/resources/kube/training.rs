@@ -1,6 +1,7 @@
-//! The HyperPod training operator's HyperPodPyTorchJob (`sagemaker.amazonaws.com/v1`,
-//! namespaced) as an object hypd applies (see [`super::kind`]). It has no public CRD:
-//! its fields follow AWS's documentation of the operator.
+//! The kinds training jobs are made of, as objects hypd applies (see [`super::kind`]):
+//! the HyperPod training operator's HyperPodPyTorchJob (`sagemaker.amazonaws.com/v1`,
+//! which has no public CRD: its fields follow AWS's documentation of the operator) and
+//! KubeRay's RayJob (`ray.io/v1`, checked against KubeRay's published CRD).
 
 use kube::core::NamespaceResourceScope;
 
@@ -13,5 +14,15 @@ custom_kind!(
     "sagemaker.amazonaws.com",
     "HyperPodPyTorchJob",
     "hyperpodpytorchjobs",
+    NamespaceResourceScope
+);
+
+custom_kind!(
+    /// KubeRay's RayJob (`ray.io/v1`): a Ray cluster of head and worker pods made for one
+    /// entrypoint, which a submitter runs with `ray job submit`.
+    RayJob,
+    "ray.io",
+    "RayJob",
+    "rayjobs",
     NamespaceResourceScope
 );

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod nodes;
 pub mod software;
 pub mod tiered_storage;
+pub mod tracking_server;
 
 pub use aws_sdk_sagemaker::Client;
 
