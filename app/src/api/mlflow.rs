@@ -65,7 +65,7 @@ impl Command for CreateMlflowTrackingServer {
     const SPEC: CommandSpec = CommandSpec {
         name: "create_mlflow_tracking_server",
         summary: "Create the cluster's SageMaker managed MLflow tracking server",
-        description: "A SageMaker MLflow tracking server (default `<cluster>-mlflow`, which training jobs report to unless they name another) with its artifacts in the shared bucket under mlflow/ and an IAM role for them; one of that name already there is used. Waits until it is up (about 20 minutes). Returns an operation. `dry_run: true` returns only the plan.",
+        description: "The cluster's SageMaker MLflow tracking server (default <cluster>-mlflow, which jobs report to), artifacts in the shared bucket's mlflow/; one of that name is used. Waits until up (~20 min). Returns an operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,

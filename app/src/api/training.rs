@@ -61,12 +61,12 @@ pub enum Recipe {
     // A HyperPodPyTorchJob or RayJob spec of your own, applied as given (checked by the
     // cluster's CRD schema).
     Custom {
-        #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
+        #[schemars(schema_with = "any_object")]
         object: serde_json::Value,
     },
 }
 
-/// The ms-swift entry points hypd launches.
+// The ms-swift entry points hypd launches (`//`: tools/list carries no doc of it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SwiftCommand {
@@ -90,6 +90,11 @@ impl SwiftCommand {
             SwiftCommand::MegatronRlhf => "swift.cli._megatron.rlhf",
         }
     }
+}
+
+/// A custom object's schema: any object (the cluster's CRD schema judges it).
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object" })
 }
 
 /// The CRD kinds a training job is made of.
@@ -554,7 +559,7 @@ impl Command for SubmitTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "submit_training_job",
         summary: "Submit a training job (PyTorch, LLaMA-Factory, ms-swift, VERL or a custom spec)",
-        description: "A HyperPodPyTorchJob from a recipe: `pytorch` (script, args), `llama_factory` (config), `ms_swift` (command, config); a KubeRay RayJob for `verl` (script or VERL's PPO trainer, args); `custom` applies your own object. Files are the shared bucket's as pods see them (/s3/...). Pods get the type's GPUs and EFA, the group's nodes, the bucket at /s3, the MLflow server. Refused with check_training_job's failed verdicts; `dry_run` shows the object as applied. Returns an operation that ends once every pod runs.",
+        description: "A job from a recipe: pytorch (script, args), llama_factory (config), ms_swift (command, config) as a HyperPodPyTorchJob; verl (script?, args) as a KubeRay RayJob; custom (object) as given. Files are /s3/... paths. Refused with check_training_job's failed verdicts; dry_run shows the object. Returns an operation.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -628,7 +633,7 @@ impl Command for CheckTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "check_training_job",
         summary: "Check a training job before submitting it",
-        description: "The same arguments as submit_training_job (idempotency_key and dry_run ignored); one verdict per check: the training operator on, the group's GPUs and EFA per pod, enough healthy nodes, the shared claim bound, the file in the bucket, the elastic and log rules, the name free. A submit is refused with the failed ones. Read-only.",
+        description: "Same arguments as submit_training_job; one verdict per check: the operator (or KubeRay) on, GPUs and EFA per pod, enough healthy nodes, the shared claim bound, the file in the bucket, elastic and log rules, the MLflow server, the name free. A submit is refused with the failed ones. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -820,7 +825,7 @@ impl Command for GetTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_training_job",
         summary: "Show a training job: pods, conditions, events and its recovery ledger",
-        description: "The job's phase, its pods and their nodes, conditions and events, and the recovery budget as a ledger: each restart (pod, node, exit code or log rule, when), what is left in the period and in all, the attempt number, and what the operator does on the next failure. Read-only.",
+        description: "The job's phase, pods and nodes, conditions, events, MLflow runs, and the recovery budget as a ledger: each restart (pod, node, exit code or log rule, when), what is left in the period and in all, the attempt, and what the operator does on the next failure. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -914,7 +919,7 @@ impl Command for GetTrainingJobMetrics {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_training_job_metrics",
         summary: "Read a training job's MLflow metrics (loss, throughput, GPU use)",
-        description: "The histories the job's runs logged to its MLflow tracking server (one run per attempt): each metric as [step, value] points, thinned to max_points (default 500). Read-only.",
+        description: "The job's MLflow runs (one per attempt) and their metrics as [step, value] points, at most max_points (default 500) each. Read-only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

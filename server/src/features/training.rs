@@ -123,7 +123,30 @@ impl<'a> TrainingOperator<'a> {
     /// Why it may not be turned off now, if so: training jobs exist, and removing the
     /// add-on removes its CRD and every job with it.
     pub async fn jobs_left(&self) -> Result<Option<String>, ApiError> {
-        jobs_left::<HyperPodPyTorchJob>(self.aws, self.at, "the training operator").await
+        let client = kubernetes::connect(self.aws, &self.at.region, &self.at.eks).await?;
+        let api = kube::Api::<HyperPodPyTorchJob>::all(client);
+        let mut jobs = Vec::new();
+        let listed = kubernetes::each_listed(&api, ListParams::default(), |j| {
+            jobs.push(format!(
+                "{}/{}",
+                j.metadata.namespace.unwrap_or_default(),
+                j.metadata.name.unwrap_or_default()
+            ))
+        })
+        .await;
+        match listed {
+            Ok(()) => {}
+            // No CRD, no job.
+            Err(e) if kubernetes::kind_not_served(&e) => {}
+            Err(e) => return Err(e),
+        }
+        Ok((!jobs.is_empty()).then(|| {
+            format!(
+                "training jobs exist on {} ({}); turning the training operator off deletes its CRD and every job with it: delete them first (delete_training_job)",
+                self.at.eks,
+                jobs.join(", ")
+            )
+        }))
     }
 
     /// One step towards `on`.
@@ -193,41 +216,4 @@ impl<'a> TrainingOperator<'a> {
         }
         Ok(f)
     }
-}
-
-/// Why `operator` may not be removed now, if so: jobs of kind `K` exist on the cluster,
-/// and removing the operator removes its CRD and every job with it.
-pub(crate) async fn jobs_left<K>(
-    aws: &Aws,
-    at: &Where,
-    operator: &str,
-) -> Result<Option<String>, ApiError>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let client = kubernetes::connect(aws, &at.region, &at.eks).await?;
-    let api = kube::Api::<K>::all(client);
-    let mut jobs = Vec::new();
-    let listed = kubernetes::each_listed(&api, ListParams::default(), |j| {
-        let meta = j.meta();
-        jobs.push(format!(
-            "{}/{}",
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default()
-        ))
-    })
-    .await;
-    match listed {
-        Ok(()) => {}
-        // No CRD, no job.
-        Err(e) if kubernetes::kind_not_served(&e) => {}
-        Err(e) => return Err(e),
-    }
-    Ok((!jobs.is_empty()).then(|| {
-        format!(
-            "training jobs exist on {} ({}); turning {operator} off deletes its CRD and every job with it: delete them first (delete_training_job)",
-            at.eks,
-            jobs.join(", ")
-        )
-    }))
 }

@@ -21,7 +21,6 @@ use super::{POLL, addon, component_identity, components};
 use crate::cluster::dependencies::INFERENCE_OPERATOR;
 use crate::cluster::managed::{Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
-use crate::resources::kube::training::RayJob;
 use crate::resources::{Want, converge, missing};
 
 stages! {
@@ -162,16 +161,6 @@ impl Pipeline for UpdateFeatures {
                 Feature::KuberayOperator => {
                     let r = Installed::new(cx.aws, &at, &KUBERAY_OPERATOR).await?;
                     if !on && let Some(why) = r.refusal_to_remove().await? {
-                        return Err(ApiError::field(feature.as_str(), why));
-                    }
-                    if !on
-                        && let Some(why) = super::training::jobs_left::<RayJob>(
-                            cx.aws,
-                            &at,
-                            "the KubeRay operator",
-                        )
-                        .await?
-                    {
                         return Err(ApiError::field(feature.as_str(), why));
                     }
                     if r.holds(on).await? {

@@ -1,6 +1,8 @@
 //! RayJobs (KubeRay's K8sJobMode): a Ray cluster of head and worker pods and, once the
-//! head runs, a submitter Job; the Job decides the outcome. Ray pods run until the job is
-//! done whatever run time their template asks for, since Ray nodes serve the job.
+//! head runs, a submitter Job; the Job decides the outcome, and runs as long as the
+//! RayJob's `sim.hypd.dev/run-seconds` says (forever without it, as training does). Ray
+//! pods run until the job is done whatever run time their template asks for, since Ray
+//! nodes serve the job.
 
 use serde_json::{Value, json};
 
@@ -72,6 +74,11 @@ pub(super) fn rayjobs(store: &mut Store, now: &str) {
             let mut annotations = rj["metadata"]["annotations"].clone();
             if !annotations.is_object() {
                 annotations = json!({});
+            }
+            // The submitter follows the entrypoint, which (training) runs until it is
+            // told how long: never, by default.
+            if annotations[RUN_ANNOTATION].is_null() {
+                annotations[RUN_ANNOTATION] = json!("inf");
             }
             let entrypoint = spec["entrypoint"].as_str().unwrap_or_default();
             job["spec"] = json!({
