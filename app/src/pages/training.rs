@@ -358,6 +358,15 @@ fn Metrics(cluster: String, job: String) -> impl IntoView {
     }
 }
 
+/// A metric's value as a person reads it: small ones (a learning rate) in exponent form.
+fn shown(v: f64) -> String {
+    if v != 0.0 && v.abs() < 0.01 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
 const CHART_W: f64 = 420.0;
 const CHART_H: f64 = 140.0;
 
@@ -398,7 +407,7 @@ fn Chart(key: String, lines: Vec<MetricSeries>) -> impl IntoView {
     let last = lines
         .last()
         .and_then(|l| l.points.last())
-        .map(|(s, v)| format!("step {s}: {v:.4}"))
+        .map(|(s, v)| format!("step {s}: {}", shown(*v)))
         .unwrap_or_default();
     let metric = key.clone();
     view! {
@@ -407,7 +416,7 @@ fn Chart(key: String, lines: Vec<MetricSeries>) -> impl IntoView {
             <svg viewBox=format!("0 -4 {CHART_W} {}", CHART_H + 8.0) role="img" preserveAspectRatio="none">
                 {paths}
             </svg>
-            <div class="axis muted">{format!("{y0:.3} – {y1:.3} over steps {x0}–{x1}")}</div>
+            <div class="axis muted">{format!("{} – {} over steps {x0}–{x1}", shown(y0), shown(y1))}</div>
         </figure>
     }
 }

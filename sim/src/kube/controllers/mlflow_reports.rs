@@ -158,24 +158,18 @@ pub fn pending(store: &Store, now: f64) -> Vec<Report> {
 /// throughput and a busy GPU.
 fn metrics(seed: u64, step: u64) -> [(&'static str, f64); 5] {
     let s = step as f64;
+    // Slow swings for the steady metrics, a little jitter on top (deterministic).
     let phase = (seed % 1000) as f64 / 100.0;
+    let slow = (s / 400.0 + phase).sin();
+    let jitter = (s * 1.7 + phase).sin();
     [
-        (
-            "loss",
-            0.3 + 2.2 * (-s / 150.0).exp() + 0.03 * (s * 1.7 + phase).sin(),
-        ),
+        ("loss", 0.3 + 2.2 * (-s / 150.0).exp() + 0.03 * jitter),
         ("learning_rate", 2e-5 * (s / 50.0).min(1.0)),
-        (
-            "grad_norm",
-            1.0 + 0.5 * (-s / 100.0).exp() + 0.05 * (s * 0.9 + phase).sin(),
-        ),
-        (
-            "train_samples_per_second",
-            42.0 + 1.5 * (s * 0.4 + phase).sin(),
-        ),
+        ("grad_norm", 1.0 + 0.5 * (-s / 100.0).exp() + 0.03 * jitter),
+        ("train_samples_per_second", 42.0 + 1.5 * slow + 0.2 * jitter),
         (
             "system/gpu_0_utilization_percentage",
-            88.0 + 8.0 * (s * 0.3 + phase).sin(),
+            90.0 + 4.0 * slow + 0.5 * jitter,
         ),
     ]
 }
