@@ -168,6 +168,14 @@ fn Jobs(list: TrainingJobList, shown_job: RwSignal<Option<String>>) -> impl Into
     })
 }
 
+/// The cluster and job a read of one job names.
+fn job_of(cluster: &str, job: &str) -> Result<(EksClusterName, JobName), ApiError> {
+    Ok((
+        EksClusterName::parse(cluster).map_err(|m| ApiError::field("name", m))?,
+        JobName::parse(job).map_err(|m| ApiError::field("job", m))?,
+    ))
+}
+
 /// One job: its pods and their nodes, the recovery ledger, conditions.
 #[component]
 fn JobDetail(cluster: String, job: String) -> impl IntoView {
@@ -177,9 +185,7 @@ fn JobDetail(cluster: String, job: String) -> impl IntoView {
     let got = Resource::new(
         move || reads.get(),
         move |_| async move {
-            let name = EksClusterName::parse(&cluster.get_value())
-                .map_err(|m| ApiError::field("name", m))?;
-            let job = JobName::parse(&job.get_value()).map_err(|m| ApiError::field("job", m))?;
+            let (name, job) = job_of(&cluster.get_value(), &job.get_value())?;
             call(&GetTrainingJob { name, job }).await
         },
     );
@@ -310,9 +316,7 @@ fn Metrics(cluster: String, job: String) -> impl IntoView {
     let got = Resource::new(
         move || reads.get(),
         move |_| async move {
-            let name = EksClusterName::parse(&cluster.get_value())
-                .map_err(|m| ApiError::field("name", m))?;
-            let job = JobName::parse(&job.get_value()).map_err(|m| ApiError::field("job", m))?;
+            let (name, job) = job_of(&cluster.get_value(), &job.get_value())?;
             call(&GetTrainingJobMetrics {
                 name,
                 job,
