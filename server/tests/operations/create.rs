@@ -251,6 +251,7 @@ fn create_through_rest_makes_exactly_the_expected_resources() {
             "hyperpod",
             "addons",
             "eks",
+            "mlflow",
             "iam",
             "file_systems",
             "network",

@@ -665,6 +665,24 @@ fn ms_swift_verl_and_custom_jobs_run_and_report_metrics_to_mlflow() {
     );
     assert_eq!(op["outputs"]["status"], "Created", "{op:#}");
 
+    // LLaMA-Factory through REST too: planned with its launcher, the config and the
+    // switch that makes it report to MLflow.
+    let (status, plan) = hypd.call(
+        &token,
+        Method::POST,
+        &jobs,
+        Some(json!({"job": "lf", "dry_run": true,
+            "recipe": {"kind": "llama_factory", "config": "/s3/configs/swift.yaml"}})),
+    );
+    assert_eq!(status, 200, "{plan}");
+    let spec = &plan["plan"]["stages"][0]["changes"][0]["fields"][0]["new"];
+    let command = &spec["replicaSpecs"][0]["template"]["spec"]["containers"][0]["command"];
+    assert_eq!(
+        command.as_array().unwrap()[4..],
+        [json!("/s3/configs/swift.yaml"), json!("report_to=mlflow")],
+        "{plan:#}"
+    );
+
     // ms-swift: a HyperPodPyTorchJob reporting to the cluster's tracking server.
     unknown
         .as_object_mut()
