@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
 use super::NODE_GROUP_LABEL;
-use super::job::{self, Lookup};
+use super::job::{self, Lookup, PYTORCH_CRD, RAY_CRD};
 use super::recipe::Target;
 use crate::auth::Actor;
 use crate::aws::{Aws, SdkResultExt};
@@ -26,10 +26,6 @@ use crate::resources::kube::{self as kubernetes};
 use crate::resources::sagemaker::tiered_storage;
 use crate::service::{Handler, Service};
 use crate::store::Store;
-
-/// The operators' CRDs: served means the operator is installed (by hypd or not).
-const PYTORCH_CRD: &str = "hyperpodpytorchjobs.sagemaker.amazonaws.com";
-const RAY_CRD: &str = "rayjobs.ray.io";
 
 /// One instance group of the cluster and what each of its nodes has.
 pub(crate) struct Group {

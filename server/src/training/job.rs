@@ -7,6 +7,7 @@
 use app::api::ApiError;
 use app::api::training::{NAMESPACE, PYTORCH_JOB, RAY_JOB, RecoveryLedger};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::ListParams;
@@ -15,6 +16,10 @@ use serde_json::Value;
 use super::{JOB_LABEL, ledger};
 use crate::resources::kube::training::{HyperPodPyTorchJob, RayJob};
 use crate::resources::kube::{self as kubernetes};
+
+/// The operators' CRDs: served means the operator is installed (by hypd or not).
+pub(crate) const PYTORCH_CRD: &str = "hyperpodpytorchjobs.sagemaker.amazonaws.com";
+pub(crate) const RAY_CRD: &str = "rayjobs.ray.io";
 
 /// The label KubeRay puts on a Ray cluster's pods: the cluster's name.
 const RAY_CLUSTER_LABEL: &str = "ray.io/cluster";
@@ -268,6 +273,15 @@ pub(crate) async fn find(client: &kube::Client, name: &str) -> Result<Lookup, Ap
         Ok(None) => served = true,
         Err(e) if kubernetes::kind_not_served(&e) => {}
         Err(e) => return Err(e),
+    }
+    // A `get` of a kind nobody serves answers 404 as a missing object does: whether
+    // either kind is served at all is the CRDs' to say.
+    if served {
+        let crds = Api::<CustomResourceDefinition>::all(client.clone());
+        served = false;
+        for crd in [PYTORCH_CRD, RAY_CRD] {
+            served |= kubernetes::get(&crds, crd).await?.is_some();
+        }
     }
     Ok(if served {
         Lookup::Missing

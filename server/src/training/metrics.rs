@@ -47,7 +47,19 @@ pub(crate) async fn check(
         Some(n) => (n.to_string(), true),
         None => (default_server(&cluster), false),
     };
-    let found = describe(&sagemaker, &name).await?;
+    let found = match describe(&sagemaker, &name).await {
+        Ok(found) => found,
+        // The cluster's server could not be read (a role without
+        // sagemaker:DescribeMlflowTrackingServer): the job runs without MLflow, and says so.
+        Err(e) if !named => {
+            return Ok((
+                true,
+                FIELD,
+                format!("no MLflow: the cluster's tracking server {name} could not be read ({e})"),
+            ));
+        }
+        Err(e) => return Err(e),
+    };
     let experiment = r
         .mlflow_experiment
         .as_ref()

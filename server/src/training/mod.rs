@@ -128,11 +128,16 @@ impl Handler<ListTrainingJobs> for Service {
             .map(|j| summary(j, &j.pods_among(&pods)))
             .collect();
         jobs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.job.cmp(&b.job)));
+        // The jobs are listed even when the tracking server cannot be read.
         let mlflow = crate::resources::sagemaker::tracking_server::describe(
             &self.aws.sagemaker(&region),
             &app::api::mlflow::default_server(r.name.as_str()),
         )
-        .await?;
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(cluster = %r.name, "reading the MLflow tracking server: {e}");
+            None
+        });
         Ok(TrainingJobList {
             name: r.name.to_string(),
             jobs,

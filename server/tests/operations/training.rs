@@ -132,6 +132,10 @@ fn a_training_job_runs_spends_its_budget_as_the_ledger_shows_and_is_deleted() {
     assert_eq!(status, 200, "{checks}");
     assert_eq!(checks["ready"], false);
     assert_eq!(failed(&checks), ["feature", "file"], "{checks:#}");
+    // Reading a job names the feature too, rather than "not found".
+    let (status, missing) = hypd.call(&token, Method::GET, &format!("{jobs}/sft"), None);
+    assert_eq!(status, 422, "{missing}");
+    assert!(missing.to_string().contains("update_features"), "{missing}");
     let (status, refused) = hypd.call(&token, Method::POST, &jobs, Some(body.clone()));
     assert_eq!(status, 422, "{refused}");
     let fields: Vec<&str> = refused["error"]["errors"]
