@@ -14,7 +14,7 @@ use aws_sdk_sagemaker::operation::describe_cluster::DescribeClusterOutput;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, PatchParams};
 
 use super::NODE_GROUP_LABEL;
 use super::job::{self, Lookup, PYTORCH_CRD, RAY_CRD};
@@ -146,50 +146,20 @@ async fn schedulable(client: &kube::Client, group: &str) -> Result<u32, ApiError
 async fn schema_check(
     client: &kube::Client,
     r: &SubmitTrainingJob,
-    _object: &serde_json::Value,
 ) -> Result<(bool, String), ApiError> {
-    let target = super::recipe::Target {
-        group: String::new(),
-        instance_type: String::new(),
-        gpus: 0,
-        efa: 0,
-    };
-    let made = super::recipe::object(r, &target, "", "check", None)?;
+    let made = super::recipe::object(r, &Target::default(), "", "check", None)?;
     let params = PatchParams::apply(crate::resources::kube::FIELD_MANAGER)
         .dry_run()
         .validation_strict();
-    let name = r.job.as_str();
-    let result = match made {
-        super::job::Job::PyTorch(o) => {
-            let api: Api<crate::resources::kube::training::HyperPodPyTorchJob> =
-                Api::namespaced(client.clone(), app::api::training::NAMESPACE);
-            api.patch(name, &params, &Patch::Apply(&o))
-                .await
-                .map(|_| ())
-        }
-        super::job::Job::Ray(o) => {
-            let api: Api<crate::resources::kube::training::RayJob> =
-                Api::namespaced(client.clone(), app::api::training::NAMESPACE);
-            api.patch(name, &params, &Patch::Apply(&o))
-                .await
-                .map(|_| ())
-        }
-    };
-    Ok(match result {
+    let kind = r.recipe.object_kind();
+    Ok(match made.patch(client, &params).await {
         Ok(()) => (
             true,
-            format!(
-                "the cluster's {} schema accepts the object",
-                r.recipe.object_kind()
-            ),
+            format!("the cluster's {kind} schema accepts the object"),
         ),
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => (
             false,
-            format!(
-                "the cluster's {} schema refuses it: {}",
-                r.recipe.object_kind(),
-                s.message
-            ),
+            format!("the cluster's {kind} schema refuses it: {}", s.message),
         ),
         Err(e) => return Err(kubernetes::upstream("dry-run apply", e)),
     })
@@ -369,10 +339,10 @@ pub(crate) async fn check(
         );
     }
 
-    let (file, field) = match r.recipe.file() {
-        Some((file, field)) => (Some(file), field),
-        None => (None, "recipe"),
-    };
+    let (file, field) = r
+        .recipe
+        .file()
+        .map_or((None, "recipe"), |(file, field)| (Some(file), field));
     match crate::storage::find(&client, SHARED_CLAIM).await? {
         Some(shared) if shared.phase() == "Bound" => {
             say(
@@ -381,10 +351,10 @@ pub(crate) async fn check(
                 Some(field),
                 format!("the shared bucket's claim {SHARED_CLAIM} is bound, at /s3 in every pod"),
             );
-            match shared.bucket() {
-                _ if file.is_none() => {}
-                Some(bucket) => {
-                    let file = file.expect("matched above");
+            match (file, shared.bucket()) {
+                // Nothing to find: the recipe names no file.
+                (None, _) => {}
+                (Some(file), Some(bucket)) => {
                     let head = aws
                         .s3(&at.region)
                         .head_object()
@@ -410,7 +380,7 @@ pub(crate) async fn check(
                         },
                     );
                 }
-                None => say(
+                (Some(_), None) => say(
                     "file",
                     false,
                     Some(field),
@@ -475,10 +445,8 @@ pub(crate) async fn check(
         );
     }
 
-    if let Recipe::Custom { object } = &r.recipe
-        && served
-    {
-        let (passed, message) = schema_check(&client, &r, object).await?;
+    if custom && served {
+        let (passed, message) = schema_check(&client, &r).await?;
         say("schema", passed, Some("recipe.object"), message);
     }
 

@@ -10,14 +10,13 @@ use app::api::training::{DeleteTrainingJob, NAMESPACE};
 use app::api::values::IdempotencyKey;
 use serde::{Deserialize, Serialize};
 
-use super::job::{self, Job, Lookup};
+use super::job::{self, Lookup};
 use super::read_job;
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
-use crate::resources::kube::object::{Applied, made_by_hypd};
-use crate::resources::kube::training::{HyperPodPyTorchJob, RayJob};
+use crate::resources::is_planning;
+use crate::resources::kube::object::made_by_hypd;
 use crate::resources::kube::{self as kubernetes};
-use crate::resources::{converge, is_planning};
 
 stages! {
     pub enum Stage {
@@ -104,25 +103,8 @@ impl Pipeline for DeleteTrainingJob {
                     let pods = found.pods_among(&job::all_pods(&client).await?);
                     out.pods = pods.into_iter().filter_map(|p| p.metadata.name).collect();
                 }
-                let metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                    name: Some(name.to_owned()),
-                    namespace: Some(NAMESPACE.to_owned()),
-                    ..Default::default()
-                };
-                match *found {
-                    Job::PyTorch(_) => {
-                        let gone = HyperPodPyTorchJob::new(metadata, Default::default());
-                        {
-                            converge(&Applied::namespaced(&client, gone).absent()).await?;
-                        }
-                    }
-                    Job::Ray(_) => {
-                        let gone = RayJob::new(metadata, Default::default());
-                        {
-                            converge(&Applied::namespaced(&client, gone).absent()).await?;
-                        }
-                    }
-                }
+                // Deleted by name, if hypd made it, whatever its kind.
+                found.converge(&client, true).await?;
                 Ok(Progress::Done)
             }
             Stage::Pods => {

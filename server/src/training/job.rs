@@ -10,10 +10,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::Value;
 
 use super::{JOB_LABEL, ledger};
+use crate::resources::converge;
+use crate::resources::kube::object::Applied;
 use crate::resources::kube::training::{HyperPodPyTorchJob, RayJob};
 use crate::resources::kube::{self as kubernetes};
 
@@ -131,6 +133,45 @@ impl Job {
             }
     }
 
+    /// Of `pods`, the job's.
+    pub fn pods_among(&self, pods: &[Pod]) -> Vec<Pod> {
+        pods.iter().filter(|p| self.owns(p)).cloned().collect()
+    }
+
+    /// Converges the job's object by hypd's rules for objects it applies: made as it is
+    /// here, or (`absent`) deleted if hypd made it.
+    pub async fn converge(self, client: &kube::Client, absent: bool) -> Result<(), ApiError> {
+        match self {
+            Job::PyTorch(o) => {
+                let applied = Applied::namespaced(client, o);
+                converge(&if absent { applied.absent() } else { applied }).await?;
+            }
+            Job::Ray(o) => {
+                let applied = Applied::namespaced(client, o);
+                converge(&if absent { applied.absent() } else { applied }).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A server-side apply of the object with `params` (a dry run, in the pre-flight).
+    pub async fn patch(&self, client: &kube::Client, params: &PatchParams) -> kube::Result<()> {
+        let name = self.name();
+        match self {
+            Job::PyTorch(o) => {
+                pytorch_jobs(client)
+                    .patch(name, params, &Patch::Apply(o))
+                    .await?;
+            }
+            Job::Ray(o) => {
+                ray_jobs(client)
+                    .patch(name, params, &Patch::Apply(o))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `pod` does the job's work (a Ray node, a replica), not KubeRay's submitter.
     fn worker(&self, pod: &Pod) -> bool {
         match self {
@@ -238,7 +279,7 @@ fn condition_true(status: &Value, kind: &str) -> bool {
         .any(|c| c["type"] == kind && c["status"] == "True")
 }
 
-pub(crate) fn running(pod: &Pod) -> bool {
+fn running(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
@@ -319,11 +360,4 @@ pub(crate) async fn all_pods(client: &kube::Client) -> Result<Vec<Pod>, ApiError
     kubernetes::each_listed(&api, ListParams::default(), |p| pods.push(p)).await?;
     pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     Ok(pods)
-}
-
-impl Job {
-    /// Of `pods`, the job's.
-    pub fn pods_among(&self, pods: &[Pod]) -> Vec<Pod> {
-        pods.iter().filter(|p| self.owns(p)).cloned().collect()
-    }
 }

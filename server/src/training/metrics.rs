@@ -11,7 +11,6 @@ use app::api::training::{
     SubmitTrainingJob, TrainingMetrics,
 };
 use app::api::values::{ExperimentName, TrackingServerName};
-use serde_json::Value;
 
 use super::job::Job;
 use super::recipe::Tracking;
@@ -186,13 +185,13 @@ fn iso(ms: Option<i64>) -> Option<String> {
 }
 
 /// The job's MLflow runs, each tagged with its attempt (once), and the API they came
-/// from; None for a job that reports nowhere.
+/// from (none when the server cannot be reached); None for a job that reports nowhere.
 async fn runs<'a>(
     aws: &'a Aws,
     region: &str,
     cluster: &str,
     job: &Job,
-) -> Result<Option<(JobTracking, Option<(Mlflow<'a>, String)>, Vec<Value>)>, ApiError> {
+) -> Result<Option<(JobTracking, Option<Mlflow<'a>>)>, ApiError> {
     let Some((uri, experiment)) = reported_to(job) else {
         return Ok(None);
     };
@@ -205,23 +204,23 @@ async fn runs<'a>(
     };
     let Some(name) = server_name(&uri) else {
         tracking.error = Some(format!("{uri} is not a SageMaker tracking server's ARN"));
-        return Ok(Some((tracking, None, Vec::new())));
+        return Ok(Some((tracking, None)));
     };
     let server: Option<TrackingServer> = describe(&aws.sagemaker(region), name).await?;
     let api = match server.as_ref().map(|s| Mlflow::of(aws, region, s)) {
         Some(Ok(api)) => api,
         Some(Err(e)) => {
             tracking.error = Some(e.to_string());
-            return Ok(Some((tracking, None, Vec::new())));
+            return Ok(Some((tracking, None)));
         }
         None => {
             tracking.error = Some(format!("tracking server {name} no longer exists"));
-            return Ok(Some((tracking, None, Vec::new())));
+            return Ok(Some((tracking, None)));
         }
     };
     let Some(experiment_id) = api.experiment_id(&experiment).await? else {
         // Made by the job's first run.
-        return Ok(Some((tracking, Some((api, String::new())), Vec::new())));
+        return Ok(Some((tracking, Some(api))));
     };
     tracking.url = Some(api.experiment_link(&experiment_id));
     let runs = api
@@ -276,7 +275,7 @@ async fn runs<'a>(
         });
     }
     tracking.runs = seen;
-    Ok(Some((tracking, Some((api, experiment_id)), runs)))
+    Ok(Some((tracking, Some(api))))
 }
 
 /// The job's MLflow view for get_training_job: where it reports and its runs; an
@@ -288,7 +287,7 @@ pub(crate) async fn job_tracking(
     job: &Job,
 ) -> Option<JobTracking> {
     match runs(aws, region, cluster, job).await {
-        Ok(found) => found.map(|(t, _, _)| t),
+        Ok(found) => found.map(|(t, _)| t),
         Err(e) => reported_to(job).map(|(uri, experiment)| JobTracking {
             tracking_server: uri,
             experiment,
@@ -315,8 +314,8 @@ impl Handler<GetTrainingJobMetrics> for Service {
         let found = runs(&self.aws, &region, cluster, &job).await?;
         let tracking = match found {
             None => None,
-            Some((tracking, api, _)) => {
-                if let Some((api, _)) = api {
+            Some((tracking, api)) => {
+                if let Some(api) = api {
                     for run in &tracking.runs {
                         let keys: Vec<String> = if r.metrics.is_empty() {
                             run.last.iter().map(|m| m.key.clone()).collect()

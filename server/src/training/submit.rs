@@ -13,13 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use super::OPERATION_ANNOTATION;
 use super::check::{check, choose, groups};
-use super::job::{self, Job, Lookup};
+use super::job::{self, Lookup};
 use super::recipe;
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
-use crate::resources::kube::object::Applied;
+use crate::resources::is_planning;
 use crate::resources::kube::{self as kubernetes};
-use crate::resources::{converge, is_planning};
 
 stages! {
     pub enum Stage {
@@ -131,21 +130,15 @@ impl Pipeline for SubmitTrainingJob {
                     out.tracking_server = Some(t.arn.clone());
                     out.experiment = Some(t.experiment.clone());
                 }
-                let object = recipe::object(
+                recipe::object(
                     self,
                     &target,
                     &at.region,
                     &cx.operation_id,
                     tracking.as_ref(),
-                )?;
-                match object {
-                    Job::PyTorch(o) => {
-                        converge(&Applied::namespaced(&client, o)).await?;
-                    }
-                    Job::Ray(o) => {
-                        converge(&Applied::namespaced(&client, o)).await?;
-                    }
-                }
+                )?
+                .converge(&client, false)
+                .await?;
                 Ok(Progress::Done)
             }
             Stage::Started => {
