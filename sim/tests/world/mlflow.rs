@@ -5,8 +5,10 @@
 
 use crate::support::{
     control, inject, moto, network, refused, sagemaker_client, set_time_scale, sim, wait_for,
+    wait_for_within,
 };
 use aws_sdk_sagemaker::Client;
+use std::time::Duration;
 use aws_sdk_sagemaker::types::{IsTrackingServerActive, TrackingServerSize, TrackingServerStatus};
 use serde_json::json;
 
@@ -131,7 +133,9 @@ async fn mlflow_tracking_server_lifecycle() {
     assert_eq!(code, "ConflictException");
 
     set_time_scale(&sim_url, SCALE).await;
-    wait_for("Created", || async {
+    // Created waits for the real MLflow to answer /health: a Python server that starts in
+    // ~6 s alone and far slower while CI's three lanes share two cores.
+    wait_for_within("Created", Duration::from_secs(180), || async {
         status(&sm, "exp").await == Some(TrackingServerStatus::Created)
     })
     .await;
