@@ -99,6 +99,16 @@ impl Moto {
             .send()
             .await
             .map_err(unreachable)?;
+        // moto answers 500 when its threads race on one backend (CI runs dozens of
+        // clusters on one moto): that is moto failing, not the thing asked about
+        // missing, so it is AWS's transient InternalFailure, which the caller's SDK retries.
+        if response.status().is_server_error() {
+            return Err(AwsError::new(
+                500,
+                "InternalFailure",
+                format!("moto answered {} to {service}", response.status()),
+            ));
+        }
         response.text().await.map_err(|e| {
             AwsError::new(
                 500,

@@ -179,6 +179,12 @@ fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
     })
 }
 
+/// Whether pod `pod`'s (only or default) container has ended its run by sim epoch `now`,
+/// whether or not a controller pass (late under load) has recorded the exit yet.
+pub fn run_over(pod: &Value, now: f64) -> bool {
+    source(pod, None).is_ok_and(|src| src.finished_at(now))
+}
+
 /// The last line pod `pod`'s (only or default) container printed by sim epoch `now`, and
 /// when; None before its first, or when its log cannot be read.
 pub fn last_line(pod: &Value, now: f64) -> Option<(String, f64)> {

@@ -8,9 +8,9 @@ use crate::support::{
     wait_for_within,
 };
 use aws_sdk_sagemaker::Client;
-use std::time::Duration;
 use aws_sdk_sagemaker::types::{IsTrackingServerActive, TrackingServerSize, TrackingServerStatus};
 use serde_json::json;
+use std::time::Duration;
 
 const SCALE: f64 = 600.0;
 

@@ -172,6 +172,11 @@ fn fired(rules: &Value, pod: &Value, now: f64) -> Option<(String, String)> {
     let started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
         .as_str()
         .and_then(parse_rfc3339)?;
+    // A container whose run is over exits (its exit code is the failure), it does not
+    // hang: its log stopped because it did.
+    if crate::kube::logs::run_over(pod, now) {
+        return None;
+    }
     let last = crate::kube::logs::last_line(pod, now);
     for rule in rules.as_array().into_iter().flatten() {
         let (Some(name), Some(pattern)) = (rule["name"].as_str(), rule["logPattern"].as_str())
