@@ -79,7 +79,12 @@ async def keyed(client, hypd, tool, request, other):
     started = structured(await call_confirmed(client, tool, {**request, "idempotency_key": key}))
     assert started["created"] is True, started
     await key_held(client, hypd, tool, {**request, "idempotency_key": key}, other, started["operation_id"])
-    return (await finished(client, started["operation_id"]))["operation"]
+    op = (await finished(client, started["operation_id"]))["operation"]
+    # Retried once it has run (an answer lost on the way back): the same operation, with no
+    # new plan or confirmation, even where what it deleted could no longer be planned.
+    status, answer = rest_call(hypd, tool, {**request, "idempotency_key": key})
+    assert status == 200 and (answer.get("operation_id"), answer.get("created")) == (started["operation_id"], False), (tool, status, answer)
+    return op
 
 
 async def key_held(client, hypd, tool, request, other, operation_id):

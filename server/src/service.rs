@@ -46,6 +46,15 @@ pub trait Handler<C: Command> {
             )))
         }
     }
+
+    /// What this very request already started under its idempotency key, if anything
+    /// (operations only: no other command takes a key).
+    fn started(
+        &self,
+        _request: &C,
+    ) -> impl Future<Output = Result<Option<C::Output>, ApiError>> + Send {
+        async { Ok(None) }
+    }
 }
 
 pub struct Service {
@@ -157,6 +166,12 @@ impl Service {
         if !bare.needs_confirmation() {
             return Ok(Gate::Run(bare, None));
         }
+        // A retry of a request that already started its operation gets that operation,
+        // confirmed or not: the first call was confirmed, and a plan of a deletion that
+        // has run would only say the thing is gone.
+        if let Some(started) = self.started(&bare).await? {
+            return Gate::answered(&started);
+        }
         let hash = confirm::request_hash(name, &bare)?;
         let Some(confirmation) = confirmation else {
             let plan = self.preview(actor, bare).await?;
@@ -225,6 +240,11 @@ impl<P: Registered> Handler<P> for Service {
         let submitted = submit(&self.store, actor, request, &self.preflight()).await?;
         self.wake.now();
         Ok(submitted.into())
+    }
+
+    async fn started(&self, request: &P) -> Result<Option<P::Output>, ApiError> {
+        let found = crate::operation::submit::started_by_key(&self.store, request).await?;
+        Ok(found.map(Into::into))
     }
 
     async fn preview(&self, actor: &Actor, request: P) -> Result<Plan, ApiError> {

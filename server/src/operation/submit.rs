@@ -197,14 +197,23 @@ async fn by_key(
 /// a plan is shown, so a destructive request is not planned and confirmed only to be
 /// refused on its confirmed call.
 pub async fn check_key<P: Pipeline>(store: &Store, request: &P) -> Result<(), ApiError> {
+    started_by_key(store, request).await.map(drop)
+}
+
+/// The operation this very request already started under its idempotency key, as it is
+/// now; a Conflict if the key names another request. A retry of a destructive request
+/// is answered with it instead of a new plan and confirmation: the request was confirmed
+/// when it started, and once it has run, what it deleted can no longer be planned.
+pub async fn started_by_key<P: Pipeline>(
+    store: &Store,
+    request: &P,
+) -> Result<Option<OperationRef>, ApiError> {
     let Some(key) = request.idempotency_key() else {
-        return Ok(());
+        return Ok(None);
     };
     let target = request.target();
     let hash = request_hash(P::SPEC.name, &target, request)?;
-    by_key(store, P::SPEC.name, &target, key.as_str(), &hash)
-        .await
-        .map(drop)
+    by_key(store, P::SPEC.name, &target, key.as_str(), &hash).await
 }
 
 fn reference(id: String, state: &str) -> OperationRef {
