@@ -5,21 +5,39 @@
 // the document, the stylesheet, the entry bundle, the split loader and its pack.
 //
 // With MEASURE_LINK=<ms>,<bytes/s> (say 80,2000000: an SSM tunnel's round trip and
-// rate), each page is opened through a link that slow as well.
+// rate), each page is opened through Chromium's own emulation of a link that slow as
+// well; with MEASURE_TUNNEL=<ms>,<bytes/s> (as root), through a network namespace and a
+// delaying relay (end2end/tunnel.mjs), by a second Chromium inside the namespace.
+// MEASURE_PAGES=<route>,… measures only those pages of budget.mjs's list.
 //
 //   node end2end/measure-bundle.mjs        (run by scripts/measure-console)
 import { launchBrowser, startHypd } from './tests/support.mjs';
+import { openTunnel } from './tunnel.mjs';
 import { COLD_BYTES, COLD_REQUESTS, PAGES, coldLoad, sessionCookie } from './tests/budget.mjs';
 
+const tunnelLink = process.env.MEASURE_TUNNEL?.split(',').map(Number);
+const tunnel = tunnelLink ? await openTunnel({ rttMs: tunnelLink[0], bytesPerSecond: tunnelLink[1] }) : null;
+// hypd answers loopback names only, unless told of the tunnel's end.
+if (tunnel) process.env.HYPD_ALLOWED_HOSTS = `${tunnel.host},127.0.0.1,localhost`;
 const server = await startHypd({ sandbox: true });
 const browser = await launchBrowser();
+let tunnelBrowser = null;
 try {
   const cookie = await sessionCookie(server);
   // Not counted: the first page a fresh server and browser serve pays their start-up.
   await (await coldLoad(browser, server.url, '/login', null)).context.close();
   const link = process.env.MEASURE_LINK?.split(',').map(Number);
+  if (tunnel) {
+    tunnel.url = tunnel.forwardTo(server.url);
+    tunnelBrowser = await launchBrowser(tunnel.chromium);
+    tunnel.cookie = { ...cookie, domain: tunnel.host };
+    // Its start-up is not counted either.
+    await (await coldLoad(tunnelBrowser, tunnel.url, '/login', null)).context.close();
+  }
   const rows = [];
-  for (const route of PAGES) {
+  // MEASURE_PAGES=/,/login,… measures those pages only (an older build lacks some).
+  const only = process.env.MEASURE_PAGES?.split(',');
+  for (const [route, bytesNow] of PAGES.filter(([r]) => !only || only.includes(r))) {
     const who = route === '/login' ? null : cookie;
     const cold = await coldLoad(browser, server.url, route, who);
     await cold.context.close();
@@ -28,21 +46,30 @@ try {
       await slow.context.close();
       cold.linkMs = slow.hydratedMs;
     }
-    rows.push(cold);
+    if (tunnel) {
+      const far = await coldLoad(tunnelBrowser, tunnel.url, route, who && tunnel.cookie);
+      await far.context.close();
+      cold.tunnelMs = far.hydratedMs;
+    }
+    rows.push({ ...cold, bytesNow });
   }
   const kB = (n) => (n / 1000).toFixed(1).padStart(7);
   console.log(`== cold page, empty cache (budget: ${COLD_REQUESTS} requests, ${COLD_BYTES / 1000} kB)`);
-  const through = link ? `   through ${link[0]} ms, ${link[1] / 1e6} MB/s` : '';
-  console.log(`  page                 requests   on the wire   hydrated${through}`);
-  const ms = (n) => `${String(Math.round(n)).padStart(7)} ms`;
+  // One column per way of opening the page, each headed by what it went through.
+  const cols = [['hydrated', (r) => r.hydratedMs]];
+  if (link) cols.push([`emulated ${link[0]} ms, ${link[1] / 1e6} MB/s`, (r) => r.linkMs]);
+  if (tunnelLink) cols.push([`tunnel ${tunnelLink[0]} ms, ${tunnelLink[1] / 1e6} MB/s`, (r) => r.tunnelMs]);
+  const ms = (n, w) => `${Math.round(n)} ms`.padStart(w);
+  console.log(`  page                            requests   on the wire (held to)   ${cols.map(([h]) => h.padStart(10)).join('   ')}`);
   for (const r of rows) {
-    console.log(
-      `  ${r.route.padEnd(22)} ${String(r.requests).padStart(5)} ${kB(r.bytes)} kB ${ms(r.hydratedMs)}${link ? `   ${ms(r.linkMs)}` : ''}`,
-    );
+    const times = cols.map(([h, at]) => ms(at(r), Math.max(10, h.length))).join('   ');
+    console.log(`  ${r.route.padEnd(32)} ${String(r.requests).padStart(5)} ${kB(r.bytes)} kB (${kB(r.bytesNow).trim()})   ${times}`);
   }
   const worst = rows.reduce((a, b) => (b.bytes > a.bytes ? b : a));
   console.log(`  largest page: ${worst.route} ${kB(worst.bytes).trim()} kB`);
 } finally {
+  await tunnelBrowser?.close();
+  await tunnel?.close();
   await browser.close();
   await server.stop();
 }

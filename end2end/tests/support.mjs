@@ -68,9 +68,9 @@ export async function startHypd({ sandbox = true } = {}) {
   };
 }
 
-export async function launchBrowser() {
+export async function launchBrowser(executablePath = process.env.CHROMIUM || '/usr/bin/chromium') {
   return chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    executablePath,
     args: [
       '--headless',
       '--no-sandbox',
