@@ -136,6 +136,11 @@ pub const RETRY_BACKOFF: Setting = Setting {
     env: "HYPD_RETRY_BACKOFF",
     secret: false,
 };
+pub const WARM_CATALOGUE: Setting = Setting {
+    flag: "warm-catalogue",
+    env: "HYPD_WARM_CATALOGUE",
+    secret: false,
+};
 
 /// Every variable hypd reads; anything else spelled `HYPD_*` is probably a typo.
 pub const KNOWN_VARIABLES: &[&str] = &[
@@ -157,6 +162,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     EVENT_RETENTION.env,
     MIN_POLL_INTERVAL.env,
     RETRY_BACKOFF.env,
+    WARM_CATALOGUE.env,
     "HYPD_MOTO_SERVER",
     "HYPD_SIM_BIN",
     // Read by scripts/, not by hypd; known so they are not reported as typos.
@@ -497,6 +503,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub retention: Retention,
     pub pace: Pace,
+    /// Whether the inspection catalogue (regions, zones, instance types) is read at start.
+    pub warm_catalogue: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -187,6 +187,12 @@ struct ServeArgs {
     /// minute (10ms to 60s)  [env: HYPD_RETRY_BACKOFF] [default: 2s]
     #[arg(long, value_name = "DURATION")]
     retry_backoff: Option<String>,
+
+    /// Read regions, zones and instance types from AWS at start, so the create form's
+    /// first open does not wait for them; false reads them when first asked (true or
+    /// false)  [env: HYPD_WARM_CATALOGUE] [default: true]
+    #[arg(long, value_name = "BOOL")]
+    warm_catalogue: Option<String>,
 }
 
 impl ServeArgs {
@@ -290,6 +296,13 @@ impl ServeArgs {
                 default_pace.retry_backoff,
             )?,
         };
+        let warm_catalogue = r
+            .get(
+                &config::WARM_CATALOGUE,
+                self.warm_catalogue.as_deref(),
+                config::parse_bool,
+            )?
+            .unwrap_or(true);
         Ok(ServeConfig {
             bind,
             port,
@@ -301,6 +314,7 @@ impl ServeArgs {
             limits,
             retention,
             pace,
+            warm_catalogue,
         })
     }
 }

@@ -105,8 +105,10 @@ pub async fn serve(cfg: ServeConfig, sandbox: Option<SandboxInfo>) -> Result<(),
     );
     tokio::spawn(worker.run());
     // The create form's first open asks for regions, zones and instance types: asked
-    // now, the first user does not wait for cold calls to AWS.
-    {
+    // now, the first user does not wait for cold calls to AWS. Test worlds turn it off:
+    // their hypd restarts hundreds of times and most never open the form, while each
+    // warm-up costs moto a second of CPU (it answers the offerings in one 0.8 MB page).
+    if cfg.warm_catalogue {
         let service = service.clone();
         tokio::spawn(async move { service.catalogue.warm(&service.aws).await });
     }

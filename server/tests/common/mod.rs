@@ -558,6 +558,9 @@ impl World {
         env.push(("AWS_ENDPOINT_URL_SERVICE_QUOTAS", self.sim.url.clone()));
         env.push(("AWS_ENDPOINT_URL_FSX", self.sim.url.clone()));
         env.push(("HYPD_MIN_POLL_INTERVAL", TEST_MIN_POLL.into()));
+        // Most of the hundreds of hypd starts in a world never open the create form;
+        // each warm-up costs moto about a second of CPU.
+        env.push(("HYPD_WARM_CATALOGUE", "false".into()));
         env.push(("HYPD_RETRY_BACKOFF", TEST_RETRY_BACKOFF.into()));
         env
     }

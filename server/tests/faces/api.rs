@@ -132,6 +132,21 @@ fn first_start_prints_and_stores_the_admin_token_once() {
 }
 
 #[test]
+fn without_a_warm_up_the_catalogue_is_read_when_first_asked() {
+    let api = Api::start_with(&[("HYPD_WARM_CATALOGUE", "false")]);
+    let (status, zones) = api.get("/api/v1/availability-zones");
+    assert_eq!(status, 200, "{zones}");
+    assert_eq!(zones["freshness"]["cached"], false);
+    // A warm-up takes about a second against moto; given two, one would have logged.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let log = api.hypd.stderr();
+    assert!(
+        !log.contains("inspection cache warmed") && !log.contains("could not warm"),
+        "{log}"
+    );
+}
+
+#[test]
 fn inspection_comes_from_ec2_and_is_cached_with_freshness() {
     let api = Api::start();
     let (status, zones) = api.get("/api/v1/availability-zones");

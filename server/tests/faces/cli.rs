@@ -141,4 +141,8 @@ fn bad_limits_name_their_setting() {
         &run(&["serve"], &[("HYPD_AUDIT_RETENTION_DAYS", "-1")]),
         &["HYPD_AUDIT_RETENTION_DAYS", "0 (keep for ever)"],
     );
+    assert_usage_error(
+        &run(&["serve", "--warm-catalogue", "later"], &[]),
+        &["--warm-catalogue", "must be true or false"],
+    );
 }
