@@ -573,6 +573,15 @@ impl World {
     /// would slow every later tag-filtered call; hypd finds its objects by their tags,
     /// so untagged ones are no one's.
     pub fn forget_cluster(&self, name: &str) {
+        // Its issuer, while the sim still knows the cluster: the OIDC provider made for
+        // it goes too, or every later teardown that never read its own issuer (it then
+        // asks IAM for the tags of every provider in the account) pays for this one.
+        let (_, described) =
+            self.sim
+                .call(reqwest::Method::GET, &format!("/clusters/{name}"), None);
+        let issuer = described["cluster"]["identity"]["oidc"]["issuer"]
+            .as_str()
+            .map(str::to_owned);
         let (status, body) = self.sim.call(
             reqwest::Method::DELETE,
             &format!("/_sim/clusters/{name}"),
@@ -581,7 +590,20 @@ impl World {
         assert!(status < 300 || status == 404, "{body}");
         tokio::runtime::Runtime::new().unwrap().block_on(async {
             use aws_sdk_ec2::types::{Filter, Tag};
-            let ec2 = aws_sdk_ec2::Client::new(&self.moto_sdk().await);
+            let sdk = self.moto_sdk().await;
+            if let Some(issuer) = issuer {
+                let arn = format!(
+                    "arn:aws:iam::123456789012:oidc-provider/{}",
+                    issuer.trim_start_matches("https://")
+                );
+                // Absent when hypd never made it, or deleted it itself.
+                let _ = aws_sdk_iam::Client::new(&sdk)
+                    .delete_open_id_connect_provider()
+                    .open_id_connect_provider_arn(arn)
+                    .send()
+                    .await;
+            }
+            let ec2 = aws_sdk_ec2::Client::new(&sdk);
             let filter = |key: &str, values: Vec<String>| {
                 Filter::builder().name(key).set_values(Some(values)).build()
             };
