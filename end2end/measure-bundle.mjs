@@ -22,17 +22,19 @@ if (tunnel) process.env.HYPD_ALLOWED_HOSTS = `${tunnel.host},127.0.0.1,localhost
 const server = await startHypd({ sandbox: true });
 const browser = await launchBrowser();
 let tunnelBrowser = null;
+let tunnelUrl = null;
+let tunnelCookie = null;
 try {
   const cookie = await sessionCookie(server);
   // Not counted: the first page a fresh server and browser serve pays their start-up.
   await (await coldLoad(browser, server.url, '/login', null)).context.close();
   const link = process.env.MEASURE_LINK?.split(',').map(Number);
   if (tunnel) {
-    tunnel.url = tunnel.forwardTo(server.url);
+    tunnelUrl = tunnel.forwardTo(server.url);
     tunnelBrowser = await launchBrowser(tunnel.chromium);
-    tunnel.cookie = { ...cookie, domain: tunnel.host };
+    tunnelCookie = { ...cookie, domain: tunnel.host };
     // Its start-up is not counted either.
-    await (await coldLoad(tunnelBrowser, tunnel.url, '/login', null)).context.close();
+    await (await coldLoad(tunnelBrowser, tunnelUrl, '/login', null)).context.close();
   }
   const rows = [];
   // MEASURE_PAGES=/,/login,… measures those pages only (an older build lacks some).
@@ -47,7 +49,7 @@ try {
       cold.linkMs = slow.hydratedMs;
     }
     if (tunnel) {
-      const far = await coldLoad(tunnelBrowser, tunnel.url, route, who && tunnel.cookie);
+      const far = await coldLoad(tunnelBrowser, tunnelUrl, route, who && tunnelCookie);
       await far.context.close();
       cold.tunnelMs = far.hydratedMs;
     }

@@ -33,23 +33,21 @@ export async function openTunnel({ rttMs, bytesPerSecond }) {
   const dir = mkdtempSync(join(tmpdir(), 'hypd-tunnel-'));
   let server;
   const sockets = new Set();
+  // Deleting the namespace deletes the veth end inside it, and with it the pair. Also
+  // on exit: a measurement that dies half-way must not leave its namespace behind.
+  const deleteNamespace = () => {
+    try {
+      ip('netns', 'del', ns);
+    } catch {}
+  };
+  process.once('exit', deleteNamespace);
   const close = async () => {
     for (const s of sockets) s.destroy();
     if (server) await new Promise((r) => server.close(r));
-    try {
-      // Deleting the namespace deletes the veth end inside it, and with it the pair.
-      ip('netns', 'del', ns);
-    } catch {}
+    deleteNamespace();
+    process.off('exit', deleteNamespace);
     rmSync(dir, { recursive: true, force: true });
-    process.off('exit', onExit);
   };
-  // A measurement that dies half-way must not leave its namespace behind.
-  const onExit = () => {
-    try {
-      ip('netns', 'del', ns);
-    } catch {}
-  };
-  process.once('exit', onExit);
   try {
     ip('netns', 'add', ns);
     ip('link', 'add', outer, 'type', 'veth', 'peer', 'name', inner);
@@ -63,7 +61,7 @@ export async function openTunnel({ rttMs, bytesPerSecond }) {
     const rate = `${Math.round((bytesPerSecond * 8) / 1000)}kbit`;
     const tbf = ['root', 'tbf', 'rate', rate, 'burst', '32kb', 'latency', '5s'];
     execFileSync('tc', ['qdisc', 'add', 'dev', outer, ...tbf]);
-    execFileSync('ip', ['netns', 'exec', ns, 'tc', 'qdisc', 'add', 'dev', inner, ...tbf]);
+    ip('netns', 'exec', ns, 'tc', 'qdisc', 'add', 'dev', inner, ...tbf);
 
     let upstream = null;
     const oneWay = rttMs / 2;

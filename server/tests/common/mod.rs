@@ -592,11 +592,8 @@ impl World {
             use aws_sdk_ec2::types::{Filter, Tag};
             let sdk = self.moto_sdk().await;
             if let Some(issuer) = issuer {
-                let arn = format!(
-                    "arn:aws:iam::123456789012:oidc-provider/{}",
-                    issuer.trim_start_matches("https://")
-                );
-                // Absent when hypd never made it, or deleted it itself.
+                // moto's account; absent when hypd never made it, or deleted it itself.
+                let arn = hypd::resources::iam::oidc_provider::arn("123456789012", &issuer);
                 let _ = aws_sdk_iam::Client::new(&sdk)
                     .delete_open_id_connect_provider()
                     .open_id_connect_provider_arn(arn)
