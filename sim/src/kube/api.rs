@@ -1,5 +1,6 @@
 //! The API server's HTTP surface: authentication, path routing, and the verbs (get, list,
-//! watch, create, update, patch, delete, deletecollection, status, log) over the store.
+//! watch, create, update, patch, delete, deletecollection, status, log, service proxy)
+//! over the store.
 //! Handlers lock only their cluster's store, to read or write it; watches and log follows
 //! stream from a task that feeds a small bounded channel, so a client that stops reading
 //! holds no more than that channel plus its share of the store's fan-out buffer.
@@ -23,6 +24,7 @@ use super::auth;
 use super::discovery::{self, CRD_GR, Resource};
 use super::logs;
 use super::schema;
+use super::service_proxy;
 use super::store::{Event, EventKind, Key, Obj, Store};
 use super::table;
 use super::{ClusterApi, WeakApi};
@@ -64,7 +66,7 @@ impl Status {
         }
     }
 
-    fn with_details(mut self, details: Value) -> Self {
+    pub(super) fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self
     }
@@ -156,11 +158,14 @@ enum Target {
         ns: Option<String>,
         name: Option<String>,
         sub: Option<String>,
+        /// For `…/proxy[/path]`: the path after `proxy`, as sent ("" for none).
+        proxied: Option<String>,
     },
 }
 
 fn route(path: &str) -> Option<Target> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let slash = if path.ends_with('/') { "/" } else { "" };
     let resource = |group: &str, version: &str, rest: &[&str]| -> Option<Target> {
         let (ns, rest) = match rest {
             ["namespaces", ns, plural, tail @ ..]
@@ -174,10 +179,23 @@ fn route(path: &str) -> Option<Target> {
             }
             _ => (None, rest.to_vec()),
         };
-        let (plural, name, sub) = match rest.as_slice() {
-            [p] => (*p, None, None),
-            [p, n] => (*p, Some((*n).to_owned()), None),
-            [p, n, s] => (*p, Some((*n).to_owned()), Some((*s).to_owned())),
+        let (plural, name, sub, proxied) = match rest.as_slice() {
+            [p] => (*p, None, None, None),
+            [p, n] => (*p, Some((*n).to_owned()), None, None),
+            // A proxy keeps the rest of the path, its trailing slash included.
+            [p, n, "proxy", tail @ ..] => {
+                let tail = match tail {
+                    [] => slash.to_owned(),
+                    _ => format!("/{}{slash}", tail.join("/")),
+                };
+                (
+                    *p,
+                    Some((*n).to_owned()),
+                    Some("proxy".to_owned()),
+                    Some(tail),
+                )
+            }
+            [p, n, s] => (*p, Some((*n).to_owned()), Some((*s).to_owned()), None),
             _ => return None,
         };
         Some(Target::Resource {
@@ -187,6 +205,7 @@ fn route(path: &str) -> Option<Target> {
             ns,
             name,
             sub,
+            proxied,
         })
     };
     match segs.as_slice() {
@@ -321,6 +340,7 @@ async fn handle(
             ns,
             name,
             sub,
+            proxied,
         } => {
             let Some(res) = discovery::find(&store, &group, &version, &plural) else {
                 return page_not_found();
@@ -328,7 +348,11 @@ async fn handle(
             if ns.is_some() && !res.namespaced {
                 return page_not_found();
             }
-            let operation = format!("{} {}", verb(&method, name.is_some(), &q), res.kind);
+            let operation = format!(
+                "{} {}",
+                verb(&method, name.is_some(), sub.as_deref(), &q),
+                res.kind
+            );
             let lost = matches!(fault, Some(crate::world::FaultKind::Lost));
             if let Some(kind) = fault.filter(|_| !lost) {
                 return injected(kind, &operation).into_response();
@@ -363,6 +387,28 @@ async fn handle(
                         req.q,
                     )
                     .await
+                }
+                (_, true, Some("proxy")) if req.res.gr() == "/services" => {
+                    let backend = service_proxy::backend(
+                        &store,
+                        &api.serving,
+                        &req.ns,
+                        req.name.as_deref().unwrap_or_default(),
+                    );
+                    drop(store);
+                    match backend {
+                        Ok(b) => service_proxy::answer(
+                            &b,
+                            &api.serving,
+                            &method,
+                            uri.path(),
+                            proxied.as_deref().unwrap_or_default(),
+                            uri.query(),
+                            &body,
+                            now as i64,
+                        ),
+                        Err(s) => s.into_response(),
+                    }
                 }
                 (_, true, Some("scale")) if SCALABLE.contains(&req.res.gr().as_str()) => {
                     let ct = content_type(&headers);
@@ -407,6 +453,7 @@ async fn fault_operation(
         version,
         plural,
         name,
+        sub,
         ..
     } = target
     else {
@@ -414,7 +461,11 @@ async fn fault_operation(
     };
     let store = api.store.lock().await;
     let res = discovery::find(&store, group, version, plural)?;
-    Some(format!("{} {}", verb(method, name.is_some(), q), res.kind))
+    Some(format!(
+        "{} {}",
+        verb(method, name.is_some(), sub.as_deref(), q),
+        res.kind
+    ))
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -1172,9 +1223,10 @@ fn create_object(
 }
 
 /// The request's verb as Kubernetes audits it; faults name `<verb> <Kind>`, e.g.
-/// `patch DaemonSet`.
-fn verb(method: &Method, named: bool, q: &Query) -> &'static str {
+/// `patch DaemonSet`, and any call through a proxy `proxy <Kind>`.
+fn verb(method: &Method, named: bool, sub: Option<&str>, q: &Query) -> &'static str {
     match *method {
+        _ if sub == Some("proxy") => "proxy",
         Method::GET if !named && truthy(q, "watch") => "watch",
         Method::GET if named => "get",
         Method::GET => "list",
@@ -1699,6 +1751,31 @@ mod tests {
             matches!(t, Target::Resource { ref group, ref plural, ref ns, .. } if group == "ray.io" && plural == "rayjobs" && ns.is_none())
         );
         assert!(route("/nope").is_none());
+    }
+
+    #[test]
+    fn proxies_keep_the_rest_of_the_path() {
+        for (path, want) in [
+            (
+                "/api/v1/namespaces/ml/services/qwen:8000/proxy/v1/chat/completions",
+                "/v1/chat/completions",
+            ),
+            (
+                "/api/v1/namespaces/ml/services/https:qwen:http/proxy/v1/models/",
+                "/v1/models/",
+            ),
+            ("/api/v1/namespaces/ml/services/qwen/proxy/", "/"),
+            ("/api/v1/namespaces/ml/services/qwen/proxy", ""),
+        ] {
+            let t = route(path).unwrap();
+            assert!(
+                matches!(t, Target::Resource { ref plural, ref ns, ref sub, ref proxied, .. }
+                if plural == "services" && ns.as_deref() == Some("ml") && sub.as_deref() == Some("proxy")
+                    && proxied.as_deref() == Some(want)),
+                "{path}"
+            );
+        }
+        assert!(route("/api/v1/namespaces/ml/services/qwen/status/x").is_none());
     }
 
     #[test]

@@ -65,6 +65,7 @@ const BUILTIN: &[Builtin] = &[
     ("", "v1", "namespaces", "Namespace", false, &["ns"], true),
     ("", "v1", "pods", "Pod", true, &["po"], true),
     ("", "v1", "services", "Service", true, &["svc"], true),
+    ("", "v1", "endpoints", "Endpoints", true, &["ep"], false),
     ("", "v1", "configmaps", "ConfigMap", true, &["cm"], false),
     ("", "v1", "secrets", "Secret", true, &[], false),
     (
@@ -384,6 +385,12 @@ pub fn resource_list(store: &Store, group: &str, version: &str) -> Option<Value>
         if r.plural == "pods" {
             resources.push(json!({
                 "name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"],
+            }));
+        }
+        if r.gr() == "/services" {
+            resources.push(json!({
+                "name": "services/proxy", "singularName": "", "namespaced": true, "kind": "ServiceProxyOptions",
+                "verbs": ["create", "delete", "get", "patch", "update"],
             }));
         }
     }

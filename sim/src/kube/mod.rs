@@ -1,9 +1,10 @@
 //! A Kubernetes API server per EKS cluster, faithful enough for `kubectl` and kube-rs:
 //! HTTPS with a per-cluster CA, EKS token authentication, discovery, CRUD, server-side
-//! apply, watch, CRDs, `pods/log`, and a world (nodes, workloads, logs) driven by the
-//! sim's clock. Each cluster's objects are behind a lock of their own, as each real EKS
-//! cluster has its own etcd: a request to one cluster never waits for another's, nor
-//! for EKS or SageMaker. Its controllers read HyperPod and EKS under the AWS lock and
+//! apply, watch, CRDs, `pods/log`, `services/proxy` (answered by the pods' model
+//! servers), and a world (nodes, workloads, logs) driven by the sim's clock. Each
+//! cluster's objects are behind a lock of their own, as each real EKS cluster has its
+//! own etcd: a request to one cluster never waits for another's, nor for EKS or
+//! SageMaker. Its controllers read HyperPod and EKS under the AWS lock and
 //! then write the objects under the cluster's, never holding both (see `world`).
 //!
 //! Lifecycle (documented choice): the server starts when CreateCluster is accepted and
@@ -17,8 +18,10 @@ mod auth;
 mod controllers;
 mod discovery;
 mod logs;
+mod model_server;
 mod scheduler;
 mod schema;
+mod service_proxy;
 mod store;
 mod table;
 mod time;
@@ -56,6 +59,9 @@ pub struct ClusterApi {
     pub version: String,
     pub region: String,
     pub store: tokio::sync::Mutex<Store>,
+    /// What its pods' model servers have served, and whose turn it is behind each
+    /// Service (see [`service_proxy`]).
+    pub serving: model_server::Serving,
     /// Wakes the controllers: every change of the store does, and whatever changes in
     /// EKS or HyperPod for this cluster (see [`Kube::wake`]).
     wake: Arc<Notify>,
@@ -101,6 +107,7 @@ impl Kube {
             endpoint: format!("https://{addr}"),
             ca_pem: tls.ca_pem,
             store: tokio::sync::Mutex::new(store),
+            serving: model_server::Serving::default(),
             version: version.to_owned(),
             region: region.to_owned(),
             wake: wake.clone(),
@@ -131,6 +138,7 @@ impl Kube {
             ca_pem: String::new(),
             wake: store.changes(),
             store: tokio::sync::Mutex::new(store),
+            serving: model_server::Serving::default(),
             version: "1.33".to_owned(),
             region: "us-east-1".to_owned(),
             _shutdown: shutdown,

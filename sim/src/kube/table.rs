@@ -82,6 +82,44 @@ fn pod_status(p: &Value) -> String {
     s(&p["status"]["phase"])
 }
 
+/// An Endpoints' ready `ip:port`s as kubectl prints them: the first three, then how many
+/// more; `<none>` with no subsets at all.
+fn endpoints(o: &Value) -> String {
+    let subsets = o["subsets"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if subsets.is_empty() {
+        return "<none>".into();
+    }
+    let mut all = Vec::new();
+    for ss in subsets {
+        let addresses = ss["addresses"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let ips = addresses.iter().map(|a| s(&a["ip"]));
+        match ss["ports"].as_array().filter(|p| !p.is_empty()) {
+            // Headless Services may have no ports.
+            None => all.extend(ips),
+            Some(ports) => {
+                for p in ports {
+                    all.extend(
+                        addresses
+                            .iter()
+                            .map(|a| format!("{}:{}", s(&a["ip"]), s(&p["port"]))),
+                    );
+                }
+            }
+        }
+    }
+    let shown = all.iter().take(3).cloned().collect::<Vec<_>>().join(",");
+    match all.len() {
+        n if n > 3 => format!("{shown} + {} more...", n - 3),
+        _ => shown,
+    }
+}
+
 /// Column names and the cells of one object.
 fn columns(res: &Resource, o: &Value, now: f64) -> (Vec<&'static str>, Vec<String>) {
     let created = o["metadata"]["creationTimestamp"]
@@ -232,6 +270,10 @@ fn columns(res: &Resource, o: &Value, now: f64) -> (Vec<&'static str>, Vec<Strin
                 ],
             )
         }
+        ("", "endpoints") => (
+            vec!["Name", "Endpoints", "Age"],
+            vec![name, endpoints(o), a],
+        ),
         ("", "persistentvolumeclaims") => (
             vec![
                 "Name",
@@ -372,5 +414,23 @@ mod tests {
         let o = json!({"status": {"jobStatus": "RUNNING", "list": [{"x": 1}]}});
         assert_eq!(json_path(&o, ".status.jobStatus"), "RUNNING");
         assert_eq!(json_path(&o, ".status.list[0].x"), 1);
+    }
+
+    #[test]
+    fn endpoints_print_their_first_ready_addresses() {
+        let addresses: Vec<Value> = (1..=5)
+            .map(|i| json!({"ip": format!("10.0.0.{i}")}))
+            .collect();
+        let eps = json!({"subsets": [{"addresses": addresses, "notReadyAddresses": [{"ip": "10.0.0.9"}],
+            "ports": [{"port": 8000}]}]});
+        assert_eq!(
+            endpoints(&eps),
+            "10.0.0.1:8000,10.0.0.2:8000,10.0.0.3:8000 + 2 more..."
+        );
+        assert_eq!(
+            endpoints(&json!({"subsets": [{"notReadyAddresses": [{"ip": "10.0.0.9"}]}]})),
+            ""
+        );
+        assert_eq!(endpoints(&json!({})), "<none>");
     }
 }

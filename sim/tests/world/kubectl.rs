@@ -293,6 +293,14 @@ async fn kubectl_applies_waits_watches_and_deletes_a_deployment() {
     );
     assert!(table.contains("infer   2/2"), "{table}");
 
+    // A Service over the replicas gets Endpoints listing both.
+    k.ok(&["expose", "deployment", "infer", "--port=8000"]);
+    crate::support::wait_for("both replicas behind the Service", || async {
+        let table = k.ok(&["get", "endpoints", "infer"]);
+        table.starts_with("NAME    ENDPOINTS") && table.matches(":8000").count() == 2
+    })
+    .await;
+
     // The same manifest applied server-side by kubectl: no conflict, nothing changes.
     let out = k.apply(
         "deploy.yaml",

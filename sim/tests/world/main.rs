@@ -14,4 +14,5 @@ mod kube;
 mod kubectl;
 mod mlflow;
 mod proxy;
+mod serving;
 mod training_plans;

@@ -1,9 +1,11 @@
 //! The cluster's controllers, driven by the sim's clock: HyperPod instances become Nodes,
 //! EKS add-ons bring their workloads, Deployments/ReplicaSets/DaemonSets/Jobs/RayJobs/
 //! HyperPodPyTorchJobs get Pods, Pods are bound by the [`scheduler`](super::scheduler) and
-//! run through their phases (those mounting FSx for Lustre once it can be mounted), LoadBalancer Services get a hostname, PVCs bind to PVs,
-//! orphans are collected, and HyperPod's managed Karpenter scales instance groups for
-//! pods that found no node. One file per kind; what several share lives here.
+//! run through their phases (those mounting FSx for Lustre once it can be mounted),
+//! LoadBalancer Services get a hostname, Services with a selector get Endpoints listing
+//! their pods, PVCs bind to PVs, orphans are collected, and HyperPod's managed Karpenter
+//! scales instance groups for pods that found no node. One file per kind; what several
+//! share lives here.
 //!
 //! Every status is a pure function of the stored objects and the clock (times come from
 //! earlier transitions, never from "now" unless something changed), and an object is
@@ -21,6 +23,7 @@ mod claims;
 mod daemonsets;
 mod deployments;
 mod downloads;
+mod endpoints;
 mod gc;
 mod jobs;
 mod karpenter;
@@ -286,6 +289,10 @@ fn reconcile(
     jobs::jobs(store, &now);
     pods::pods(store, &facts.file_systems, epoch_now, &now);
     services::services(store, epoch_now, &api.region);
+    // After the pods, so a Service's Endpoints list its pods as this pass left them.
+    endpoints::endpoints(store, &now);
+    // What gone pods served, and gone Services' turns, go with them.
+    api.serving.forget_gone(store);
     claims::claims(store);
     let groups = facts.karpenter.as_deref()?;
     Some(karpenter::karpenter(store, groups, epoch_now, &now))

@@ -1,9 +1,10 @@
 //! Pods' lifecycle: each pending pod goes to the [`Scheduler`], and a bound pod's status is
 //! then a function of the time it was scheduled: ContainerCreating for [`START_SECS`],
-//! Running, and, if it has a run time, Succeeded or Failed by its exit code. A pod with
-//! FSx for Lustre volumes waits for its claims to bind and its volumes to mount (see
-//! [`mounts`](super::mounts)); other pods' volumes are not looked at. Pods are
-//! bound and advanced in one pass so a pass writes each pod at most once.
+//! Running (Ready at once, or once it has loaded when a readiness probe waits for that:
+//! see [`load_seconds`]), and, if it has a run time, Succeeded or Failed by its exit
+//! code. A pod with FSx for Lustre volumes waits for its claims to bind and its volumes
+//! to mount (see [`mounts`](super::mounts)); other pods' volumes are not looked at. Pods
+//! are bound and advanced in one pass so a pass writes each pod at most once.
 
 use serde_json::{Value, json};
 
@@ -11,6 +12,7 @@ use super::mounts::{self, Mounts};
 use super::{is_terminal, snapshot, upsert};
 use crate::clock::reached;
 use crate::fsx::Mountable;
+use crate::kube::model_server;
 use crate::kube::scheduler::Scheduler;
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::{parse_rfc3339, rfc3339};
@@ -24,6 +26,12 @@ pub const EXIT_ANNOTATION: &str = "sim.hypd.dev/exit-code";
 pub const DEFAULT_RUN_SECS: f64 = 60.0;
 /// Sim seconds from scheduling to a running container (image pull and start).
 pub const START_SECS: f64 = 5.0;
+/// Pod or template annotation: sim seconds from a container's start until its readiness
+/// probe passes (its load), for pods whose containers have one.
+pub const READY_ANNOTATION: &str = "sim.hypd.dev/ready-seconds";
+/// The load of a model server (vLLM, SGLang) with a readiness probe and no
+/// [`READY_ANNOTATION`]: reading weights and warming up.
+pub const MODEL_LOAD_SECS: f64 = 20.0;
 
 /// Binds pending pods (through the scheduler) and moves bound pods through their phases.
 pub(super) fn pods(store: &mut Store, file_systems: &[Mountable], epoch_now: f64, now: &str) {
@@ -77,6 +85,31 @@ pub fn run_seconds(pod: &Value) -> Option<f64> {
         .or((restart != "Always").then_some(DEFAULT_RUN_SECS))
 }
 
+/// Sim seconds from a pod's container start until it is Ready. Without a readiness probe
+/// kubelet counts a running container ready at once; with one, it is ready when the
+/// probe first passes: after [`READY_ANNOTATION`]'s seconds, else a model server's
+/// [`MODEL_LOAD_SECS`], else at once.
+fn load_seconds(pod: &Value) -> f64 {
+    let probed = pod["spec"]["containers"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["readinessProbe"].is_object()));
+    if !probed {
+        return 0.0;
+    }
+    pod["metadata"]["annotations"][READY_ANNOTATION]
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite())
+        .map(|s| s.max(0.0))
+        .unwrap_or_else(|| {
+            if model_server::of(pod).is_some() {
+                MODEL_LOAD_SECS
+            } else {
+                0.0
+            }
+        })
+}
+
 /// A bound pod's status at sim time `now` from when it was scheduled.
 /// `mounted` is when its volumes could first all be mounted (infinite: not yet).
 fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
@@ -114,6 +147,7 @@ fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
             )
         })
         .collect();
+    let loaded = start + load_seconds(pod);
     let (phase, state, ready) = if !reached(now, start) {
         (
             "Pending",
@@ -132,21 +166,38 @@ fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
         (
             "Running",
             json!({ "running": { "startedAt": ts(start) } }),
-            true,
+            reached(now, loaded),
         )
     };
+    // A startup probe holds `started` back until it passes, which is when the load ends.
+    let startup_probe = pod["spec"]["containers"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["startupProbe"].is_object()));
+    let container_started = state.get("running").is_some() && (ready || !startup_probe);
     let statuses: Vec<Value> = containers
         .iter()
         .map(|(name, image)| {
             json!({ "name": name, "image": image, "imageID": "", "ready": ready, "restartCount": 0,
-                    "started": state.get("running").is_some(), "state": state,
+                    "started": container_started, "state": state,
                     "containerID": format!("containerd://{:016x}", h) })
         })
         .collect();
-    let ready_since = if ready {
-        ts(start)
-    } else {
-        scheduled_at.clone()
+    let readiness = |kind: &str| {
+        if ready {
+            return json!({ "type": kind, "status": "True", "lastTransitionTime": ts(loaded) });
+        }
+        let mut c = json!({ "type": kind, "status": "False", "lastTransitionTime": scheduled_at });
+        if matches!(phase, "Succeeded" | "Failed") {
+            c["reason"] = json!("PodCompleted");
+        } else {
+            let names: Vec<&str> = containers.iter().map(|(n, _)| n.as_str()).collect();
+            c["reason"] = json!("ContainersNotReady");
+            c["message"] = json!(format!(
+                "containers with unready status: [{}]",
+                names.join(" ")
+            ));
+        }
+        c
     };
     let started = now >= start;
     pod["status"] = json!({
@@ -158,8 +209,8 @@ fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
         "conditions": [
             { "type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at },
             { "type": "Initialized", "status": "True", "lastTransitionTime": scheduled_at },
-            { "type": "ContainersReady", "status": if ready { "True" } else { "False" }, "lastTransitionTime": ready_since },
-            { "type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": ready_since },
+            readiness("ContainersReady"),
+            readiness("Ready"),
         ],
         "containerStatuses": statuses,
     });
@@ -254,5 +305,110 @@ mod tests {
         let rv = store.rv();
         pods(&mut store, &[], t0 + 41.0, &at(41.0));
         assert_eq!(store.rv(), rv);
+    }
+
+    #[test]
+    fn probed_pods_are_ready_once_loaded_and_the_pass_is_due_then() {
+        use crate::clock::recording;
+        let mut store = Store::new();
+        bootstrap(&mut store, "2026-01-01T00:00:00Z");
+        let t0 = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
+            "spec": {}, "status": {"allocatable": {"cpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        store.put(Key::new("/nodes", "", "n1"), node);
+        let probe = json!({"httpGet": {"path": "/health", "port": 8000}});
+        let vllm = json!(["vllm", "serve", "/s3/models/m", "--served-model-name", "m"]);
+        for (name, command, annotation, startup) in [
+            ("annotated", vllm.clone(), Some("10"), false),
+            ("model", vllm.clone(), None, true),
+            ("web", json!(["nginx"]), None, false),
+        ] {
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "uid": name},
+                "spec": {"containers": [{"name": "main", "command": command, "readinessProbe": probe}]}});
+            if let Some(a) = annotation {
+                pod["metadata"]["annotations"][READY_ANNOTATION] = json!(a);
+            }
+            if startup {
+                pod["spec"]["containers"][0]["startupProbe"] = probe.clone();
+            }
+            store.put(Key::new("/pods", "default", name), pod);
+        }
+        let at = |t: f64| rfc3339(t0 + t);
+        let get = |store: &Store, name: &str| {
+            let p = store.get(&Key::new("/pods", "default", name)).unwrap();
+            let cond = |k: &str| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == k)
+                    .unwrap()
+                    .clone()
+            };
+            (
+                p["status"]["phase"].clone(),
+                cond("Ready"),
+                cond("ContainersReady"),
+                p["status"]["containerStatuses"][0].clone(),
+            )
+        };
+        let ((), due) = recording(|| pods(&mut store, &[], t0, &at(0.0)));
+        assert_eq!(due, START_SECS);
+        let ((), due) = recording(|| pods(&mut store, &[], t0 + START_SECS, &at(START_SECS)));
+        assert_eq!(due, 10.0, "the annotated pod is due to be ready");
+        let (phase, ready, _, container) = get(&store, "annotated");
+        assert_eq!(
+            (phase, &ready["status"]),
+            (json!("Running"), &json!("False"))
+        );
+        assert_eq!(ready["reason"], "ContainersNotReady");
+        assert_eq!(ready["message"], "containers with unready status: [main]");
+        assert_eq!(
+            (&container["ready"], &container["started"]),
+            (&json!(false), &json!(true))
+        );
+        let (_, _, _, container) = get(&store, "model");
+        assert_eq!(
+            container["started"], false,
+            "its startup probe has not passed"
+        );
+        let (_, ready, _, _) = get(&store, "web");
+        assert_eq!(ready["status"], "True", "nothing to load");
+
+        let ((), due) = recording(|| {
+            pods(
+                &mut store,
+                &[],
+                t0 + START_SECS + 10.0,
+                &at(START_SECS + 10.0),
+            )
+        });
+        assert_eq!(
+            due,
+            MODEL_LOAD_SECS - 10.0,
+            "the model server loads for longer"
+        );
+        let (_, ready, containers_ready, container) = get(&store, "annotated");
+        assert_eq!(
+            (&ready["status"], &containers_ready["status"]),
+            (&json!("True"), &json!("True"))
+        );
+        assert_eq!(ready["lastTransitionTime"], at(START_SECS + 10.0));
+        assert_eq!(container["ready"], true);
+
+        let loaded = START_SECS + MODEL_LOAD_SECS;
+        let ((), due) = recording(|| pods(&mut store, &[], t0 + loaded, &at(loaded)));
+        assert_eq!(due, f64::INFINITY);
+        let (_, ready, _, container) = get(&store, "model");
+        assert_eq!(ready["lastTransitionTime"], at(loaded));
+        assert_eq!(
+            (&container["ready"], &container["started"]),
+            (&json!(true), &json!(true))
+        );
+        let rv = store.rv();
+        pods(&mut store, &[], t0 + loaded + 5.0, &at(loaded + 5.0));
+        assert_eq!(store.rv(), rv, "a loaded pod stays as it is");
     }
 }

@@ -1,0 +1,865 @@
+//! What a pod answers over HTTP when the service proxy reaches it. A pod whose first
+//! container starts vLLM or SGLang serves their OpenAI-compatible API (health, models,
+//! chat and text completions, Prometheus metrics) with completions that are a function
+//! of the served model and the prompt, so tests can assert on them; any other pod is a
+//! plain server that knows no path. The sim runs no process: what a pod serves follows
+//! from its command line alone, and what it has served is counted beside the store
+//! ([`Serving`]), never on the pod, so that answering a request writes no object.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use super::store::{Store, meta};
+use crate::world::fnv1a;
+
+/// The context length a server reports when its command line sets none.
+pub const DEFAULT_MAX_MODEL_LEN: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Vllm,
+    Sglang,
+}
+
+impl Engine {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Vllm => "vllm",
+            Self::Sglang => "sglang",
+        }
+    }
+}
+
+/// A model server as its command line starts it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelServer {
+    pub engine: Engine,
+    /// The model as given: a path or a Hugging Face id.
+    pub model: String,
+    /// The names requests may ask for (`--served-model-name`, else the model), the
+    /// first being the one it goes by.
+    pub names: Vec<String>,
+    pub port: u16,
+    pub max_model_len: u64,
+}
+
+/// The model server `pod`'s first container starts, if it starts one: from its
+/// `command` and `args` as the container runtime joins them, and through `sh -c LINE`
+/// (or bash) as the shell would split LINE.
+pub fn of(pod: &Value) -> Option<ModelServer> {
+    let container = &pod["spec"]["containers"][0];
+    let words: Vec<String> = ["command", "args"]
+        .iter()
+        .flat_map(|k| container[k].as_array().into_iter().flatten())
+        .filter_map(|w| w.as_str().map(str::to_owned))
+        .collect();
+    let commands = match words.as_slice() {
+        [sh, flags, line, ..]
+            if matches!(basename(sh), "sh" | "bash" | "dash" | "ash" | "zsh")
+                && flags.starts_with('-')
+                && flags.contains('c') =>
+        {
+            shell_commands(line)
+        }
+        _ => vec![words],
+    };
+    commands.iter().find_map(|c| server(c))
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// LINE as a POSIX shell splits it into simple commands: quotes and backslashes join
+/// words, and `;`, `&`, `|` and newlines outside them end a command.
+fn shell_commands(line: &str) -> Vec<Vec<String>> {
+    let mut commands = vec![Vec::new()];
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    let end_word = |word: &mut Option<String>, commands: &mut Vec<Vec<String>>| {
+        if let (Some(w), Some(c)) = (word.take(), commands.last_mut()) {
+            c.push(w);
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => word
+                .get_or_insert_with(String::new)
+                .extend(chars.by_ref().take_while(|&c| c != '\'')),
+            '"' => {
+                let w = word.get_or_insert_with(String::new);
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => match chars.next() {
+                            Some(e @ ('"' | '\\' | '$' | '`')) => w.push(e),
+                            Some('\n') => {}
+                            Some(e) => w.extend(['\\', e]),
+                            None => w.push('\\'),
+                        },
+                        c => w.push(c),
+                    }
+                }
+            }
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(e) => word.get_or_insert_with(String::new).push(e),
+            },
+            ';' | '&' | '|' | '\n' => {
+                end_word(&mut word, &mut commands);
+                if commands.last().is_some_and(|c| !c.is_empty()) {
+                    commands.push(Vec::new());
+                }
+            }
+            c if c.is_whitespace() => end_word(&mut word, &mut commands),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    end_word(&mut word, &mut commands);
+    commands.retain(|c| !c.is_empty());
+    commands
+}
+
+/// `--name VALUE` or `--name=VALUE`.
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter().enumerate().find_map(|(i, w)| {
+        if w == name {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            w.strip_prefix(name)?.strip_prefix('=')
+        }
+    })
+}
+
+fn server(command: &[String]) -> Option<ModelServer> {
+    // What runs the program: `exec`, `env` and variable assignments.
+    let start = command
+        .iter()
+        .position(|w| w != "exec" && w != "env" && !w.contains('='))?;
+    let (engine, args, positional) = match &command[start..] {
+        [prog, serve, args @ ..] if basename(prog) == "vllm" && serve == "serve" => {
+            (Engine::Vllm, args, true)
+        }
+        [python, m, module, args @ ..] if basename(python).starts_with("python") && m == "-m" => {
+            match module.as_str() {
+                "vllm.entrypoints.openai.api_server" => (Engine::Vllm, args, false),
+                "sglang.launch_server" => (Engine::Sglang, args, false),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    let model = args
+        .first()
+        .filter(|m| positional && !m.starts_with('-'))
+        .map(String::as_str)
+        .or_else(|| flag(args, "--model"))
+        .or_else(|| flag(args, "--model-path"))?
+        .to_owned();
+    // vLLM takes several names after one flag.
+    let mut names: Vec<String> = match args.iter().position(|w| w == "--served-model-name") {
+        Some(i) => args[i + 1..]
+            .iter()
+            .take_while(|w| !w.starts_with('-'))
+            .cloned()
+            .collect(),
+        None => flag(args, "--served-model-name")
+            .map(str::to_owned)
+            .into_iter()
+            .collect(),
+    };
+    if names.is_empty() {
+        names.push(model.clone());
+    }
+    let (default_port, len_flag) = match engine {
+        Engine::Vllm => (8000, "--max-model-len"),
+        Engine::Sglang => (30000, "--context-length"),
+    };
+    Some(ModelServer {
+        engine,
+        model,
+        names,
+        port: flag(args, "--port")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(default_port),
+        max_model_len: flag(args, len_flag)
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(DEFAULT_MAX_MODEL_LEN),
+    })
+}
+
+/// What a pod's server has answered, by pod UID, and whose turn it is behind each
+/// Service: kept beside the cluster's store, not in it, so that serving changes no
+/// object.
+#[derive(Default)]
+pub struct Serving(Mutex<Ledger>);
+
+#[derive(Default)]
+struct Ledger {
+    pods: HashMap<String, Served>,
+    /// By namespace and Service name.
+    turns: HashMap<(String, String), usize>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Served {
+    stopped: u64,
+    cut: u64,
+    prompt_tokens: u64,
+    generation_tokens: u64,
+}
+
+impl Serving {
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Which of the `n` endpoints of Service `ns/name` the next request goes to: each
+    /// in turn.
+    pub fn turn(&self, ns: &str, name: &str, n: usize) -> usize {
+        let mut ledger = self.ledger();
+        let t = ledger
+            .turns
+            .entry((ns.to_owned(), name.to_owned()))
+            .or_default();
+        *t = t.wrapping_add(1);
+        (*t - 1) % n.max(1)
+    }
+
+    /// Counts a completion of pod `uid`; the number it had served before.
+    fn record(&self, uid: &str, stopped: bool, prompt: u64, generated: u64) -> u64 {
+        let mut ledger = self.ledger();
+        let s = ledger.pods.entry(uid.to_owned()).or_default();
+        let before = s.stopped + s.cut;
+        if stopped {
+            s.stopped += 1;
+        } else {
+            s.cut += 1;
+        }
+        s.prompt_tokens += prompt;
+        s.generation_tokens += generated;
+        before
+    }
+
+    fn served(&self, uid: &str) -> Served {
+        self.ledger().pods.get(uid).copied().unwrap_or_default()
+    }
+
+    /// Forgets the pods and Services that are gone.
+    pub fn forget_gone(&self, store: &Store) {
+        let mut ledger = self.ledger();
+        if ledger.pods.is_empty() && ledger.turns.is_empty() {
+            return;
+        }
+        let pods: HashSet<String> = store.list("/pods", None).map(|p| meta(p, "uid")).collect();
+        ledger.pods.retain(|uid, _| pods.contains(uid));
+        let services: HashSet<(String, String)> = store
+            .list("/services", None)
+            .map(|s| (meta(s, "namespace"), meta(s, "name")))
+            .collect();
+        ledger.turns.retain(|k, _| services.contains(k));
+    }
+}
+
+/// An HTTP answer of a pod.
+pub struct Answer {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+fn json_answer(status: StatusCode, v: &Value) -> Answer {
+    Answer {
+        status,
+        content_type: "application/json",
+        body: v.to_string(),
+    }
+}
+
+/// The OpenAI-style error vLLM and SGLang answer with.
+fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Answer {
+    json_answer(
+        status,
+        &json!({ "object": "error", "message": message.into(), "type": kind, "param": null,
+                 "code": status.as_u16() }),
+    )
+}
+
+fn bad_request(message: impl Into<String>) -> Answer {
+    error(StatusCode::BAD_REQUEST, "BadRequestError", message)
+}
+
+/// What one request gets from pod `pod`, serving `server` (if it runs one), at sim
+/// time `created` (epoch seconds).
+pub fn answer(
+    pod: &Value,
+    server: Option<&ModelServer>,
+    serving: &Serving,
+    method: &Method,
+    path: &str,
+    body: &[u8],
+    created: i64,
+) -> Answer {
+    let Some(server) = server else {
+        return Answer {
+            status: StatusCode::NOT_FOUND,
+            content_type: "text/plain; charset=utf-8",
+            body: "404 page not found\n".to_owned(),
+        };
+    };
+    let uid = meta(pod, "uid");
+    // FastAPI's answers for a path it lacks and a method a path does not take.
+    match (path, method.as_str()) {
+        ("/health", "GET") => Answer {
+            status: StatusCode::OK,
+            content_type: "application/json",
+            body: String::new(),
+        },
+        ("/v1/models", "GET") => models(server, created),
+        ("/metrics", "GET") => metrics(server, serving.served(&uid)),
+        ("/v1/chat/completions", "POST") => {
+            complete(server, serving, &uid, body, created, Kind::Chat)
+        }
+        ("/v1/completions", "POST") => complete(server, serving, &uid, body, created, Kind::Text),
+        ("/health" | "/v1/models" | "/metrics" | "/v1/chat/completions" | "/v1/completions", _) => {
+            json_answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &json!({ "detail": "Method Not Allowed" }),
+            )
+        }
+        _ => json_answer(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" })),
+    }
+}
+
+fn models(server: &ModelServer, created: i64) -> Answer {
+    let data: Vec<Value> = server
+        .names
+        .iter()
+        .map(|name| {
+            json!({ "id": name, "object": "model", "created": created,
+                    "owned_by": server.engine.name(), "root": server.model, "parent": null,
+                    "max_model_len": server.max_model_len })
+        })
+        .collect();
+    json_answer(StatusCode::OK, &json!({ "object": "list", "data": data }))
+}
+
+fn metrics(server: &ModelServer, served: Served) -> Answer {
+    let label = format!("model_name=\"{}\"", server.names[0]);
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, v) in samples {
+            out.push_str(&format!("{name}{{{labels}}} {v}.0\n"));
+        }
+    };
+    let (p, g) = (served.prompt_tokens, served.generation_tokens);
+    match server.engine {
+        Engine::Vllm => {
+            let stop = format!("finished_reason=\"stop\",{label}");
+            let length = format!("finished_reason=\"length\",{label}");
+            metric(
+                "vllm:num_requests_running",
+                "gauge",
+                "Number of requests in model execution batches.",
+                &[(&label, 0)],
+            );
+            metric(
+                "vllm:num_requests_waiting",
+                "gauge",
+                "Number of requests waiting to be processed.",
+                &[(&label, 0)],
+            );
+            metric(
+                "vllm:request_success_total",
+                "counter",
+                "Count of successfully processed requests.",
+                &[(&stop, served.stopped), (&length, served.cut)],
+            );
+            metric(
+                "vllm:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                &[(&label, p)],
+            );
+            metric(
+                "vllm:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                &[(&label, g)],
+            );
+        }
+        Engine::Sglang => {
+            let total = served.stopped + served.cut;
+            metric(
+                "sglang:num_running_reqs",
+                "gauge",
+                "The number of running requests.",
+                &[(&label, 0)],
+            );
+            metric(
+                "sglang:num_queue_reqs",
+                "gauge",
+                "The number of requests in the waiting queue.",
+                &[(&label, 0)],
+            );
+            metric(
+                "sglang:num_requests_total",
+                "counter",
+                "Number of requests processed.",
+                &[(&label, total)],
+            );
+            metric(
+                "sglang:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                &[(&label, p)],
+            );
+            metric(
+                "sglang:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                &[(&label, g)],
+            );
+        }
+    }
+    Answer {
+        status: StatusCode::OK,
+        content_type: "text/plain; version=0.0.4; charset=utf-8",
+        body: out,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+/// Tokens as the sim counts them: whitespace-separated words.
+fn tokens(text: &str) -> u64 {
+    text.split_whitespace().count() as u64
+}
+
+/// A message's text: a string, or the text parts of a list.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
+}
+
+/// What replies are made of.
+const VOCABULARY: &str = "model cluster tokens answer quickly gradient weights serve the a of to \
+    and is prompt layer attention batch cache node warm steady bright river stone signal garden \
+    orbit lantern harbor echo meadow circuit window thread spark north quiet field vector matrix \
+    kernel pod replica endpoint request reply hello again today simple clear fast ready loaded \
+    running shard tensor learns writes reads holds brings keeps";
+
+/// The words a server named `name` answers `prompt` with: a function of both alone.
+fn reply(name: &str, prompt: &str) -> Vec<&'static str> {
+    let words: Vec<&str> = VOCABULARY.split_whitespace().collect();
+    let mut h = fnv1a(&format!("{name}\n{prompt}"));
+    let n = 8 + (h % 17) as usize;
+    (0..n)
+        .map(|_| {
+            h = h
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            words[(h >> 33) as usize % words.len()]
+        })
+        .collect()
+}
+
+/// One generated text: its words as a sentence, cut at `max` words.
+struct Generated {
+    text: String,
+    tokens: u64,
+    stopped: bool,
+}
+
+fn generate(name: &str, prompt: &str, max: Option<u64>) -> Generated {
+    let mut words = reply(name, prompt);
+    let stopped = max.is_none_or(|m| m >= words.len() as u64);
+    if let Some(m) = max {
+        words.truncate(m as usize);
+    }
+    let mut text = words.join(" ");
+    if let Some(first) = text.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    if stopped {
+        text.push('.');
+    }
+    Generated {
+        tokens: words.len() as u64,
+        text,
+        stopped,
+    }
+}
+
+/// `/v1/chat/completions` (one choice, from the last user message) or `/v1/completions`
+/// (a choice per prompt), whole or streamed as server-sent events.
+fn complete(
+    server: &ModelServer,
+    serving: &Serving,
+    uid: &str,
+    body: &[u8],
+    created: i64,
+    kind: Kind,
+) -> Answer {
+    let req: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return bad_request("the request body must be a JSON object"),
+        Err(e) => return bad_request(format!("JSON decode error: {e}")),
+    };
+    let model = match req["model"].as_str() {
+        None => server.names[0].clone(),
+        Some(m) if server.names.iter().any(|n| n == m) => m.to_owned(),
+        Some(m) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "NotFoundError",
+                format!("The model `{m}` does not exist."),
+            );
+        }
+    };
+    // (prompt tokens, what the reply is a function of) per choice.
+    let prompts: Vec<(u64, String)> = match kind {
+        Kind::Chat => {
+            let Some(messages) = req["messages"].as_array().filter(|m| !m.is_empty()) else {
+                return bad_request("messages: Field required: a list of at least one message");
+            };
+            let texts: Vec<String> = messages
+                .iter()
+                .map(|m| content_text(&m["content"]))
+                .collect();
+            let last_user = messages
+                .iter()
+                .zip(&texts)
+                .rfind(|(m, _)| m["role"] == "user")
+                .map_or_else(|| texts[texts.len() - 1].clone(), |(_, t)| t.clone());
+            vec![(texts.iter().map(|t| tokens(t)).sum(), last_user)]
+        }
+        Kind::Text => match &req["prompt"] {
+            Value::String(p) => vec![(tokens(p), p.clone())],
+            Value::Array(ps) if !ps.is_empty() && ps.iter().all(Value::is_string) => ps
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|p| (tokens(p), p.to_owned()))
+                .collect(),
+            _ => return bad_request("prompt: Field required: a string or a list of strings"),
+        },
+    };
+    let max = match req
+        .get("max_completion_tokens")
+        .or_else(|| req.get("max_tokens"))
+    {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(m) if m >= 1 => Some(m),
+            _ => return bad_request(format!("max_tokens must be at least 1, got {v}.")),
+        },
+    };
+    for (p, _) in &prompts {
+        let len = server.max_model_len;
+        match max {
+            Some(m) if p + m > len => {
+                return bad_request(format!(
+                    "This model's maximum context length is {len} tokens. However, you requested {} tokens ({p} in the messages, {m} in the completion). Please reduce the length of the messages or completion.",
+                    p + m
+                ));
+            }
+            None if *p >= len => {
+                return bad_request(format!(
+                    "This model's maximum context length is {len} tokens. However, your request has {p} input tokens. Please reduce the length of the input messages."
+                ));
+            }
+            _ => {}
+        }
+    }
+    let generated: Vec<Generated> = prompts
+        .iter()
+        .map(|(_, p)| generate(&server.names[0], p, max))
+        .collect();
+    let mut served = 0;
+    for ((p, _), g) in prompts.iter().zip(&generated) {
+        served = serving.record(uid, g.stopped, *p, g.tokens);
+    }
+    let prompt_tokens: u64 = prompts.iter().map(|(p, _)| p).sum();
+    let completion_tokens: u64 = generated.iter().map(|g| g.tokens).sum();
+    let usage = json!({ "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                        "total_tokens": prompt_tokens + completion_tokens });
+    let (prefix, object) = match kind {
+        Kind::Chat => ("chatcmpl", "chat.completion"),
+        Kind::Text => ("cmpl", "text_completion"),
+    };
+    let id = format!(
+        "{prefix}-{:016x}{:016x}",
+        fnv1a(&format!("{uid}/{served}")),
+        fnv1a(&format!("{served}/{uid}"))
+    );
+    let finish = |g: &Generated| if g.stopped { "stop" } else { "length" };
+    if req["stream"] == true {
+        return stream(&req, &id, object, created, &model, kind, &generated, &usage);
+    }
+    let choices: Vec<Value> = generated
+        .iter()
+        .enumerate()
+        .map(|(i, g)| match kind {
+            Kind::Chat => {
+                json!({ "index": i, "message": { "role": "assistant", "content": g.text },
+                                  "logprobs": null, "finish_reason": finish(g) })
+            }
+            Kind::Text => json!({ "index": i, "text": g.text, "logprobs": null,
+                                  "finish_reason": finish(g) }),
+        })
+        .collect();
+    json_answer(
+        StatusCode::OK,
+        &json!({ "id": id, "object": object, "created": created, "model": model,
+                 "choices": choices, "usage": usage }),
+    )
+}
+
+/// The same completion as server-sent events: a chunk per word, the finish reason on
+/// the last of each choice, usage when `stream_options.include_usage` asks, `[DONE]`.
+#[allow(clippy::too_many_arguments)]
+fn stream(
+    req: &Value,
+    id: &str,
+    object: &str,
+    created: i64,
+    model: &str,
+    kind: Kind,
+    generated: &[Generated],
+    usage: &Value,
+) -> Answer {
+    let object = format!("{object}.chunk");
+    let chunk = |choices: Value| json!({ "id": id, "object": object, "created": created, "model": model, "choices": choices });
+    let mut events = Vec::new();
+    for (i, g) in generated.iter().enumerate() {
+        if kind == Kind::Chat {
+            events.push(chunk(
+                json!([{ "index": i, "delta": { "role": "assistant", "content": "" },
+                                       "logprobs": null, "finish_reason": null }]),
+            ));
+        }
+        let words: Vec<&str> = g.text.split(' ').collect();
+        for (w, word) in words.iter().enumerate() {
+            let piece = if w == 0 {
+                (*word).to_owned()
+            } else {
+                format!(" {word}")
+            };
+            let finish =
+                (w + 1 == words.len()).then_some(if g.stopped { "stop" } else { "length" });
+            events.push(chunk(match kind {
+                Kind::Chat => json!([{ "index": i, "delta": { "content": piece },
+                                       "logprobs": null, "finish_reason": finish }]),
+                Kind::Text => json!([{ "index": i, "text": piece, "logprobs": null,
+                                       "finish_reason": finish }]),
+            }));
+        }
+    }
+    if req["stream_options"]["include_usage"] == true {
+        let mut last = chunk(json!([]));
+        last["usage"] = usage.clone();
+        events.push(last);
+    }
+    let mut body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    body.push_str("data: [DONE]\n\n");
+    Answer {
+        status: StatusCode::OK,
+        content_type: "text/event-stream; charset=utf-8",
+        body,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(command: Value, args: Value) -> Value {
+        json!({ "metadata": { "uid": "u1" },
+                "spec": { "containers": [{ "name": "server", "command": command, "args": args }] } })
+    }
+
+    #[test]
+    fn servers_are_read_from_command_lines_and_shell_lines() {
+        let vllm = of(&pod(
+            json!(["vllm", "serve", "/s3/models/Qwen/Qwen2.5-0.5B"]),
+            json!([
+                "--served-model-name",
+                "qwen",
+                "--port=8080",
+                "--max-model-len",
+                "8192"
+            ]),
+        ))
+        .unwrap();
+        assert_eq!(vllm.engine, Engine::Vllm);
+        assert_eq!(vllm.model, "/s3/models/Qwen/Qwen2.5-0.5B");
+        assert_eq!(vllm.names, ["qwen"]);
+        assert_eq!((vllm.port, vllm.max_model_len), (8080, 8192));
+
+        let api_server = of(&pod(
+            json!([
+                "python3",
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                "m"
+            ]),
+            Value::Null,
+        ))
+        .unwrap();
+        assert_eq!((api_server.names[0].as_str(), api_server.port), ("m", 8000));
+
+        let sglang = of(&pod(
+            json!(["/bin/sh", "-c"]),
+            json!([
+                "pip install x && HF_HOME=/tmp exec python -m sglang.launch_server --model-path 'org/My Model' --served-model-name \"a b\"; echo done"
+            ]),
+        ))
+        .unwrap();
+        assert_eq!(sglang.engine, Engine::Sglang);
+        assert_eq!(sglang.model, "org/My Model");
+        assert_eq!(sglang.names, ["a b"]);
+        assert_eq!(sglang.port, 30000);
+
+        for (command, args) in [
+            (json!(["python", "train.py"]), Value::Null),
+            (json!(["vllm", "serve"]), Value::Null),
+            (json!(["sh", "-c", "echo vllm serve m"]), Value::Null),
+            (Value::Null, Value::Null),
+        ] {
+            assert_eq!(of(&pod(command.clone(), args)), None, "{command}");
+        }
+    }
+
+    fn chat(server: &ModelServer, serving: &Serving, body: Value) -> (StatusCode, Value) {
+        let a = answer(
+            &json!({ "metadata": { "uid": "u1" } }),
+            Some(server),
+            serving,
+            &Method::POST,
+            "/v1/chat/completions",
+            body.to_string().as_bytes(),
+            1_700_000_000,
+        );
+        (a.status, serde_json::from_str(&a.body).unwrap())
+    }
+
+    #[test]
+    fn completions_are_deterministic_counted_and_cut_at_max_tokens() {
+        let server = of(&pod(
+            json!(["vllm", "serve", "m", "--served-model-name", "qwen"]),
+            Value::Null,
+        ))
+        .unwrap();
+        let serving = Serving::default();
+        let ask = json!({ "model": "qwen", "messages": [
+            { "role": "system", "content": "Be brief." },
+            { "role": "user", "content": "Say hello to the cluster" }] });
+        let (code, first) = chat(&server, &serving, ask.clone());
+        assert_eq!(code, StatusCode::OK, "{first}");
+        let (_, again) = chat(&server, &serving, ask.clone());
+        let content = first["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(content, again["choices"][0]["message"]["content"]);
+        assert_ne!(first["id"], again["id"]);
+        assert_eq!(first["model"], "qwen");
+        assert_eq!(first["usage"]["prompt_tokens"], 7);
+        assert_eq!(first["usage"]["completion_tokens"], tokens(content));
+        assert_eq!(first["choices"][0]["finish_reason"], "stop");
+
+        let mut short = ask.clone();
+        short["max_tokens"] = json!(2);
+        let (_, cut) = chat(&server, &serving, short);
+        assert_eq!(cut["choices"][0]["finish_reason"], "length");
+        assert_eq!(cut["usage"]["completion_tokens"], 2);
+
+        let mut wrong = ask;
+        wrong["model"] = json!("llama");
+        let (code, body) = chat(&server, &serving, wrong);
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert_eq!(body["message"], "The model `llama` does not exist.");
+        assert_eq!(body["type"], "NotFoundError");
+        let (code, body) = chat(&server, &serving, json!({ "messages": [] }));
+        assert_eq!(
+            (code, body["type"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("BadRequestError"))
+        );
+
+        let m = answer(
+            &json!({ "metadata": { "uid": "u1" } }),
+            Some(&server),
+            &serving,
+            &Method::GET,
+            "/metrics",
+            b"",
+            0,
+        );
+        assert!(
+            m.body.contains(
+                "vllm:request_success_total{finished_reason=\"stop\",model_name=\"qwen\"} 2.0"
+            ),
+            "{}",
+            m.body
+        );
+        assert!(m.body.contains(
+            "vllm:request_success_total{finished_reason=\"length\",model_name=\"qwen\"} 1.0"
+        ));
+        assert!(
+            m.body
+                .contains("vllm:num_requests_waiting{model_name=\"qwen\"} 0.0")
+        );
+    }
+
+    #[test]
+    fn streams_end_with_done_and_other_pods_know_no_path() {
+        let server = of(&pod(json!(["vllm", "serve", "m"]), Value::Null)).unwrap();
+        let a = answer(
+            &json!({ "metadata": { "uid": "u1" } }),
+            Some(&server),
+            &Serving::default(),
+            &Method::POST,
+            "/v1/completions",
+            json!({ "prompt": "hi there", "stream": true, "stream_options": { "include_usage": true } })
+                .to_string()
+                .as_bytes(),
+            0,
+        );
+        assert!(a.content_type.starts_with("text/event-stream"));
+        assert!(a.body.ends_with("data: [DONE]\n\n"));
+        assert!(a.body.contains("\"prompt_tokens\":2"), "{}", a.body);
+        let plain = answer(
+            &json!({}),
+            None,
+            &Serving::default(),
+            &Method::GET,
+            "/health",
+            b"",
+            0,
+        );
+        assert_eq!(plain.status, StatusCode::NOT_FOUND);
+        let missing = answer(
+            &json!({}),
+            Some(&server),
+            &Serving::default(),
+            &Method::GET,
+            "/nope",
+            b"",
+            0,
+        );
+        assert_eq!(missing.body, r#"{"detail":"Not Found"}"#);
+    }
+}
