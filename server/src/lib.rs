@@ -11,6 +11,7 @@ pub mod config;
 pub mod confirm;
 pub mod faces;
 pub mod features;
+pub mod inference;
 pub mod inspect;
 pub mod instance_group;
 pub mod mlflow;

@@ -98,10 +98,13 @@ impl Service {
         name: &str,
         input: Value,
     ) -> Result<Box<RawValue>, ApiError> {
+        // Each command's future on the heap: inline, this one would be as large as the
+        // largest of them all, and a debug build's worker stack overflowed once a new
+        // command made it larger.
         macro_rules! by_name {
             ($($c:ty),* $(,)?) => {
                 match name {
-                    $(n if n == <$c as Command>::SPEC.name => self.run::<$c>(actor, input).await,)*
+                    $(n if n == <$c as Command>::SPEC.name => Box::pin(self.run::<$c>(actor, input)).await,)*
                     _ => Err(ApiError::NotFound { resource: "command".into(), name: name.into() }),
                 }
             };

@@ -77,9 +77,15 @@ pub enum ApiError {
         message: String,
         retry_after_seconds: u64,
     },
-    /// hypd cannot take the request now (e.g. it holds as many connections as it allows).
+    /// hypd, or what it reaches, cannot take the request now (it holds as many
+    /// connections as it allows; a model endpoint is still waking): try again, after
+    /// `retry_after_seconds` when given (also in the `Retry-After` header).
     #[error("{message}")]
-    Unavailable { message: String },
+    Unavailable {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_seconds: Option<u64>,
+    },
     #[error("internal error: {message}")]
     Internal { message: String },
 }

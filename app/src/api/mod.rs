@@ -7,6 +7,7 @@ pub mod clusters;
 pub mod command;
 pub mod error;
 pub mod features;
+pub mod inference;
 pub mod inspect;
 pub mod instance_groups;
 pub mod listing;
@@ -68,6 +69,12 @@ macro_rules! for_each_command {
             $crate::api::training::GetTrainingJobMetrics,
             $crate::api::training::DeleteTrainingJob,
             $crate::api::mlflow::CreateMlflowTrackingServer,
+            $crate::api::inference::DeployModelServer,
+            $crate::api::inference::ListEndpoints,
+            $crate::api::inference::GetEndpoint,
+            $crate::api::inference::InvokeEndpoint,
+            $crate::api::inference::ScaleEndpoint,
+            $crate::api::inference::DeleteEndpoint,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,

@@ -149,10 +149,16 @@ impl Command for DownloadModel {
 
     /// The token, and the Secret's name (a token pasted there by mistake), are blanked.
     fn redact(request: &mut serde_json::Value) {
-        for field in ["hf_token", "hf_token_secret"] {
-            if let Some(value) = request.get_mut(field) {
-                *value = serde_json::Value::String("(redacted)".into());
-            }
+        redact_tokens(request);
+    }
+}
+
+/// Blanks a request's `hf_token` and `hf_token_secret` (a token pasted there by mistake)
+/// before it is stored, logged or audited.
+pub fn redact_tokens(request: &mut serde_json::Value) {
+    for field in ["hf_token", "hf_token_secret"] {
+        if let Some(value) = request.get_mut(field) {
+            *value = serde_json::Value::String("(redacted)".into());
         }
     }
 }

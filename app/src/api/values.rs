@@ -1096,6 +1096,120 @@ bounded_int!(
     DataPoints, 1, 100, "a number of data points"
 );
 
+fn check_endpoint_name(s: &str) -> Result<(), String> {
+    // The same rule as a job's, for the same reason: the Deployment's pods add a suffix.
+    check_job_name(s).map_err(|_| {
+        format!(
+            "an endpoint name is 1-40 characters of lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (it names the Deployment and the Service) (got {})",
+            shown(s)
+        )
+    })
+}
+
+string_value!(
+    /// A model endpoint's name: its Deployment's and Service's, in namespace `default`.
+    EndpointName, check_endpoint_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 40, "pattern": "^[a-z]([a-z0-9-]*[a-z0-9])?$", "examples": ["qwen-chat"] }
+);
+
+/// The words a POSIX shell would make of `line`: single quotes keep everything, double
+/// quotes keep all but `\"` and `\\`, a backslash outside quotes keeps the next
+/// character. No expansion of any kind: a serve command is run as words, never by a shell.
+pub fn shell_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => {
+                if let Some(w) = word.take() {
+                    words.push(w);
+                }
+            }
+            '\'' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => w.push(c),
+                        None => return Err("a single quote is never closed".into()),
+                    }
+                }
+            }
+            '"' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => w.push(c),
+                            Some(c) => {
+                                w.push('\\');
+                                w.push(c);
+                            }
+                            None => return Err("a double quote is never closed".into()),
+                        },
+                        Some(c) => w.push(c),
+                        None => return Err("a double quote is never closed".into()),
+                    }
+                }
+            }
+            '\\' => match chars.next() {
+                Some(c) => word.get_or_insert_with(String::new).push(c),
+                None => return Err("the line ends in a lone backslash".into()),
+            },
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    Ok(words)
+}
+
+fn check_serve_command(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 4096 {
+        return Err(format!(
+            "a serve command is 1-4096 characters (got {})",
+            s.len()
+        ));
+    }
+    if s.chars().any(|c| c != '\t' && c.is_control()) {
+        return Err(
+            "a serve command is one line: no newlines or control characters (it is run as words, not by a shell)"
+                .into(),
+        );
+    }
+    match shell_words(s) {
+        Ok(w) if !w.is_empty() => Ok(()),
+        Ok(_) => Err("a serve command names a program to run".into()),
+        Err(why) => Err(format!(
+            "the serve command cannot be split into words: {why}"
+        )),
+    }
+}
+
+string_value!(
+    /// The command a model server's container runs, as one shell-like line (quotes kept,
+    /// nothing expanded), e.g. `vllm serve /s3/models/Qwen/Qwen2.5-0.5B --max-model-len 4096`.
+    ServeCommand, check_serve_command,
+    schema: { "type": "string", "minLength": 1, "maxLength": 4096, "examples": ["vllm serve /s3/models/Qwen/Qwen2.5-0.5B"] }
+);
+
+impl ServeCommand {
+    /// Its words (it parsed, so it splits).
+    pub fn words(&self) -> Vec<String> {
+        shell_words(&self.0).unwrap_or_default()
+    }
+}
+
+bounded_int!(
+    /// GPUs of one model-server replica (all on one node).
+    GpusPerReplica, 1, 16, "GPUs per replica"
+);
+bounded_int!(
+    /// Replicas of a model server (0 scales it to zero).
+    ReplicaCount, 0, 64, "a replica count"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,15 +17,19 @@ pub fn error_response(e: &ApiError) -> Response {
     {
         headers.insert(axum::http::header::WWW_AUTHENTICATE, v);
     }
-    if let ApiError::RateLimited {
-        retry_after_seconds,
-        ..
-    } = e
-    {
-        headers.insert(
-            axum::http::header::RETRY_AFTER,
-            (*retry_after_seconds).into(),
-        );
+    let retry_after = match e {
+        ApiError::RateLimited {
+            retry_after_seconds,
+            ..
+        } => Some(*retry_after_seconds),
+        ApiError::Unavailable {
+            retry_after_seconds,
+            ..
+        } => *retry_after_seconds,
+        _ => None,
+    };
+    if let Some(seconds) = retry_after {
+        headers.insert(axum::http::header::RETRY_AFTER, seconds.into());
     }
     response
 }

@@ -376,7 +376,10 @@ fn stack_error(
             message,
             retry_after_seconds: 1,
         },
-        StatusCode::SERVICE_UNAVAILABLE => ApiError::Unavailable { message },
+        StatusCode::SERVICE_UNAVAILABLE => ApiError::Unavailable {
+            message,
+            retry_after_seconds: None,
+        },
         s if s.is_server_error() => ApiError::Internal { message },
         _ => ApiError::field("", message),
     }

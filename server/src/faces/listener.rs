@@ -243,6 +243,7 @@ impl AsyncWrite for Tracked {
 fn over_capacity(max: usize) -> Vec<u8> {
     let body = serde_json::json!({ "error": app::api::ApiError::Unavailable {
         message: format!("hypd is serving as many connections as it allows ({max}); retry shortly"),
+        retry_after_seconds: Some(1),
     }})
     .to_string();
     format!(

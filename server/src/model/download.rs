@@ -15,7 +15,6 @@ use app::api::ApiError;
 use app::api::models::{DownloadModel, MANIFEST, TOKEN_SECRET};
 use app::api::storage::{SHARED_CLAIM, path_in_pods};
 use app::api::values::IdempotencyKey;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
@@ -345,20 +344,7 @@ impl Pipeline for DownloadModel {
         }
         if let Some(secret) = &self.hf_token_secret {
             let client = kubernetes::connect(cx.aws, &region, cluster).await?;
-            let secrets = Api::<Secret>::namespaced(client, NAMESPACE);
-            let found = kubernetes::get(&secrets, secret.as_str()).await?;
-            let holds = found.is_some_and(|s| {
-                s.data.is_some_and(|d| d.contains_key("token"))
-                    || s.string_data.is_some_and(|d| d.contains_key("token"))
-            });
-            if !holds {
-                return Err(ApiError::field(
-                    "hf_token_secret",
-                    format!(
-                        "{cluster} has no Secret {NAMESPACE}/{secret} with the token under key `token`"
-                    ),
-                ));
-            }
+            super::token::check_secret(&client, cluster, secret).await?;
         }
         Ok(self)
     }
@@ -371,27 +357,13 @@ impl Pipeline for DownloadModel {
         };
         let region = region_of(cx.store, self.name.as_str()).await?;
         let client = kubernetes::connect(cx.aws, &region, self.name.as_str()).await?;
-        let mut secret = Secret::default();
         // Its own: no other download (another user's) reads it, none overwrites it.
         let name = format!(
             "{TOKEN_SECRET}-{}",
             crate::clock::sortable_id("s").trim_start_matches("s-")
         );
-        secret.metadata.name = Some(name.clone());
-        secret.metadata.namespace = Some(NAMESPACE.to_owned());
-        secret.metadata.labels =
-            Some([(K8S_MANAGED_BY.0.to_owned(), K8S_MANAGED_BY.1.to_owned())].into());
-        secret.type_ = Some("Opaque".to_owned());
-        secret.data = Some(
-            [(
-                "token".to_owned(),
-                ByteString(token.expose().as_bytes().to_vec()),
-            )]
-            .into(),
-        );
-        converge(&Applied::namespaced(&client, secret)).await?;
-        self.hf_token_secret =
-            Some(app::api::values::SecretName::parse(&name).map_err(ApiError::internal)?);
+        let kept = super::token::keep(&client, &name, Default::default(), &token).await?;
+        self.hf_token_secret = Some(kept);
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 //! too (without a manifest, as incomplete).
 
 pub mod download;
+pub mod token;
 
 use app::api::ApiError;
 use app::api::models::{ListModels, MANIFEST, MODELS_PREFIX, Manifest, ModelEntry, ModelList};

@@ -272,6 +272,9 @@ macro_rules! for_each_pipeline {
             app::api::training::SubmitTrainingJob,
             app::api::training::DeleteTrainingJob,
             app::api::mlflow::CreateMlflowTrackingServer,
+            app::api::inference::DeployModelServer,
+            app::api::inference::ScaleEndpoint,
+            app::api::inference::DeleteEndpoint,
         }
     };
 }
@@ -310,7 +313,9 @@ pub async fn run_stage(
     macro_rules! by_command {
         ($($p:ty),* $(,)?) => {
             match command {
-                $(c if c == <$p as Command>::SPEC.name => typed::<$p>(cx, stage, spec, outputs).await,)*
+                // Boxed, as the commands are in `Service::dispatch`: one stage's future,
+                // not the size of the largest pipeline's.
+                $(c if c == <$p as Command>::SPEC.name => Box::pin(typed::<$p>(cx, stage, spec, outputs)).await,)*
                 other => (
                     Err(ApiError::internal(format!("no pipeline runs {other} operations"))),
                     None,
@@ -510,7 +515,13 @@ mod tests {
             of("create_mlflow_tracking_server"),
             ["role", "server", "available"]
         );
-        assert_eq!(names.len(), 19, "a new pipeline: add its stored names here");
+        assert_eq!(of("deploy_model_server"), ["workload", "service", "ready"]);
+        assert_eq!(of("scale_endpoint"), ["replicas", "ready"]);
+        assert_eq!(
+            of("delete_endpoint"),
+            ["service", "workload", "secret", "pods"]
+        );
+        assert_eq!(names.len(), 22, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -615,7 +615,147 @@ pub const CASES: &[Case] = &[
             },
         ],
     },
+    Case {
+        command: "deploy_model_server",
+        given: model_ready,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/endpoints");
+            // No token: keeping it is the one write before the operation exists, which
+            // the plan trial would count as a call outside any step.
+            let mut request = model_server();
+            request.as_object_mut().unwrap().remove("hf_token");
+            (Method::POST, path, request)
+        },
+        check: |world, hypd, token, name| endpoint(world, hypd, token, name, Some(1), false),
+        calls: &[
+            call("workload", "kubernetes", "patch Deployment"),
+            call("service", "kubernetes", "patch Service"),
+            call("ready", "kubernetes", "list Pod"),
+        ],
+    },
+    Case {
+        command: "scale_endpoint",
+        given: serving,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/endpoints/serve/scale");
+            (Method::POST, path, json!({ "replicas": 2 }))
+        },
+        check: |world, hypd, token, name| endpoint(world, hypd, token, name, Some(2), true),
+        calls: &[call("replicas", "kubernetes", "patch Deployment")],
+    },
+    Case {
+        command: "delete_endpoint",
+        given: serving,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/endpoints/serve");
+            (Method::DELETE, path, json!({}))
+        },
+        check: |world, hypd, token, name| endpoint(world, hypd, token, name, None, false),
+        calls: &[
+            call("service", "kubernetes", "delete Service"),
+            call("workload", "kubernetes", "delete Deployment"),
+            call("secret", "kubernetes", "delete Secret"),
+        ],
+    },
 ];
+
+/// The model server the inference cases deploy: one replica, its token in a Secret.
+fn model_server() -> Value {
+    json!({"endpoint": "serve", "engine": "vllm", "hf_token": "hf_harnessToken0123456789",
+        "command": "vllm serve /s3/models/qwen --served-model-name qwen"})
+}
+
+/// [`created`] with a model in the shared bucket.
+fn model_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    created(world, hypd, token, name);
+    crate::inference::model_in_bucket(hypd, token, name);
+}
+
+/// [`model_ready`] with the model server of [`model_server`] serving.
+fn serving(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    model_ready(world, hypd, token, name);
+    let path = format!("/api/v1/clusters/{name}/endpoints");
+    crate::inference::run_op(hypd, token, &path, model_server());
+}
+
+/// Cluster `name` serves endpoint `serve` with `replicas` ready replicas, made once, with
+/// its token's Secret if `secret` (or, `None`, has no endpoint, and none of its objects).
+fn endpoint(
+    world: &World,
+    hypd: &Hypd,
+    token: &str,
+    name: &str,
+    replicas: Option<u64>,
+    secret: bool,
+) {
+    let (status, got) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/endpoints/serve"),
+        None,
+    );
+    let objects = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = crate::common::cluster::kube_client(world, name).await;
+        let count = |names: Vec<Option<String>>, prefix: &str| {
+            names
+                .into_iter()
+                .flatten()
+                .filter(|n| n.starts_with(prefix))
+                .count()
+        };
+        let list = Default::default;
+        let d =
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
+                .list(&list())
+                .await
+                .unwrap();
+        let s = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "default")
+            .list(&list())
+            .await
+            .unwrap();
+        let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, "default")
+            .list(&list())
+            .await
+            .unwrap();
+        [
+            count(
+                d.items.into_iter().map(|x| x.metadata.name).collect(),
+                "serve",
+            ),
+            count(
+                s.items.into_iter().map(|x| x.metadata.name).collect(),
+                "serve",
+            ),
+            count(
+                secrets.items.into_iter().map(|x| x.metadata.name).collect(),
+                "hypd-hf-token-serve",
+            ),
+        ]
+    });
+    match replicas {
+        Some(n) => {
+            assert_eq!(status, 200, "{got}");
+            assert_eq!(
+                (
+                    got["phase"].as_str(),
+                    got["ready"].as_u64(),
+                    got["pods"].as_array().map(Vec::len)
+                ),
+                (Some("in_service"), Some(n), Some(n as usize)),
+                "{got:#}"
+            );
+            assert_eq!(
+                objects,
+                [1, 1, usize::from(secret)],
+                "one Deployment and Service, and the Secret if it has a token"
+            );
+        }
+        None => {
+            assert_eq!(status, 404, "{got}");
+            assert_eq!(objects, [0, 0, 0], "nothing of the endpoint left");
+        }
+    }
+}
 
 /// [`created`] with the training operator on and a script in the shared bucket.
 fn training_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {

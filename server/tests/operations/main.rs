@@ -14,6 +14,7 @@ mod engine;
 mod features;
 mod groups;
 mod harness;
+mod inference;
 mod models;
 mod nodes;
 mod sandbox;

@@ -12,6 +12,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::FAST;
+use crate::common::Hypd;
 use crate::common::cluster::{kube_client, small, world_with_cluster};
 
 const TOKEN: &str = "hf_sEcReTtOkEnDoNoTlEaK0123456789";
@@ -182,23 +183,31 @@ fn a_model_lands_in_the_shared_bucket_and_the_token_only_in_a_secret() {
     assert_eq!(op["state"], "succeeded", "{op:#}");
     assert_ne!(op["outputs"]["commit"], json!(commit), "{op:#}");
 
-    // The token is nowhere hypd keeps or says anything.
-    let (_, ops) = hypd.call(&token, Method::GET, "/api/v1/operations", None);
-    assert!(!ops.to_string().contains("sEcReT"));
+    nowhere_kept(&hypd, &token, TOKEN);
+}
+
+/// `secret` is nowhere hypd keeps or says anything: its operations (requests, plans,
+/// outputs), its store and the store's log (the audit log is in it), its own log.
+pub fn nowhere_kept(hypd: &Hypd, token: &str, secret: &str) {
+    let (_, ops) = hypd.call(token, Method::GET, "/api/v1/operations", None);
+    assert!(
+        !ops.to_string().contains(secret),
+        "the token is in an operation"
+    );
     let store = std::fs::read(hypd.data_dir.path().join("hypd.db")).unwrap();
     assert!(
-        !store.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()),
+        !store.windows(secret.len()).any(|w| w == secret.as_bytes()),
         "the token is in the store"
     );
     let wal = hypd.data_dir.path().join("hypd.db-wal");
     if let Ok(wal) = std::fs::read(wal) {
         assert!(
-            !wal.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()),
+            !wal.windows(secret.len()).any(|w| w == secret.as_bytes()),
             "the token is in the store's log"
         );
     }
     assert!(
-        !hypd.stderr().contains("sEcReT"),
+        !hypd.stderr().contains(secret),
         "the token is in hypd's log"
     );
 }

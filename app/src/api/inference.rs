@@ -1,0 +1,798 @@
+//! Model endpoints: `deploy_model_server` runs a serving container of your choice (vLLM,
+//! SGLang or a custom image) as a Deployment behind a Service in one of three shapes,
+//! and `list_endpoints`, `get_endpoint`, `scale_endpoint`, `invoke_endpoint` and
+//! `delete_endpoint` follow it. The serve command is one line that is parsed here, in
+//! the contract, so every face (the console's form included) refuses the same bad line
+//! with the same field error before anything reaches a cluster.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
+use super::error::{ApiError, FieldError};
+use super::models::HfToken;
+use super::operations::OperationRef;
+use super::plan::Gated;
+use super::values::{
+    ClusterName, Confirmation, ContainerImage, EndpointName, GpusPerReplica, HfModelId,
+    IdempotencyKey, InstanceGroupName, ReplicaCount, SecretName, ServeCommand,
+};
+
+/// The namespace endpoints run in: the shared bucket's claim is there.
+pub const NAMESPACE: &str = "default";
+/// The label on an endpoint's Deployment, its pods and its Service: the endpoint's name.
+pub const ENDPOINT_LABEL: &str = "hypd.dev/endpoint";
+/// The prefix of the Secret a token given with a deploy is kept in (key `token`).
+pub const TOKEN_SECRET: &str = "hypd-hf-token";
+
+/// The serving program a model server runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// `vllm serve <model> [flags]`.
+    Vllm,
+    /// `python3 -m sglang.launch_server --model-path <model> [flags]`.
+    Sglang,
+    /// Any image and command serving OpenAI's chat completions API.
+    Custom,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vllm",
+            Engine::Sglang => "sglang",
+            Engine::Custom => "custom",
+        }
+    }
+
+    /// The port the program listens on unless told `--port`.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Engine::Sglang => 30000,
+            Engine::Vllm | Engine::Custom => 8000,
+        }
+    }
+
+    /// The pinned image used unless the request names one.
+    pub fn default_image(self) -> Option<&'static str> {
+        match self {
+            Engine::Vllm => Some("vllm/vllm-openai:v0.11.0"),
+            Engine::Sglang => Some("lmsysorg/sglang:v0.5.4"),
+            Engine::Custom => None,
+        }
+    }
+
+    /// The flags that set the model, its served name and tensor parallelism.
+    fn flags(self) -> (&'static [&'static str], &'static [&'static str]) {
+        match self {
+            Engine::Vllm => (&["--model"], &["--tensor-parallel-size", "-tp"]),
+            Engine::Sglang => (&["--model-path", "--model"], &["--tp-size", "--tp"]),
+            Engine::Custom => (&["--model", "--model-path"], &[]),
+        }
+    }
+}
+
+/// How the endpoint is reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceShape {
+    /// An in-cluster Service (reach it with invoke_endpoint, through the API server).
+    #[default]
+    ClusterIp,
+    /// An internet-facing Network Load Balancer; its address is reported when ready.
+    LoadBalancer,
+}
+
+impl ServiceShape {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceShape::ClusterIp => "cluster_ip",
+            ServiceShape::LoadBalancer => "load_balancer",
+        }
+    }
+}
+
+/// Where the weights come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A directory the pod mounts: `/s3/...` (the shared bucket) or a storage's mount.
+    Path(String),
+    /// A Hugging Face repository the server downloads when it starts.
+    Hub(HfModelId),
+}
+
+impl ModelSource {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ModelSource::Path(p) => p,
+            ModelSource::Hub(id) => id.as_str(),
+        }
+    }
+}
+
+/// What a serve command says, once parsed against its engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Serve {
+    /// The words the container runs (hypd's additions included).
+    pub words: Vec<String>,
+    pub model: ModelSource,
+    /// The name clients ask for (`--served-model-name`, else the model).
+    pub served_name: String,
+    pub port: u16,
+    pub tensor_parallel: Option<u32>,
+}
+
+/// The value after `flag` (`--flag v` or `--flag=v`), the last one given.
+fn flag_value(words: &[String], flags: &[&str]) -> Option<String> {
+    let mut found = None;
+    for (i, w) in words.iter().enumerate() {
+        for f in flags {
+            if w == f {
+                found = words.get(i + 1).cloned().or(Some(String::new()));
+            } else if let Some(v) = w.strip_prefix(f).and_then(|r| r.strip_prefix('=')) {
+                found = Some(v.to_owned());
+            }
+        }
+    }
+    found
+}
+
+/// A model that is a path must be one a pod can mount: absolute, no `..`.
+fn model_source(model: &str) -> Result<ModelSource, String> {
+    if model.starts_with('/') {
+        let ok = model.len() <= 512
+            && model.split('/').skip(1).all(|p| {
+                !p.is_empty()
+                    && p != "."
+                    && p != ".."
+                    && p.chars().all(|c| {
+                        c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '=')
+                    })
+            });
+        return if ok {
+            Ok(ModelSource::Path(model.to_owned()))
+        } else {
+            Err(format!(
+                "the model {model:?} is neither a directory pods mount (/s3/<key>, or under a storage's mount path; no '..') nor a Hugging Face id"
+            ))
+        };
+    }
+    HfModelId::parse(model).map(ModelSource::Hub).map_err(|_| {
+        format!(
+            "the model {model:?} is neither a directory pods mount (/s3/<key>) nor a Hugging Face id (<organisation>/<name>)"
+        )
+    })
+}
+
+/// `command` parsed as `engine` runs it, with what hypd adds (SGLang listens on every
+/// address only when told to). The errors say what the engine expects.
+pub fn parse_serve(engine: Engine, command: &ServeCommand) -> Result<Serve, String> {
+    let mut words = command.words();
+    let shown = |w: &[String]| w.iter().take(3).cloned().collect::<Vec<_>>().join(" ");
+    let (model_flags, tp_flags) = engine.flags();
+    let positional = match engine {
+        Engine::Vllm => {
+            if words.len() < 2 || words[0] != "vllm" || words[1] != "serve" {
+                return Err(format!(
+                    "a vllm server runs `vllm serve <model> [flags]` (got `{}`)",
+                    shown(&words)
+                ));
+            }
+            words.get(2).filter(|w| !w.starts_with('-')).cloned()
+        }
+        Engine::Sglang => {
+            let python = matches!(
+                words.first().map(String::as_str),
+                Some("python" | "python3")
+            );
+            if !python
+                || words.get(1).map(String::as_str) != Some("-m")
+                || words.get(2).map(String::as_str) != Some("sglang.launch_server")
+            {
+                return Err(format!(
+                    "an sglang server runs `python3 -m sglang.launch_server --model-path <model> [flags]` (got `{}`)",
+                    shown(&words)
+                ));
+            }
+            None
+        }
+        Engine::Custom => None,
+    };
+    let model = positional.or_else(|| flag_value(&words, model_flags).filter(|m| !m.is_empty()));
+    let model = match (model, engine) {
+        (Some(m), _) => model_source(&m)?,
+        (None, Engine::Custom) => {
+            return Err(
+                "a custom server's command names its model with --model <model> (a /s3/... directory or a Hugging Face id), so clients know what to ask for"
+                    .into(),
+            );
+        }
+        (None, _) => {
+            return Err(format!(
+                "the command names no model: {}",
+                if engine == Engine::Vllm {
+                    "`vllm serve <model>`"
+                } else {
+                    "`--model-path <model>`"
+                }
+            ));
+        }
+    };
+    let port = match flag_value(&words, &["--port"]) {
+        None => engine.default_port(),
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p >= 1)
+            .ok_or_else(|| format!("--port is a port number from 1 to 65535 (got {p:?})"))?,
+    };
+    if let Some(host) = flag_value(&words, &["--host"])
+        && !matches!(host.as_str(), "0.0.0.0" | "::" | "[::]")
+    {
+        return Err(format!(
+            "--host {host} would not be reachable through the Service: drop it (hypd listens on every address)"
+        ));
+    }
+    let tensor_parallel = match flag_value(&words, tp_flags) {
+        None => None,
+        Some(tp) => Some(
+            tp.parse::<u32>()
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(|| {
+                    format!("tensor parallelism is a number of GPUs from 1 to 64 (got {tp:?})")
+                })?,
+        ),
+    };
+    let served_name = flag_value(&words, &["--served-model-name"])
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| model.as_str().to_owned());
+    if engine == Engine::Sglang && flag_value(&words, &["--host"]).is_none() {
+        words.extend(["--host".to_owned(), "0.0.0.0".to_owned()]);
+    }
+    Ok(Serve {
+        words,
+        model,
+        served_name,
+        port,
+        tensor_parallel,
+    })
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeployModelServer {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub endpoint: EndpointName,
+    pub engine: Engine,
+    /// One line, e.g. `vllm serve /s3/models/Qwen/Qwen2.5-0.5B --max-model-len 4096`.
+    pub command: ServeCommand,
+    // Default: the engine's pinned image; required for custom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ContainerImage>,
+    #[serde(default = "one_gpu")]
+    pub gpus_per_replica: GpusPerReplica,
+    #[serde(default = "one_replica")]
+    pub replicas: ReplicaCount,
+    // Default: the cluster's one HyperPod group with GPUs (asked for when there are several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_group: Option<InstanceGroupName>,
+    #[serde(default)]
+    pub service: ServiceShape,
+    // For gated models: kept only as a Secret of this endpoint in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_token: Option<HfToken>,
+    // A Secret of yours in default holding key `token`, instead of hf_token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_token_secret: Option<SecretName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+fn one_gpu() -> GpusPerReplica {
+    GpusPerReplica::new(1).expect("in range")
+}
+
+fn one_replica() -> ReplicaCount {
+    ReplicaCount::new(1).expect("in range")
+}
+
+impl DeployModelServer {
+    /// The serve command as the engine runs it.
+    pub fn serve(&self) -> Result<Serve, String> {
+        parse_serve(self.engine, &self.command)
+    }
+
+    /// The image the container runs.
+    pub fn image(&self) -> Option<&str> {
+        self.image
+            .as_ref()
+            .map(ContainerImage::as_str)
+            .or(self.engine.default_image())
+    }
+
+    /// The rules that need nothing but the request, as field errors (every one broken).
+    pub fn request_errors(&self) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        match self.serve() {
+            Err(why) => errors.push(FieldError::new("command", why)),
+            Ok(serve) => {
+                if let Some(tp) = serve.tensor_parallel
+                    && tp > self.gpus_per_replica.get()
+                {
+                    errors.push(FieldError::new(
+                        "gpus_per_replica",
+                        format!(
+                            "the command shards the model over {tp} GPUs (tensor parallelism) but a replica has {}: give gpus_per_replica {tp}",
+                            self.gpus_per_replica.get()
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.engine == Engine::Custom && self.image.is_none() {
+            errors.push(FieldError::new(
+                "image",
+                "a custom server names its image (vllm and sglang have pinned ones)",
+            ));
+        }
+        if self.hf_token.is_some() && self.hf_token_secret.is_some() {
+            errors.push(FieldError::new(
+                "hf_token_secret",
+                "give a token or the Secret that holds one, not both",
+            ));
+        }
+        errors
+    }
+}
+
+impl Command for DeployModelServer {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "deploy_model_server",
+        summary: "Deploy a vLLM, SGLang or custom model server behind a Service",
+        description: "A Deployment of `replicas` pods running `command` (parsed and checked against `engine`) with `gpus_per_replica` GPUs on a HyperPod group's nodes, the shared bucket at /s3, behind a cluster_ip Service or an internet-facing NLB (load_balancer). Ask the user for the model, GPUs and replicas; a token is kept only in a Secret in the cluster. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/endpoints",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let errors = self.request_errors();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
+    }
+
+    /// The token, and the Secret's name (a token pasted there by mistake), are blanked.
+    fn redact(request: &mut serde_json::Value) {
+        super::models::redact_tokens(request);
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListEndpoints {
+    /// Only this cluster's (default: every cluster's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<ClusterName>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EndpointList {
+    pub endpoints: Vec<EndpointSummary>,
+    /// Clusters that could not be read, and why (the others are listed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<UnreadableCluster>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UnreadableCluster {
+    pub name: String,
+    pub error: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EndpointSummary {
+    /// The cluster's name.
+    pub name: String,
+    pub endpoint: String,
+    /// `model_server` (self-managed).
+    pub kind: String,
+    /// `vllm`, `sglang` or `custom`.
+    pub engine: String,
+    /// The name clients ask for.
+    pub model: String,
+    /// `cluster_ip` or `load_balancer`.
+    pub service: String,
+    /// `deploying`, `in_service`, `waking` (scaled up from zero, none ready yet),
+    /// `scaled_to_zero` or `failed`.
+    pub phase: String,
+    pub replicas: u32,
+    pub ready: u32,
+    /// The load balancer's DNS name once it has one.
+    pub address: Option<String>,
+    /// The slowest replica's start, pod scheduled → ready, in seconds.
+    pub cold_start_seconds: Option<f64>,
+    pub created_at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetEndpoint {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub endpoint: EndpointName,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Endpoint {
+    #[serde(flatten)]
+    pub summary: EndpointSummary,
+    pub image: String,
+    pub command: Vec<String>,
+    pub port: u16,
+    pub gpus_per_replica: u32,
+    pub instance_group: Option<String>,
+    /// The Secret the server reads its Hugging Face token from (its name only).
+    pub hf_token_secret: Option<String>,
+    /// Why it is not serving, when something holds it back (a pod's waiting reason).
+    pub waiting: Option<String>,
+    pub pods: Vec<EndpointPod>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EndpointPod {
+    pub pod: String,
+    pub uid: String,
+    pub phase: String,
+    pub ready: bool,
+    pub node: Option<String>,
+    /// Pod scheduled → ready, in seconds, once ready.
+    pub cold_start_seconds: Option<f64>,
+    pub restarts: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleEndpoint {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub endpoint: EndpointName,
+    pub replicas: ReplicaCount,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteEndpoint {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub endpoint: EndpointName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
+}
+
+/// Most messages in one invocation, and the longest one.
+pub const MAX_MESSAGES: usize = 64;
+pub const MAX_MESSAGE_CHARS: usize = 32_768;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: ChatRole,
+    pub content: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeEndpoint {
+    /// The cluster's name.
+    pub name: ClusterName,
+    pub endpoint: EndpointName,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 8192))]
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Invocation {
+    pub endpoint: String,
+    /// The model that answered, as the server names it.
+    pub model: String,
+    pub answer: String,
+    /// `stop`, or `length` when max_tokens cut it.
+    pub finish_reason: Option<String>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// From hypd sending the request to the answer read, in milliseconds.
+    pub latency_ms: u64,
+}
+
+impl InvokeEndpoint {
+    pub fn request_errors(&self) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        if self.messages.is_empty() || self.messages.len() > MAX_MESSAGES {
+            errors.push(FieldError::new(
+                "messages",
+                format!("1 to {MAX_MESSAGES} messages (got {})", self.messages.len()),
+            ));
+        }
+        for (i, m) in self.messages.iter().enumerate() {
+            if m.content.chars().count() > MAX_MESSAGE_CHARS {
+                errors.push(FieldError::new(
+                    format!("messages[{i}].content"),
+                    format!("at most {MAX_MESSAGE_CHARS} characters"),
+                ));
+            }
+        }
+        if self
+            .messages
+            .last()
+            .is_some_and(|m| m.role != ChatRole::User)
+        {
+            errors.push(FieldError::new(
+                format!("messages[{}].role", self.messages.len() - 1),
+                "the last message is the user's: it is what the model answers",
+            ));
+        }
+        if let Some(n) = self.max_tokens
+            && !(1..=8192).contains(&n)
+        {
+            errors.push(FieldError::new(
+                "max_tokens",
+                format!("max_tokens is from 1 to 8192 (got {n})"),
+            ));
+        }
+        errors
+    }
+}
+
+impl Command for ListEndpoints {
+    type Output = EndpointList;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_endpoints",
+        summary: "List model endpoints of one cluster or all",
+        description: "Every model endpoint with its engine, model, replicas ready of desired, phase, address and cold start. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/endpoints",
+    };
+}
+
+impl Command for GetEndpoint {
+    type Output = Endpoint;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "get_endpoint",
+        summary: "One model endpoint with its pods",
+        description: "An endpoint as list_endpoints shows it, with its image, command, port, GPUs, the Secret it reads a token from, why it waits, and each pod's readiness and cold start. Read-only.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/clusters/{name}/endpoints/{endpoint}",
+    };
+}
+
+impl Command for ScaleEndpoint {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "scale_endpoint",
+        summary: "Change a model endpoint's replicas",
+        description: "Sets the Deployment's replicas (0 scales to zero) and waits until that many are ready. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/endpoints/{endpoint}/scale",
+    };
+
+    super::command::dry_run_request!();
+}
+
+impl Command for DeleteEndpoint {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "delete_endpoint",
+        summary: "Delete a model endpoint",
+        description: "Deletes the endpoint's Service, Deployment and the token Secret hypd made, and waits until its pods are gone. Two steps: without `confirmation` the answer is the plan and a confirmation; send the same arguments again with it. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Destructive,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Delete,
+        path: "/api/v1/clusters/{name}/endpoints/{endpoint}",
+    };
+
+    super::command::gated_request!();
+}
+
+impl Command for InvokeEndpoint {
+    type Output = Invocation;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "invoke_endpoint",
+        summary: "Send a chat completion to a model endpoint",
+        description: "Sends OpenAI-style messages to the endpoint through the cluster's API server (no public address needed); returns the answer, token counts and latency. While the endpoint wakes it answers unavailable with Retry-After: try again then.",
+        effect: Effect::ReadOnly,
+        role: Role::Operator,
+        idempotent: false,
+        status_command: None,
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/endpoints/{endpoint}/invoke",
+    };
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let errors = self.request_errors();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deploy(extra: serde_json::Value) -> DeployModelServer {
+        let mut body = json!({"name": "ml-1", "endpoint": "qwen", "engine": "vllm",
+            "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen"});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        serde_json::from_value(body).unwrap()
+    }
+
+    fn fields(r: &DeployModelServer) -> Vec<String> {
+        r.request_errors().into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn a_vllm_line_gives_its_model_name_port_and_parallelism() {
+        let r = deploy(json!({}));
+        let s = r.serve().unwrap();
+        assert_eq!(
+            s.model,
+            ModelSource::Path("/s3/models/Qwen/Qwen2.5-0.5B".into())
+        );
+        assert_eq!(s.served_name, "qwen");
+        assert_eq!(s.port, 8000);
+        assert_eq!(r.image(), Some("vllm/vllm-openai:v0.11.0"));
+        assert!(r.request_errors().is_empty());
+        let r = deploy(
+            json!({"command": "vllm serve Qwen/Qwen2.5-7B --port=9000 -tp 2", "gpus_per_replica": 2}),
+        );
+        let s = r.serve().unwrap();
+        assert_eq!(
+            s.model,
+            ModelSource::Hub(HfModelId::parse("Qwen/Qwen2.5-7B").unwrap())
+        );
+        assert_eq!((s.port, s.tensor_parallel), (9000, Some(2)));
+        assert_eq!(s.served_name, "Qwen/Qwen2.5-7B");
+        // Quoted words stay one word.
+        let r = deploy(json!({"command": "vllm serve /s3/m --chat-template '{{ x }} y'"}));
+        assert!(r.serve().unwrap().words.contains(&"{{ x }} y".to_owned()));
+    }
+
+    #[test]
+    fn sglang_listens_on_every_address_and_takes_its_own_flags() {
+        let r = deploy(json!({"engine": "sglang",
+            "command": "python3 -m sglang.launch_server --model-path /s3/models/m --tp 2", "gpus_per_replica": 2}));
+        let s = r.serve().unwrap();
+        assert_eq!((s.port, s.tensor_parallel), (30000, Some(2)));
+        assert_eq!(&s.words[s.words.len() - 2..], ["--host", "0.0.0.0"]);
+        assert_eq!(r.image(), Some("lmsysorg/sglang:v0.5.4"));
+    }
+
+    #[test]
+    fn bad_lines_are_refused_at_the_field_that_is_wrong() {
+        let unparsable: Result<DeployModelServer, _> =
+            serde_json::from_value(json!({"name": "ml-1",
+            "endpoint": "q", "engine": "vllm", "command": "vllm serve '/s3/m"}));
+        assert!(unparsable.unwrap_err().to_string().contains("never closed"));
+        for (extra, field, says) in [
+            (
+                json!({"command": "python3 serve.py"}),
+                "command",
+                "vllm serve <model>",
+            ),
+            (
+                json!({"command": "vllm serve --port 8000"}),
+                "command",
+                "names no model",
+            ),
+            (
+                json!({"command": "vllm serve /s3/m --port http"}),
+                "command",
+                "port number",
+            ),
+            (
+                json!({"command": "vllm serve /s3/../etc"}),
+                "command",
+                "neither",
+            ),
+            (
+                json!({"command": "vllm serve /s3/m --host 127.0.0.1"}),
+                "command",
+                "reachable",
+            ),
+            (
+                json!({"command": "vllm serve /s3/m -tp 4"}),
+                "gpus_per_replica",
+                "4 GPUs",
+            ),
+            (
+                json!({"engine": "sglang"}),
+                "command",
+                "sglang.launch_server",
+            ),
+            (
+                json!({"engine": "custom", "command": "serve --model /s3/m"}),
+                "image",
+                "names its image",
+            ),
+        ] {
+            let r = deploy(extra.clone());
+            let errors = r.request_errors();
+            let e = errors
+                .iter()
+                .find(|e| e.field == field)
+                .unwrap_or_else(|| panic!("{extra}: {errors:?}"));
+            assert!(e.message.contains(says), "{extra}: {}", e.message);
+        }
+        assert_eq!(
+            fields(&deploy(
+                json!({"engine": "custom", "image": "example.com/srv:1", "command": "serve --model /s3/m"})
+            )),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn an_invocation_ends_with_the_users_message() {
+        let r: InvokeEndpoint = serde_json::from_value(json!({"name": "ml-1", "endpoint": "q",
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]}))
+        .unwrap();
+        assert_eq!(r.request_errors()[0].field, "messages[1].role");
+        let r: InvokeEndpoint = serde_json::from_value(json!({"name": "ml-1", "endpoint": "q",
+            "messages": [], "max_tokens": 0}))
+        .unwrap();
+        let fields: Vec<_> = r.request_errors().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["messages", "max_tokens"]);
+    }
+}

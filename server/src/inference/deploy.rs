@@ -1,0 +1,389 @@
+//! `deploy_model_server`: the pre-flight refuses what could never serve (a group without
+//! the GPUs a replica asks for, a model that is not where the command says, a name
+//! taken), then the Deployment and the Service are applied and the replicas followed
+//! until they answer their readiness probe (and a load balancer has its address). The
+//! objects are applied by server-side apply, so a step run again changes nothing; an
+//! object of that name made by anyone else is a conflict, never taken over.
+//!
+//! A token never reaches hypd's store: [`Pipeline::keep_secrets`] puts it in the Secret
+//! `hypd-hf-token-<endpoint>` before the operation is stored; the pods read it there.
+
+use std::time::Duration;
+
+use app::api::ApiError;
+use app::api::inference::{
+    DeployModelServer, ENDPOINT_LABEL, ModelSource, NAMESPACE, ServiceShape, TOKEN_SECRET,
+};
+use app::api::plan::{Action, Change, FieldChange, KNOWN_AFTER_APPLY};
+use app::api::storage::SHARED_CLAIM;
+use app::api::values::{IdempotencyKey, InstanceGroupName};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service as KubeService;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::workload::{self, COLD_START_ANNOTATION, OPERATION_ANNOTATION, Placement};
+use crate::aws::SdkResultExt;
+use crate::cluster::managed::locate;
+use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
+use crate::resources::kube::object::{Applied, made_by_hypd};
+use crate::resources::kube::{self as kubernetes};
+use crate::resources::{converge, is_planning, planned};
+use crate::training::check::{choose, groups};
+
+stages! {
+    pub enum Stage {
+        Workload = "workload", "The Deployment applied: replicas of the serving container with their GPUs on the group's nodes, the model's storage mounted", true;
+        Service = "service", "The Service applied (in-cluster, or an internet-facing NLB)", true;
+        Ready = "ready", "Every replica ready (its model loaded and answering /health), and the load balancer's address known", true;
+    }
+}
+
+/// What the stages found, stored with the operation. Field names are stored: never rename.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Outputs {
+    /// `default/<endpoint>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_group: Option<String>,
+    #[serde(default)]
+    pub ready: u32,
+    #[serde(default)]
+    pub replicas: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start_seconds: Option<f64>,
+}
+
+const POLL: Duration = Duration::from_secs(2);
+
+/// The Secret a token given with endpoint `endpoint` is kept in.
+pub(crate) fn token_secret(endpoint: &str) -> String {
+    format!("{TOKEN_SECRET}-{endpoint}")
+}
+
+/// Every storage of the cluster but the shared bucket: its claim and mount path.
+async fn mounts(
+    aws: &crate::aws::Aws,
+    store: &crate::store::Store,
+    cluster: &str,
+) -> Result<Vec<(String, String)>, ApiError> {
+    Ok(crate::storage::list(aws, store, cluster)
+        .await?
+        .into_iter()
+        .filter(|s| !s.shared)
+        .map(|s| (s.name, s.mount_path))
+        .collect())
+}
+
+/// Where the request's replicas run: its group (chosen by the pre-flight) and the
+/// storage its model is read from.
+async fn placement(
+    r: &DeployModelServer,
+    aws: &crate::aws::Aws,
+    store: &crate::store::Store,
+) -> Result<Placement, ApiError> {
+    let at = locate(store, r.name.as_str(), "to deploy model servers").await?;
+    let described =
+        crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod).await?;
+    let groups = groups(aws, &at.region, &described).await?;
+    let group = choose(&groups, r.instance_group.as_ref(), r.name.as_str())
+        .map_err(|why| ApiError::field("instance_group", why))?;
+    let serve = r.serve().map_err(|why| ApiError::field("command", why))?;
+    let storage = match &serve.model {
+        ModelSource::Path(p) if !p.starts_with("/s3/") => {
+            workload::storage_of(&serve, &mounts(aws, store, r.name.as_str()).await?)
+                .map_err(|why| ApiError::field("command", why))?
+                .cloned()
+        }
+        _ => None,
+    };
+    Ok(Placement {
+        target: group.target(),
+        storage,
+    })
+}
+
+impl Pipeline for DeployModelServer {
+    type Stage = Stage;
+    type Outputs = Outputs;
+
+    /// Its own target: an endpoint queues behind changes of the same endpoint only.
+    fn target(&self) -> String {
+        format!("cluster/{}/endpoints/{}", self.name, self.endpoint)
+    }
+
+    fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.idempotency_key.as_ref()
+    }
+
+    async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
+        let cluster = self.name.as_str();
+        let endpoint = self.endpoint.as_str();
+        let at = locate(cx.store, cluster, "to deploy model servers").await?;
+        let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
+        let serve = self
+            .serve()
+            .map_err(|why| ApiError::field("command", why))?;
+        // The name is free: neither hypd's endpoint nor anyone's Deployment or Service.
+        let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+        let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
+        let taken = match kubernetes::get(&deployments, endpoint).await? {
+            Some(_) => Some("Deployment"),
+            None => kubernetes::get(&services, endpoint)
+                .await?
+                .map(|_| "Service"),
+        };
+        if let Some(kind) = taken {
+            return Err(ApiError::field(
+                "endpoint",
+                format!(
+                    "{cluster} already has a {kind} named {endpoint} in {NAMESPACE}: choose another name, or delete_endpoint first"
+                ),
+            ));
+        }
+        // A replica fits on one node of its group.
+        let described =
+            crate::resources::sagemaker::described(&cx.aws.sagemaker(&at.region), &at.hyperpod)
+                .await?;
+        let groups = groups(cx.aws, &at.region, &described).await?;
+        let group = choose(&groups, self.instance_group.as_ref(), cluster)
+            .map_err(|why| ApiError::field("instance_group", why))?;
+        let gpus = self.gpus_per_replica.get();
+        if gpus > group.gpus {
+            return Err(ApiError::field(
+                "gpus_per_replica",
+                format!(
+                    "a replica asks for {gpus} GPUs but a node of group {} ({}) has {}: ask for at most {}, or choose a group with more",
+                    group.name, group.instance_type, group.gpus, group.gpus
+                ),
+            ));
+        }
+        self.instance_group =
+            Some(InstanceGroupName::parse(&group.name).map_err(ApiError::internal)?);
+        // The model is where the command says.
+        match &serve.model {
+            ModelSource::Path(path) if path.starts_with("/s3/") => {
+                let (region, bucket, _) =
+                    crate::storage::bucket_of(cx.aws, cx.store, cluster, SHARED_CLAIM).await?;
+                let key = path.trim_start_matches("/s3/");
+                let page = cx
+                    .aws
+                    .s3(&region)
+                    .list_objects_v2()
+                    .bucket(&bucket)
+                    .prefix(format!("{key}/"))
+                    .max_keys(1)
+                    .send()
+                    .await
+                    .upstream("s3", "ListObjectsV2")?;
+                if page.key_count().unwrap_or(0) == 0 {
+                    return Err(ApiError::field(
+                        "command",
+                        format!(
+                            "nothing is at {path} (s3://{bucket}/{key}/): put the model there first (download_model writes a Hugging Face model to /s3/models/<organisation>/<name>)"
+                        ),
+                    ));
+                }
+            }
+            ModelSource::Path(_) => {
+                workload::storage_of(&serve, &mounts(cx.aws, cx.store, cluster).await?)
+                    .map_err(|why| ApiError::field("command", why))?;
+            }
+            ModelSource::Hub(_) => {}
+        }
+        if let Some(secret) = &self.hf_token_secret {
+            crate::model::token::check_secret(&client, cluster, secret).await?;
+        }
+        Ok(self)
+    }
+
+    /// The token goes into the endpoint's Secret and out of the request.
+    async fn keep_secrets(&mut self, cx: &Preflight<'_>) -> Result<(), ApiError> {
+        let Some(token) = self.hf_token.take() else {
+            return Ok(());
+        };
+        let at = locate(cx.store, self.name.as_str(), "to deploy model servers").await?;
+        let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
+        let name = token_secret(self.endpoint.as_str());
+        let labels = [(ENDPOINT_LABEL.to_owned(), self.endpoint.to_string())].into();
+        let kept = crate::model::token::keep(&client, &name, labels, &token).await?;
+        self.hf_token_secret = Some(kept);
+        Ok(())
+    }
+
+    async fn step(
+        &self,
+        cx: &Context,
+        stage: Stage,
+        out: &mut Outputs,
+    ) -> Result<Progress, ApiError> {
+        let at = locate(&cx.store, self.name.as_str(), "to deploy model servers").await?;
+        let client = kubernetes::connect(&cx.aws, &at.region, &at.eks).await?;
+        let endpoint = self.endpoint.as_str();
+        let serve = self
+            .serve()
+            .map_err(|why| ApiError::field("command", why))?;
+        out.endpoint = Some(format!("{NAMESPACE}/{endpoint}"));
+        out.model = Some(serve.served_name.clone());
+        match stage {
+            Stage::Workload => {
+                // A plan of a request with a token: the Secret is made when it is sent.
+                if self.hf_token.is_some() {
+                    planned(|| {
+                        app::api::plan::Change::new(
+                            app::api::plan::Action::Create,
+                            "k8s:v1/Secret",
+                            token_secret(endpoint),
+                        )
+                    });
+                }
+                let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+                if !is_planning()
+                    && let Some(live) = kubernetes::get(&deployments, endpoint).await?
+                {
+                    let made_by = live
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(OPERATION_ANNOTATION));
+                    if made_by != Some(&cx.operation_id) {
+                        return Err(ApiError::field(
+                            "endpoint",
+                            format!(
+                                "a Deployment named {endpoint} was made by {} after this operation was checked: delete it or choose another name",
+                                made_by.map_or("someone else".to_owned(), |o| format!(
+                                    "operation {o}"
+                                ))
+                            ),
+                        ));
+                    }
+                }
+                let placement = placement(self, &cx.aws, &cx.store).await?;
+                out.instance_group = Some(placement.target.group.clone());
+                let secret = self
+                    .hf_token_secret
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .or_else(|| self.hf_token.is_some().then(|| token_secret(endpoint)));
+                let deployment = workload::deployment(
+                    self,
+                    &serve,
+                    &placement,
+                    &cx.operation_id,
+                    secret.as_deref(),
+                )?;
+                converge(&Applied::namespaced(&client, deployment)).await?;
+                Ok(Progress::Done)
+            }
+            Stage::Service => {
+                let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
+                if !is_planning()
+                    && let Some(live) = kubernetes::get(&services, endpoint).await?
+                    && !made_by_hypd(&live.metadata)
+                {
+                    return Err(ApiError::field(
+                        "endpoint",
+                        format!(
+                            "a Service named {endpoint} was made by someone else after this operation was checked: delete it or choose another name"
+                        ),
+                    ));
+                }
+                converge(&Applied::namespaced(
+                    &client,
+                    workload::service(self, &serve)?,
+                ))
+                .await?;
+                Ok(Progress::Done)
+            }
+            Stage::Ready => {
+                let at = (self.name.as_str(), endpoint);
+                ready(&client, at, self.replicas.get(), self.service, out).await
+            }
+        }
+    }
+}
+
+/// Whether endpoint `endpoint` serves with every replica it asks for (and its load
+/// balancer's address), recording its cold start on the Deployment when it does: it
+/// outlives the pods (an endpoint scaled to zero still knows how long it takes to wake).
+/// A plan lists that record (whose value is known once the replicas are up) unless the
+/// endpoint is asked for `replicas` 0, which has no replica to time.
+pub(crate) async fn ready(
+    client: &kube::Client,
+    (cluster, endpoint): (&str, &str),
+    replicas: u32,
+    shape: ServiceShape,
+    out: &mut Outputs,
+) -> Result<Progress, ApiError> {
+    let record = || {
+        let mut c = Change::new(Action::Update, "k8s:apps/v1/Deployment", endpoint);
+        c.namespace = Some(NAMESPACE.to_owned());
+        c.fields = vec![FieldChange {
+            field: format!("metadata.annotations.{COLD_START_ANNOTATION}"),
+            old: None,
+            new: Some(json!(KNOWN_AFTER_APPLY)),
+        }];
+        c
+    };
+    if is_planning() {
+        if replicas > 0 {
+            planned(record);
+        }
+        return Ok(Progress::Done);
+    }
+    let Some(live) = super::find(client, endpoint).await? else {
+        return Err(ApiError::Conflict {
+            message: format!("the endpoint {endpoint} was deleted before it was ready"),
+            operation_id: None,
+            field: Some("endpoint".into()),
+        });
+    };
+    out.replicas = live.replicas();
+    out.ready = live.ready();
+    out.address = live.address();
+    if live.phase() == "failed" {
+        return Err(ApiError::Upstream {
+            service: "kubernetes".into(),
+            call: format!("Deployment {NAMESPACE}/{endpoint}"),
+            code: Some("ReplicasFailed".into()),
+            message: format!(
+                "the endpoint's replicas cannot start: {}",
+                live.waiting().unwrap_or_default()
+            ),
+            request_id: None,
+            transient: false,
+        });
+    }
+    // Pods of an earlier size still going away are not counted as serving.
+    let settled = out.ready >= out.replicas && live.pods.len() as u32 <= out.replicas;
+    if !settled {
+        let why = live.waiting().map(|w| format!("; {w}")).unwrap_or_default();
+        return Ok(Progress::wait(
+            POLL,
+            format!("{} of {} replicas ready{why}", out.ready, out.replicas),
+        ));
+    }
+    if shape == ServiceShape::LoadBalancer && out.address.is_none() && out.replicas > 0 {
+        return Ok(Progress::wait(
+            POLL,
+            format!("the load balancer of {cluster}/{endpoint} has no address yet"),
+        ));
+    }
+    out.cold_start_seconds = live.cold_start_seconds();
+    if let Some(seconds) = out.cold_start_seconds {
+        let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+        let patch = json!({ "metadata": { "annotations": { COLD_START_ANNOTATION: format!("{seconds:.1}") } } });
+        deployments
+            .patch(endpoint, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| kubernetes::upstream(&format!("patch Deployment/{endpoint}"), e))?;
+    }
+    Ok(Progress::Done)
+}

@@ -1,0 +1,140 @@
+//! `invoke_endpoint`: one OpenAI-style chat completion, sent to the endpoint's Service
+//! through the cluster's API server (`services/<name>:<port>/proxy`), so it needs no
+//! port-forward and no public address, and is authorised by the same credentials as
+//! every other call hypd makes to the cluster. An endpoint with no ready replica is
+//! never "not found": while it wakes the answer is unavailable with a `Retry-After`
+//! drawn from its measured cold start, so a client that retries gets its answer.
+
+use std::time::Instant;
+
+use app::api::ApiError;
+use app::api::inference::{Invocation, InvokeEndpoint, NAMESPACE};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use crate::auth::Actor;
+use crate::resources::kube::{self as kubernetes};
+use crate::service::{Handler, Service};
+use crate::storage::region_of;
+
+/// The wait suggested while a replica starts and its cold start was never measured.
+const DEFAULT_RETRY_SECONDS: u64 = 10;
+
+/// What to tell a caller of endpoint `live` that has no ready replica.
+fn waking(live: &super::Live, endpoint: &str) -> ApiError {
+    if live.replicas() == 0 {
+        return ApiError::Unavailable {
+            message: format!(
+                "{endpoint} is scaled to zero: scale_endpoint it to 1 or more replicas to serve"
+            ),
+            retry_after_seconds: None,
+        };
+    }
+    let retry = live
+        .cold_start_seconds()
+        .map_or(DEFAULT_RETRY_SECONDS, |s| (s.ceil() as u64).clamp(1, 600));
+    let why = live
+        .waiting()
+        .map(|w| format!(" ({w})"))
+        .unwrap_or_default();
+    ApiError::Unavailable {
+        message: format!(
+            "{endpoint} is waking: 0 of {} replicas ready{why}; try again in {retry} s",
+            live.replicas()
+        ),
+        retry_after_seconds: Some(retry),
+    }
+}
+
+/// The model server's own error message, from OpenAI's error shape or FastAPI's.
+fn server_message(body: &Value, raw: &[u8]) -> String {
+    body["message"]
+        .as_str()
+        .or_else(|| body["error"]["message"].as_str())
+        .or_else(|| body["detail"].as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| String::from_utf8_lossy(&raw[..raw.len().min(512)]).into_owned())
+}
+
+impl Handler<InvokeEndpoint> for Service {
+    async fn handle(&self, _: &Actor, r: InvokeEndpoint) -> Result<Invocation, ApiError> {
+        let cluster = r.name.as_str();
+        let endpoint = r.endpoint.as_str();
+        let region = region_of(&self.store, cluster).await?;
+        let client = kubernetes::connect(&self.aws, &region, cluster).await?;
+        let live = super::required(&client, cluster, endpoint).await?;
+        if live.ready() == 0 {
+            return Err(waking(&live, endpoint));
+        }
+        let model = live.summary(cluster).model;
+        let mut body = json!({ "model": model, "messages": r.messages });
+        if let Some(n) = r.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        let path = format!(
+            "/api/v1/namespaces/{NAMESPACE}/services/{endpoint}:{}/proxy/v1/chat/completions",
+            live.port()
+        );
+        let request = http::Request::post(&path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(kube::client::Body::from(
+                serde_json::to_vec(&body).map_err(ApiError::internal)?,
+            ))
+            .map_err(ApiError::internal)?;
+        let call = format!("POST services/{endpoint}/proxy/v1/chat/completions");
+        let started = Instant::now();
+        let response = client
+            .send(request)
+            .await
+            .map_err(|e| kubernetes::upstream(&call, e))?;
+        let status = response.status();
+        let raw = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| kubernetes::upstream(&call, e))?
+            .to_bytes();
+        let latency_ms = started.elapsed().as_millis() as u64;
+        let answer: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+        // The API server found no ready replica after all (one stopped in between).
+        if status == http::StatusCode::SERVICE_UNAVAILABLE && answer["kind"] == "Status" {
+            return Err(waking(
+                &super::required(&client, cluster, endpoint).await?,
+                endpoint,
+            ));
+        }
+        if !status.is_success() {
+            return Err(ApiError::Upstream {
+                service: "model-server".into(),
+                call,
+                code: Some(status.as_u16().to_string()),
+                message: server_message(&answer, &raw),
+                request_id: None,
+                transient: status.is_server_error() || status.as_u16() == 429,
+            });
+        }
+        let choice = &answer["choices"][0];
+        let text = choice["message"]["content"]
+            .as_str()
+            .ok_or_else(|| ApiError::Upstream {
+                service: "model-server".into(),
+                call: call.clone(),
+                code: None,
+                message: format!(
+                    "the answer is not a chat completion: {}",
+                    String::from_utf8_lossy(&raw[..raw.len().min(256)])
+                ),
+                request_id: None,
+                transient: false,
+            })?;
+        Ok(Invocation {
+            endpoint: endpoint.to_owned(),
+            model: answer["model"].as_str().unwrap_or(&model).to_owned(),
+            answer: text.to_owned(),
+            finish_reason: choice["finish_reason"].as_str().map(str::to_owned),
+            prompt_tokens: answer["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+            completion_tokens: answer["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+            latency_ms,
+        })
+    }
+}

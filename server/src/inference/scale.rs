@@ -1,0 +1,138 @@
+//! `scale_endpoint`: the Deployment's replicas set through its `scale` subresource
+//! (only that field changes: the pod template, and so every running replica, stays),
+//! then followed until that many replicas are ready; 0 scales the endpoint to zero.
+
+use app::api::ApiError;
+use app::api::inference::{NAMESPACE, ScaleEndpoint, ServiceShape};
+use app::api::plan::{Action, Change, FieldChange};
+use app::api::values::IdempotencyKey;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::deploy::{self, Outputs as Followed};
+use super::workload::SHAPE_ANNOTATION;
+use crate::cluster::managed::locate;
+use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
+use crate::resources::kube::{self as kubernetes};
+use crate::resources::planned;
+
+stages! {
+    pub enum Stage {
+        Replicas = "replicas", "The Deployment's replicas set", true;
+        Ready = "ready", "That many replicas ready (none left, when scaled to zero)", true;
+    }
+}
+
+/// What the stages found, stored with the operation. Field names are stored: never rename.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Outputs {
+    /// Replicas before the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u32>,
+    #[serde(default)]
+    pub ready: u32,
+    #[serde(default)]
+    pub replicas: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start_seconds: Option<f64>,
+}
+
+impl Pipeline for ScaleEndpoint {
+    type Stage = Stage;
+    type Outputs = Outputs;
+
+    fn target(&self) -> String {
+        format!("cluster/{}/endpoints/{}", self.name, self.endpoint)
+    }
+
+    fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.idempotency_key.as_ref()
+    }
+
+    /// The endpoint exists (hypd's).
+    async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
+        let cluster = self.name.as_str();
+        let at = locate(cx.store, cluster, "to scale endpoints").await?;
+        let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
+        if super::find(&client, self.endpoint.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(ApiError::field(
+                "endpoint",
+                format!("{cluster} has no endpoint {}", self.endpoint),
+            ));
+        }
+        Ok(self)
+    }
+
+    async fn step(
+        &self,
+        cx: &Context,
+        stage: Stage,
+        out: &mut Outputs,
+    ) -> Result<Progress, ApiError> {
+        let cluster = self.name.as_str();
+        let at = locate(&cx.store, cluster, "to scale endpoints").await?;
+        let client = kubernetes::connect(&cx.aws, &at.region, &at.eks).await?;
+        let endpoint = self.endpoint.as_str();
+        let live = super::required(&client, cluster, endpoint).await?;
+        let wanted = self.replicas.get();
+        match stage {
+            Stage::Replicas => {
+                let now = live.replicas();
+                out.before.get_or_insert(now);
+                if now == wanted {
+                    return Ok(Progress::Done);
+                }
+                let change = || {
+                    let mut c = Change::new(Action::Update, "k8s:apps/v1/Deployment", endpoint);
+                    c.namespace = Some(NAMESPACE.to_owned());
+                    c.fields = vec![FieldChange {
+                        field: "spec.replicas".into(),
+                        old: Some(json!(now)),
+                        new: Some(json!(wanted)),
+                    }];
+                    c
+                };
+                if planned(change) {
+                    return Ok(Progress::Done);
+                }
+                Api::<Deployment>::namespaced(client, NAMESPACE)
+                    .patch_scale(
+                        endpoint,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "spec": { "replicas": wanted } })),
+                    )
+                    .await
+                    .map_err(|e| {
+                        kubernetes::upstream(&format!("scale Deployment/{endpoint}"), e)
+                    })?;
+                Ok(Progress::Done)
+            }
+            Stage::Ready => {
+                let shape = match live
+                    .deployment
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(SHAPE_ANNOTATION))
+                    .map(String::as_str)
+                {
+                    Some("load_balancer") => ServiceShape::LoadBalancer,
+                    _ => ServiceShape::ClusterIp,
+                };
+                let mut followed = Followed::default();
+                let at = (cluster, endpoint);
+                let progress = deploy::ready(&client, at, wanted, shape, &mut followed).await;
+                out.ready = followed.ready;
+                out.replicas = followed.replicas;
+                out.cold_start_seconds = followed.cold_start_seconds;
+                progress
+            }
+        }
+    }
+}

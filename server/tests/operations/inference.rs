@@ -1,0 +1,337 @@
+//! Self-managed model servers through REST against moto + hypd-sim: bad requests
+//! refused by field (GPUs above the group's, an unparsable or engine-foreign serve
+//! command, a model that is not in the bucket), the plan of a deploy, an endpoint that
+//! answers unavailable with Retry-After while it wakes (never not-found), then serves
+//! chat completions through the API server's service proxy; a load-balanced one with
+//! its NLB address; both listed across clusters, scaled to zero, and deleted in two
+//! steps with their token's Secret; the token nowhere hypd keeps or says anything.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::Api;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::FAST;
+use crate::common::cluster::{kube_client, small, world_with_cluster};
+use crate::common::{Hypd, World};
+
+const TOKEN: &str = "hf_iNfErEnCeSeCrEt0123456789abcd";
+
+/// Runs `body` as an operation at `path` and waits until it succeeds.
+pub fn run_op(hypd: &Hypd, token: &str, path: &str, body: Value) -> Value {
+    let (status, started) = hypd.call(token, Method::POST, path, Some(body));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    op
+}
+
+/// A model's files in the shared bucket, as download_model leaves them.
+pub fn model_in_bucket(hypd: &Hypd, token: &str, name: &str) {
+    crate::training::upload(hypd, token, name, "models/qwen/config.json");
+}
+
+/// Sets the sim's clock speed (0 stops it: pods stay where they are).
+fn clock(world: &World, time_scale: f64) {
+    let (status, set) = world.sim.call(
+        Method::PUT,
+        "/_sim/clock",
+        Some(json!({ "time_scale": time_scale })),
+    );
+    assert!(status < 300, "{set}");
+}
+
+/// The invocation's status, its `Retry-After` header and its body.
+fn invoke(
+    hypd: &Hypd,
+    token: &str,
+    name: &str,
+    endpoint: &str,
+    prompt: &str,
+) -> (u16, Option<String>, Value) {
+    let resp = reqwest::blocking::Client::new()
+        .post(format!(
+            "{}/api/v1/clusters/{name}/endpoints/{endpoint}/invoke",
+            hypd.url
+        ))
+        .bearer_auth(token)
+        .json(&json!({"messages": [{"role": "user", "content": prompt}], "max_tokens": 64}))
+        .send()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, retry, resp.json().unwrap())
+}
+
+fn field_of(refused: &Value) -> (&str, &str) {
+    let e = &refused["error"]["errors"][0];
+    (
+        e["field"].as_str().unwrap_or_default(),
+        e["message"].as_str().unwrap_or_default(),
+    )
+}
+
+#[test]
+fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
+    let name = "ml-infer";
+    let (world, hypd, token, _) = world_with_cluster(FAST, json!({}), small(name));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let endpoints = format!("/api/v1/clusters/{name}/endpoints");
+    let vllm = json!({"endpoint": "qwen", "engine": "vllm", "hf_token": TOKEN,
+        "command": "vllm serve /s3/models/qwen --served-model-name qwen --max-model-len 4096"});
+    let with = |patch: Value| {
+        let mut body = vllm.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+
+    // Refused by field, before anything is made: the group's type (ml.g5.8xlarge) has
+    // one GPU; a line that does not split; a line of another engine; no model there yet.
+    for (patch, field, says) in [
+        (json!({"gpus_per_replica": 2}), "gpus_per_replica", "has 1"),
+        (
+            json!({"command": "vllm serve '/s3/models/qwen"}),
+            "command",
+            "never closed",
+        ),
+        (
+            json!({"engine": "sglang"}),
+            "command",
+            "sglang.launch_server",
+        ),
+        (json!({}), "command", "nothing is at /s3/models/qwen"),
+    ] {
+        let (status, refused) =
+            hypd.call(&token, Method::POST, &endpoints, Some(with(patch.clone())));
+        assert_eq!(status, 422, "{patch}: {refused}");
+        let (f, message) = field_of(&refused);
+        assert_eq!(f, field, "{refused:#}");
+        assert!(message.contains(says), "{patch}: {message}");
+        assert!(!refused.to_string().contains("sEcReT"), "{refused}");
+    }
+    model_in_bucket(&hypd, &token, name);
+
+    // The plan: the token's Secret, the Deployment (the replica's GPU on the group's
+    // nodes), the Service, and the cold start recorded once the replica is ready.
+    let (status, plan) = hypd.call(
+        &token,
+        Method::POST,
+        &endpoints,
+        Some(with(json!({"dry_run": true}))),
+    );
+    assert_eq!(status, 200, "{plan}");
+    let kinds: Vec<Vec<&str>> = plan["plan"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["kind"].as_str().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            vec!["k8s:v1/Secret", "k8s:apps/v1/Deployment"],
+            vec!["k8s:v1/Service"],
+            vec!["k8s:apps/v1/Deployment"]
+        ],
+        "{plan:#}"
+    );
+    let spec = &plan["plan"]["stages"][0]["changes"][1]["fields"][0]["new"];
+    let container = &spec["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["resources"]["limits"]["nvidia.com/gpu"], "1",
+        "{spec:#}"
+    );
+    assert_eq!(
+        spec["template"]["spec"]["nodeSelector"]["sagemaker.amazonaws.com/instance-group-name"],
+        "gpu"
+    );
+    assert!(!plan.to_string().contains("sEcReT"), "{plan}");
+
+    // With time stopped the replica cannot load its model: the endpoint is there and
+    // waking, and an invocation is told to come back, not that nothing is there.
+    clock(&world, 0.0);
+    let (status, started) = hypd.call(&token, Method::POST, &endpoints, Some(vllm.clone()));
+    assert_eq!(status, 200, "{started}");
+    let op_id = started["operation_id"].as_str().unwrap().to_owned();
+    crate::wait_until("the Deployment", std::time::Duration::from_secs(60), || {
+        hypd.call(&token, Method::GET, &format!("{endpoints}/qwen"), None)
+            .0
+            == 200
+    });
+    let (status, retry, waking) = invoke(&hypd, &token, name, "qwen", "hello");
+    assert_eq!((status, retry.as_deref()), (503, Some("10")), "{waking}");
+    assert_eq!(waking["error"]["kind"], "unavailable", "{waking}");
+    assert!(waking.to_string().contains("waking"), "{waking}");
+    let (_, got) = hypd.call(&token, Method::GET, &format!("{endpoints}/qwen"), None);
+    assert_eq!(
+        (got["phase"].as_str(), got["ready"].as_u64()),
+        (Some("deploying"), Some(0)),
+        "{got:#}"
+    );
+    clock(&world, FAST);
+    let op = hypd.finish(&token, &op_id);
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let cold = op["outputs"]["cold_start_seconds"].as_f64().unwrap();
+    // The sim's container start (5 s) and model load (20 s) after scheduling.
+    assert!((20.0..60.0).contains(&cold), "{op:#}");
+
+    // It serves, through the API server: the model's own answer, the same for the same
+    // prompt, with token counts.
+    let (status, _, answer) = invoke(&hypd, &token, name, "qwen", "What is HyperPod?");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["model"], "qwen", "{answer}");
+    assert!(!answer["answer"].as_str().unwrap().is_empty(), "{answer}");
+    assert!(answer["prompt_tokens"].as_u64().unwrap() >= 3, "{answer}");
+    assert!(
+        answer["completion_tokens"].as_u64().unwrap() >= 1,
+        "{answer}"
+    );
+    let (_, _, again) = invoke(&hypd, &token, name, "qwen", "What is HyperPod?");
+    assert_eq!(again["answer"], answer["answer"]);
+    let (status, refused) = hypd.call(
+        &token,
+        Method::POST,
+        &format!("{endpoints}/qwen/invoke"),
+        Some(json!({"messages": []})),
+    );
+    assert_eq!(
+        (status, field_of(&refused).0),
+        (422, "messages"),
+        "{refused}"
+    );
+
+    // What the cluster holds: the token only in the endpoint's Secret, which the
+    // replica reads; the replica on the group's nodes with its GPU.
+    let (secret, deployment, pods) = rt.block_on(async {
+        let client = kube_client(&world, name).await;
+        let secret = Api::<Secret>::namespaced(client.clone(), "default")
+            .get("hypd-hf-token-qwen")
+            .await
+            .unwrap();
+        let deployment = Api::<Deployment>::namespaced(client.clone(), "default")
+            .get("qwen")
+            .await
+            .unwrap();
+        let pods = Api::<Pod>::namespaced(client, "default")
+            .list(&kube::api::ListParams::default().labels("hypd.dev/endpoint=qwen"))
+            .await
+            .unwrap();
+        (secret, deployment, pods.items)
+    });
+    assert_eq!(secret.data.unwrap()["token"].0, TOKEN.as_bytes());
+    let env =
+        serde_json::to_value(&deployment.spec.template.spec.unwrap().containers[0].env).unwrap();
+    assert!(env.to_string().contains("hypd-hf-token-qwen"), "{env}");
+    assert_eq!(pods.len(), 1);
+
+    // A second endpoint, load-balanced: ready only once its NLB has an address.
+    let lb = json!({"endpoint": "qwen-lb", "engine": "vllm", "service": "load_balancer",
+        "command": "vllm serve /s3/models/qwen"});
+    let op = run_op(&hypd, &token, &endpoints, lb);
+    let address = op["outputs"]["address"].as_str().unwrap().to_owned();
+    assert!(address.ends_with(".elb.us-east-1.amazonaws.com"), "{op:#}");
+
+    // Both, listed across clusters.
+    let (status, listed) = hypd.call(&token, Method::GET, "/api/v1/endpoints", None);
+    assert_eq!(status, 200, "{listed}");
+    let rows: Vec<(&str, &str, &str, u64)> = listed["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["endpoint"].as_str().unwrap(),
+                e["service"].as_str().unwrap(),
+                e["phase"].as_str().unwrap(),
+                e["ready"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("qwen", "cluster_ip", "in_service", 1),
+            ("qwen-lb", "load_balancer", "in_service", 1)
+        ],
+        "{listed:#}"
+    );
+    assert_eq!(listed["endpoints"][1]["address"], address.as_str());
+    assert_eq!(listed["endpoints"][0]["model"], "qwen");
+    assert_eq!(listed["endpoints"][1]["model"], "/s3/models/qwen");
+
+    // Scaled to zero: it keeps its cold start, and an invocation is told to scale it.
+    let op = run_op(
+        &hypd,
+        &token,
+        &format!("{endpoints}/qwen/scale"),
+        json!({"replicas": 0}),
+    );
+    assert_eq!(op["outputs"]["before"], 1, "{op:#}");
+    let (status, retry, zero) = invoke(&hypd, &token, name, "qwen", "hello");
+    assert_eq!((status, retry), (503, None), "{zero}");
+    assert!(zero.to_string().contains("scale_endpoint"), "{zero}");
+    let (_, got) = hypd.call(&token, Method::GET, &format!("{endpoints}/qwen"), None);
+    assert_eq!(got["phase"], "scaled_to_zero", "{got:#}");
+    assert!(got["cold_start_seconds"].as_f64().is_some(), "{got:#}");
+
+    // Deleted in two steps, with the Secret hypd made.
+    for endpoint in ["qwen", "qwen-lb"] {
+        let path = format!("{endpoints}/{endpoint}");
+        let (status, gated) = hypd.call(&token, Method::DELETE, &path, Some(json!({})));
+        assert_eq!(status, 200, "{gated}");
+        assert!(gated["confirmation"].is_string(), "{gated:#}");
+        let (status, started) = hypd.confirmed(&token, Method::DELETE, &path, Some(json!({})));
+        assert_eq!(status, 200, "{started}");
+        let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
+        assert_eq!(op["state"], "succeeded", "{op:#}");
+    }
+    let left = rt.block_on(async {
+        let client = kube_client(&world, name).await;
+        let names = |l: Vec<Option<String>>| l.into_iter().flatten().collect::<Vec<_>>();
+        let d = Api::<Deployment>::namespaced(client.clone(), "default")
+            .list(&Default::default())
+            .await
+            .unwrap();
+        let s = Api::<Service>::namespaced(client.clone(), "default")
+            .list(&Default::default())
+            .await
+            .unwrap();
+        let secrets = Api::<Secret>::namespaced(client, "default")
+            .list(&Default::default())
+            .await
+            .unwrap();
+        (
+            names(d.items.into_iter().map(|x| x.metadata.name).collect()),
+            names(s.items.into_iter().map(|x| x.metadata.name).collect()),
+            names(secrets.items.into_iter().map(|x| x.metadata.name).collect()),
+        )
+    });
+    assert!(!left.0.iter().any(|n| n.starts_with("qwen")), "{left:?}");
+    assert!(!left.1.iter().any(|n| n.starts_with("qwen")), "{left:?}");
+    assert!(
+        !left.2.iter().any(|n| n.starts_with("hypd-hf-token")),
+        "{left:?}"
+    );
+    let (_, listed) = hypd.call(
+        &token,
+        Method::GET,
+        &format!("/api/v1/endpoints?name={name}"),
+        None,
+    );
+    assert_eq!(listed["endpoints"], json!([]), "{listed:#}");
+
+    crate::models::nowhere_kept(&hypd, &token, TOKEN);
+}
