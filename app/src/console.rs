@@ -159,6 +159,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/clusters/:name/storage") view={Lazy::<pages::ClusterStorageRoute>::new()}/>
                         <Route path=path!("/clusters/:name/models") view={Lazy::<pages::ClusterModelsRoute>::new()}/>
                         <Route path=path!("/clusters/:name/training") view={Lazy::<pages::ClusterTrainingRoute>::new()}/>
+                        <Route path=path!("/clusters/:name/inference") view={Lazy::<pages::ClusterInferenceRoute>::new()}/>
                         <Route path=path!("/clusters/:name/drift") view={Lazy::<pages::ClusterDriftRoute>::new()}/>
                         <Route path=path!("/clusters/:name/operations") view={Lazy::<pages::ClusterOperationsRoute>::new()}/>
                         <Route path=path!("/operations") view={Lazy::<pages::OperationListRoute>::new()}/>

@@ -332,6 +332,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(fsx_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(models_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(training_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
@@ -801,6 +802,50 @@ async def training_through_mcp(server, hypd, sim):
         waited = await finished(client, structured(await client.call_tool(
             "delete_training_job", {"name": name, "job": "rl-mcp", "confirmation": first["confirmation"]}))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
+
+
+async def inference_through_mcp(server, hypd, sim):
+    """A vLLM model server through MCP, on the model models_through_mcp downloaded:
+    refused alike on REST and MCP (a serve command that does not split, more GPUs than
+    the group's type has), planned, deployed and followed to ready, invoked through the
+    cluster's API server, listed; kubectl sees its Deployment ready and its Service;
+    deleting it takes two steps and leaves none of it."""
+    name = "mcp-gpu"
+    request = {"name": name, "endpoint": "chat", "engine": "vllm", "instance_group": "gpu",
+               "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen"}
+    async with Client(server) as client:
+        for bad, field in (({**request, "command": 'vllm serve "/s3/models'}, "command"),
+                           ({**request, "gpus_per_replica": 16}, "gpus_per_replica")):
+            refused = await client.call_tool("deploy_model_server", bad)
+            assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
+            status, rest = rest_call(hypd, "deploy_model_server", bad)
+            assert status == 422 and rest["error"] == refused.structured_content["error"], (rest, refused.structured_content)
+        dry = structured(await client.call_tool("deploy_model_server", {**request, "dry_run": True}))
+        # Made, reached, and its cold start recorded once the replica is ready.
+        assert [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]] == [
+            ("create", "k8s:apps/v1/Deployment"), ("create", "k8s:v1/Service"),
+            ("update", "k8s:apps/v1/Deployment")], dry["plan"]
+        waited = await finished(client, structured(await client.call_tool("deploy_model_server", request))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        assert waited["operation"]["outputs"]["cold_start_seconds"] > 0, waited
+        answer = structured(await client.call_tool("invoke_endpoint", {
+            "name": name, "endpoint": "chat", "messages": [{"role": "user", "content": "Say hello to HyperPod"}]}))
+        assert answer["model"] == "qwen" and answer["answer"] and answer["completion_tokens"] > 0, answer
+        listed = structured(await client.call_tool("list_endpoints", {"name": name}))
+        assert [(e["endpoint"], e["engine"], e["phase"]) for e in listed["endpoints"]] == [("chat", "vllm", "in_service")], listed
+        deployment = json.loads(kubectl(sim, name, "get", "deployment", "chat", "-o", "json"))
+        assert deployment["status"]["readyReplicas"] == 1, deployment["status"]
+        service = json.loads(kubectl(sim, name, "get", "service", "chat", "-o", "json"))
+        assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["port"] == 8000, service["spec"]
+
+        first = structured(await client.call_tool("delete_endpoint", {"name": name, "endpoint": "chat"}))
+        assert [(c["action"], c["kind"]) for s in first["plan"]["stages"] for c in s["changes"]] == [
+            ("delete", "k8s:v1/Service"), ("delete", "k8s:apps/v1/Deployment")], first["plan"]
+        waited = await finished(client, structured(await client.call_tool(
+            "delete_endpoint", {"name": name, "endpoint": "chat", "confirmation": first["confirmation"]}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+    left = json.loads(kubectl(sim, name, "get", "deployments,services", "-o", "json"))["items"]
+    assert not [o for o in left if o["metadata"]["name"] == "chat"], left
 
 
 async def fsx_through_mcp(server, hypd, sim):

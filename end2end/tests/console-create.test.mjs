@@ -825,6 +825,56 @@ test('an operator makes the MLflow server, checks a PyTorch job, reviews its pla
   assert.deepEqual(errors, []);
 });
 
+test('an operator deploys a vLLM model server from the Inference tab, reviews its plan, sends it a message, and deletes it', async () => {
+  const { page, errors } = await newPage();
+  await signIn(page, admin, '/clusters/e2e-ml/inference');
+  await page.waitForSelector('.endpoints .empty-endpoints');
+  await settled(page);
+  const form = 'form.deploy-model-server';
+  await page.fill(`${form} input[name="endpoint"]`, 'console-chat');
+  // The training jobs hold accelerated-1's GPUs: the server goes on the spot group.
+  await page.fill(`${form} input[name="instance_group"]`, 'spot-1');
+  // A line vLLM would not run: refused with the contract's words before any call.
+  await page.fill(`${form} input[name="command"]`, 'python3 serve.py');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} [role="alert"]`);
+  assert.match(await page.textContent(`${form} [role="alert"]`), /vllm serve <model>/);
+  // The model the Models tab downloaded; the plan, then the run.
+  await page.fill(`${form} input[name="command"]`, 'vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:apps/v1/Deployment"][data-action="create"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:v1/Service"][data-action="create"]`);
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
+  await hydrated(page);
+  const row = '.endpoint-table tr[data-endpoint="console-chat"]';
+  await page.waitForSelector(`${row} .state-in_service`);
+  assert.equal((await page.textContent(`${row} td.replicas`)).trim(), '1 / 1');
+  await settled(page);
+  // The test panel: the model's answer, through the cluster's API server.
+  await page.fill('form.try-endpoint input[name="endpoint"]', 'console-chat');
+  await page.fill('form.try-endpoint textarea[name="prompt"]', 'What does HyperPod recover from?');
+  await page.click('form.try-endpoint button[type="submit"]');
+  await page.waitForSelector('form.try-endpoint .invocation .answer');
+  assert.ok((await page.textContent('form.try-endpoint .invocation .answer')).trim().length > 0);
+  assert.match(await page.textContent('form.try-endpoint .invocation .muted'), /^qwen · \d+ prompt \+ \d+ completion tokens · \d+ ms$/);
+  await shot(page, 'inference');
+  // Deleted in two steps: its plan, then the run.
+  await page.fill('form.scale-endpoint input[name="endpoint"]', 'console-chat');
+  await page.click('form.scale-endpoint button.delete-endpoint');
+  await page.waitForSelector('form.scale-endpoint .plan li[data-kind="k8s:apps/v1/Deployment"][data-action="delete"]');
+  assert.equal(await page.textContent('form.scale-endpoint button.delete-endpoint'), 'Delete');
+  await page.click('form.scale-endpoint button.delete-endpoint');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  const [status, listed] = await rest(server, admin, 'GET', '/api/v1/endpoints?name=e2e-ml');
+  assert.equal(status, 200, JSON.stringify(listed));
+  assert.deepEqual(listed.endpoints, []);
+  assert.deepEqual(errors, []);
+});
+
 test('a viewer is offered no create button, and the server refuses it anyway', async () => {
   const { page, errors } = await newPage();
   await signIn(page, viewer);

@@ -16,6 +16,7 @@ use super::drift::DriftPanel;
 use super::features::FeaturesPanel;
 use super::gate::{Gate, text};
 use super::groups::{AddGroup, AddGroupForm, GroupActions};
+use super::inference::InferencePanel;
 use super::models::ModelsPanel;
 use super::nodes::{NodesPanel, NodesView};
 use super::storage::StoragePanel;
@@ -45,18 +46,20 @@ pub enum Tab {
     Storage,
     Models,
     Training,
+    Inference,
     Drift,
     Operations,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 8] = [
+    pub const ALL: [Tab; 9] = [
         Tab::Overview,
         Tab::Nodes,
         Tab::Features,
         Tab::Storage,
         Tab::Models,
         Tab::Training,
+        Tab::Inference,
         Tab::Drift,
         Tab::Operations,
     ];
@@ -70,6 +73,7 @@ impl Tab {
             Tab::Storage => "/storage",
             Tab::Models => "/models",
             Tab::Training => "/training",
+            Tab::Inference => "/inference",
             Tab::Drift => "/drift",
             Tab::Operations => "/operations",
         }
@@ -83,6 +87,7 @@ impl Tab {
             Tab::Storage => "Storage",
             Tab::Models => "Models",
             Tab::Training => "Training",
+            Tab::Inference => "Inference",
             Tab::Drift => "Drift",
             Tab::Operations => "Operations",
         }
@@ -364,6 +369,19 @@ pub fn TrainingTab() -> impl IntoView {
     view! {
         <Frame at tab=Tab::Training>
             {move || view! { <TrainingPanel name=at.name.get() usable/> }}
+        </Frame>
+    }
+}
+
+/// The cluster's model endpoints, the forms that deploy, scale and delete them, and a
+/// test panel.
+#[component]
+pub fn InferenceTab() -> impl IntoView {
+    let at = At::new();
+    let usable = at.usable();
+    view! {
+        <Frame at tab=Tab::Inference>
+            {move || view! { <InferencePanel name=at.name.get() usable/> }}
         </Frame>
     }
 }
