@@ -126,6 +126,7 @@ pub fn App() -> impl IntoView {
                     <a class="brand" href="/">"hypd"</a>
                     <nav class="nav" aria-label="Main">
                         <A href="/clusters">"Clusters"</A>
+                        <A href="/endpoints">"Endpoints"</A>
                         <A href="/operations">"Operations"</A>
                         <session::IfRole role=Role::Admin>
                             <A href="/tokens">"Tokens"</A>
@@ -162,6 +163,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/clusters/:name/inference") view={Lazy::<pages::ClusterInferenceRoute>::new()}/>
                         <Route path=path!("/clusters/:name/drift") view={Lazy::<pages::ClusterDriftRoute>::new()}/>
                         <Route path=path!("/clusters/:name/operations") view={Lazy::<pages::ClusterOperationsRoute>::new()}/>
+                        <Route path=path!("/endpoints") view={Lazy::<pages::EndpointsRoute>::new()}/>
                         <Route path=path!("/operations") view={Lazy::<pages::OperationListRoute>::new()}/>
                         <Route path=path!("/tokens") view={Lazy::<pages::TokensRoute>::new()}/>
                         <Route

@@ -861,6 +861,12 @@ test('an operator deploys a vLLM model server from the Inference tab, reviews it
   assert.ok((await page.textContent('form.try-endpoint .invocation .answer')).trim().length > 0);
   assert.match(await page.textContent('form.try-endpoint .invocation .muted'), /^qwen · \d+ prompt \+ \d+ completion tokens · \d+ ms$/);
   await shot(page, 'inference');
+  // Every cluster's endpoints, one page away, each linking back to its cluster's tab.
+  await page.click('nav a:text-is("Endpoints")');
+  await page.waitForSelector('.endpoint-table tr[data-endpoint="console-chat"] a[href="/clusters/e2e-ml/inference"]');
+  await page.click('.endpoint-table tr[data-endpoint="console-chat"] a');
+  await page.waitForSelector('form.scale-endpoint');
+  await settled(page);
   // Deleted in two steps: its plan, then the run.
   await page.fill('form.scale-endpoint input[name="endpoint"]', 'console-chat');
   await page.click('form.scale-endpoint button.delete-endpoint');

@@ -142,6 +142,7 @@ test('every page loads cold within the request budget, and a navigation within t
     const { page, meter } = cold;
     for (const [link, ready] of [
       ['Clusters', '.page h1:text("Clusters")'],
+      ['Endpoints', '.page h1:text("Endpoints")'],
       ['Operations', '.page h1:text("Operations")'],
       ['Tokens', '.page h1:text("API tokens")'],
       ['Clusters', '.page h1:text("Clusters")'],

@@ -1,8 +1,10 @@
-//! The cluster page's Inference tab: the cluster's model endpoints (phase, replicas
-//! ready of asked, address, cold start), the form that deploys a model server, the
-//! forms that scale or delete one (plan, then run, as every change), and a test panel
-//! that sends a chat completion through `invoke_endpoint`. Every request is the
-//! command's own type, so a bad serve command is refused here with the server's words.
+//! Model endpoints in the console: the Endpoints page (every cluster's, each linking to
+//! its cluster's tab) and the cluster page's Inference tab: the cluster's endpoints
+//! (phase, replicas ready of asked, address, cold start), the form that deploys a model
+//! server, the forms that scale or delete one (plan, then run, as every change), and a
+//! test panel that sends a chat completion through `invoke_endpoint`. Every request is
+//! the command's own type, so a bad serve command is refused here with the server's
+//! words.
 
 use leptos::either::Either;
 use leptos::prelude::*;
@@ -50,7 +52,9 @@ pub fn InferencePanel(
                 None => Either::Left(view! {
                     <p class="muted">"Read from the cluster once it is active."</p>
                 }),
-                Some(Ok(list)) => Either::Right(Either::Left(view! { <Endpoints list/> })),
+                Some(Ok(list)) => {
+                    Either::Right(Either::Left(view! { <Endpoints list across=false/> }))
+                }
                 Some(Err(error)) => Either::Right(Either::Right(view! { <ErrorPanel error/> })),
             }
         })
@@ -74,8 +78,49 @@ pub fn InferencePanel(
     .into_any()
 }
 
+/// Every cluster's endpoints, each linking to its cluster's Inference tab; clusters that
+/// could not be read are named with why.
 #[component]
-fn Endpoints(list: EndpointList) -> impl IntoView {
+pub fn EndpointsPage() -> impl IntoView {
+    let listed = Resource::new(
+        || (),
+        |_| async move { call(&ListEndpoints { name: None }).await },
+    );
+    view! {
+        <section class="page">
+            <header class="page-head">
+                <h1>"Endpoints"</h1>
+            </header>
+            <div class="panel endpoints">
+                <Transition fallback=loading>
+                    {move || Suspend::new(async move {
+                        match listed.await {
+                            Ok(list) => {
+                                let unreadable = list
+                                    .unreadable
+                                    .iter()
+                                    .map(|c| view! { <li class="unreadable"><span class="mono">{c.name.clone()}</span>": "{c.error.clone()}</li> })
+                                    .collect_view();
+                                Either::Left(view! {
+                                    <Endpoints list across=true/>
+                                    <ul class="muted">{unreadable}</ul>
+                                })
+                            }
+                            Err(error) => Either::Right(view! { <ErrorPanel error/> }),
+                        }
+                    })}
+                </Transition>
+            </div>
+        </section>
+    }
+}
+
+#[component]
+fn Endpoints(
+    list: EndpointList,
+    /// Endpoints of several clusters: each row names and links to its cluster.
+    across: bool,
+) -> impl IntoView {
     if list.endpoints.is_empty() {
         return Either::Left(view! {
             <p class="muted empty-endpoints">"No model endpoint yet."</p>
@@ -86,9 +131,14 @@ fn Endpoints(list: EndpointList) -> impl IntoView {
         .into_iter()
         .map(|e| {
             let id = e.endpoint.clone();
+            let cluster = across.then(|| {
+                let href = format!("/clusters/{}/inference", e.name);
+                view! { <td><a href=href>{e.name.clone()}</a></td> }
+            });
             view! {
                 <tr data-endpoint=id>
                     <th scope="row" class="mono">{e.endpoint}</th>
+                    {cluster}
                     <td>{e.engine}</td>
                     <td class="mono">{e.model}</td>
                     <td>{e.service}</td>
@@ -100,9 +150,32 @@ fn Endpoints(list: EndpointList) -> impl IntoView {
             }
         })
         .collect_view();
+    let columns: &'static [&'static str] = if across {
+        &[
+            "Endpoint",
+            "Cluster",
+            "Engine",
+            "Model",
+            "Service",
+            "Ready",
+            "Address",
+            "Cold start",
+            "Phase",
+        ]
+    } else {
+        &[
+            "Endpoint",
+            "Engine",
+            "Model",
+            "Service",
+            "Ready",
+            "Address",
+            "Cold start",
+            "Phase",
+        ]
+    };
     Either::Right(view! {
-        <Table class="endpoint-table" caption="Model endpoints"
-            columns={&["Endpoint", "Engine", "Model", "Service", "Ready", "Address", "Cold start", "Phase"]}>
+        <Table class="endpoint-table" caption="Model endpoints" columns>
             {rows}
         </Table>
     })

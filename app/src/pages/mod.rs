@@ -63,6 +63,7 @@ lazy_page!(ClusterOperationsRoute => cluster::OperationsTab);
 lazy_page!(CreateClusterRoute => create::CreateClusterPage);
 lazy_page!(ImportClusterRoute => import::ImportClusterPage);
 lazy_page!(OperationListRoute => operations::OperationList);
+lazy_page!(EndpointsRoute => inference::EndpointsPage);
 lazy_page!(OperationRoute => progress::OperationPage);
 lazy_page!(TokensRoute => tokens::TokensPage);
 lazy_page!(SignInRoute => crate::session::SignIn);
