@@ -62,8 +62,21 @@ impl Handler<InvokeEndpoint> for Service {
         let endpoint = r.endpoint.as_str();
         let region = region_of(&self.store, cluster).await?;
         let client = kubernetes::connect(&self.aws, &region, cluster).await?;
-        let live = super::required(&client, cluster, endpoint).await?;
-        if live.ready() == 0 {
+        // The Deployment alone says where to send and what to ask for; the pods are read
+        // only when the API server finds no ready one (the endpoint is waking).
+        let deployment =
+            super::deployment(&client, endpoint)
+                .await?
+                .ok_or_else(|| ApiError::NotFound {
+                    resource: format!("endpoint of {cluster}"),
+                    name: endpoint.to_owned(),
+                })?;
+        let live = super::Live {
+            deployment,
+            pods: Vec::new(),
+            service: None,
+        };
+        if live.replicas() == 0 {
             return Err(waking(&live, endpoint));
         }
         let model = live.summary(cluster).model;

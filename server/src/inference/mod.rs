@@ -195,20 +195,25 @@ pub(crate) async fn find_pods(client: &kube::Client, endpoint: &str) -> Result<V
     Ok(pods)
 }
 
+/// The Deployment of endpoint `endpoint`, if hypd made one of that name.
+pub(crate) async fn deployment(
+    client: &kube::Client,
+    endpoint: &str,
+) -> Result<Option<Deployment>, ApiError> {
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    Ok(kubernetes::get(&deployments, endpoint).await?.filter(|d| {
+        d.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.get(ENDPOINT_LABEL).map(String::as_str) == Some(endpoint))
+    }))
+}
+
 /// Endpoint `endpoint` of the cluster `client` reaches, if hypd made one of that name.
 pub(crate) async fn find(client: &kube::Client, endpoint: &str) -> Result<Option<Live>, ApiError> {
-    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-    let Some(deployment) = kubernetes::get(&deployments, endpoint).await? else {
+    let Some(deployment) = deployment(client, endpoint).await? else {
         return Ok(None);
     };
-    let labelled = deployment
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.get(ENDPOINT_LABEL).map(String::as_str) == Some(endpoint));
-    if !labelled {
-        return Ok(None);
-    }
     let pods = find_pods(client, endpoint).await?;
     let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
     let service = kubernetes::get(&services, endpoint).await?;
