@@ -26,7 +26,7 @@ use serde_json::json;
 
 use super::workload::{self, COLD_START_ANNOTATION, OPERATION_ANNOTATION, Placement};
 use crate::aws::SdkResultExt;
-use crate::cluster::managed::locate;
+use crate::cluster::managed::{Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::kube::object::{Applied, made_by_hypd};
 use crate::resources::kube::{self as kubernetes};
@@ -84,12 +84,14 @@ async fn mounts(
 
 /// Where the request's replicas run: its group (chosen by the pre-flight) and the
 /// storage its model is read from.
+/// The pre-flight refuses what this refuses, by the same field; the steps compute it
+/// again from the stored request (the group the pre-flight chose).
 async fn placement(
     r: &DeployModelServer,
     aws: &crate::aws::Aws,
     store: &crate::store::Store,
+    at: &Where,
 ) -> Result<Placement, ApiError> {
-    let at = locate(store, r.name.as_str(), "to deploy model servers").await?;
     let described =
         crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod).await?;
     let groups = groups(aws, &at.region, &described).await?;
@@ -148,55 +150,45 @@ impl Pipeline for DeployModelServer {
                 ),
             ));
         }
-        // A replica fits on one node of its group.
-        let described =
-            crate::resources::sagemaker::described(&cx.aws.sagemaker(&at.region), &at.hyperpod)
-                .await?;
-        let groups = groups(cx.aws, &at.region, &described).await?;
-        let group = choose(&groups, self.instance_group.as_ref(), cluster)
-            .map_err(|why| ApiError::field("instance_group", why))?;
+        // A group to run on, a storage holding the model's path, and a replica that fits
+        // on one node of that group.
+        let target = placement(&self, cx.aws, cx.store, &at).await?.target;
         let gpus = self.gpus_per_replica.get();
-        if gpus > group.gpus {
+        if gpus > target.gpus {
             return Err(ApiError::field(
                 "gpus_per_replica",
                 format!(
                     "a replica asks for {gpus} GPUs but a node of group {} ({}) has {}: ask for at most {}, or choose a group with more",
-                    group.name, group.instance_type, group.gpus, group.gpus
+                    target.group, target.instance_type, target.gpus, target.gpus
                 ),
             ));
         }
         self.instance_group =
-            Some(InstanceGroupName::parse(&group.name).map_err(ApiError::internal)?);
-        // The model is where the command says.
-        match &serve.model {
-            ModelSource::Path(path) if path.starts_with("/s3/") => {
-                let (region, bucket, _) =
-                    crate::storage::bucket_of(cx.aws, cx.store, cluster, SHARED_CLAIM).await?;
-                let key = path.trim_start_matches("/s3/");
-                let page = cx
-                    .aws
-                    .s3(&region)
-                    .list_objects_v2()
-                    .bucket(&bucket)
-                    .prefix(format!("{key}/"))
-                    .max_keys(1)
-                    .send()
-                    .await
-                    .upstream("s3", "ListObjectsV2")?;
-                if page.key_count().unwrap_or(0) == 0 {
-                    return Err(ApiError::field(
-                        "command",
-                        format!(
-                            "nothing is at {path} (s3://{bucket}/{key}/): put the model there first (download_model writes a Hugging Face model to /s3/models/<organisation>/<name>)"
-                        ),
-                    ));
-                }
+            Some(InstanceGroupName::parse(&target.group).map_err(ApiError::internal)?);
+        // A model in the shared bucket is there.
+        if let ModelSource::Path(path) = &serve.model
+            && let Some(key) = path.strip_prefix("/s3/")
+        {
+            let (region, bucket, _) =
+                crate::storage::bucket_of(cx.aws, cx.store, cluster, SHARED_CLAIM).await?;
+            let page = cx
+                .aws
+                .s3(&region)
+                .list_objects_v2()
+                .bucket(&bucket)
+                .prefix(format!("{key}/"))
+                .max_keys(1)
+                .send()
+                .await
+                .upstream("s3", "ListObjectsV2")?;
+            if page.key_count().unwrap_or(0) == 0 {
+                return Err(ApiError::field(
+                    "command",
+                    format!(
+                        "nothing is at {path} (s3://{bucket}/{key}/): put the model there first (download_model writes a Hugging Face model to /s3/models/<organisation>/<name>)"
+                    ),
+                ));
             }
-            ModelSource::Path(_) => {
-                workload::storage_of(&serve, &mounts(cx.aws, cx.store, cluster).await?)
-                    .map_err(|why| ApiError::field("command", why))?;
-            }
-            ModelSource::Hub(_) => {}
         }
         if let Some(secret) = &self.hf_token_secret {
             crate::model::token::check_secret(&client, cluster, secret).await?;
@@ -265,7 +257,7 @@ impl Pipeline for DeployModelServer {
                         ));
                     }
                 }
-                let placement = placement(self, &cx.aws, &cx.store).await?;
+                let placement = placement(self, &cx.aws, &cx.store, &at).await?;
                 out.instance_group = Some(placement.target.group.clone());
                 let secret = self
                     .hf_token_secret

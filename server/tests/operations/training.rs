@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::FAST;
 use crate::common::Hypd;
 use crate::common::cluster::{kube_client, small, world_with_cluster};
+use crate::inference::run_op;
 
 /// Puts `key` in the shared bucket through hypd, as a user would from the Storage tab.
 pub fn upload(hypd: &Hypd, token: &str, name: &str, key: &str) {
@@ -611,15 +612,6 @@ fn twenty_viewers_share_one_log_stream_and_one_that_stops_reading_is_cut_off() {
     // All of them were one upstream stream (it lingers a while for reconnects).
     assert_eq!(open_streams(&hypd), 1.0);
     drop(world);
-}
-
-/// Runs `body` as an operation of cluster `name` at `path` and waits until it succeeds.
-fn run_op(hypd: &Hypd, token: &str, path: &str, body: Value) -> Value {
-    let (status, started) = hypd.call(token, Method::POST, path, Some(body));
-    assert_eq!(status, 200, "{started}");
-    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
-    assert_eq!(op["state"], "succeeded", "{op:#}");
-    op
 }
 
 #[test]
