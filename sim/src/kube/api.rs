@@ -394,6 +394,8 @@ async fn handle(
                         &api.serving,
                         &req.ns,
                         req.name.as_deref().unwrap_or_default(),
+                        &body,
+                        &headers,
                     );
                     drop(store);
                     match backend {
@@ -410,7 +412,9 @@ async fn handle(
                         Err(s) => s.into_response(),
                     }
                 }
-                (_, true, Some("scale")) if SCALABLE.contains(&req.res.gr().as_str()) => {
+                (_, true, Some("scale"))
+                    if SCALABLE.contains(&req.res.gr().as_str()) || req.res.scale.is_some() =>
+                {
                     let ct = content_type(&headers);
                     respond(scale(&mut store, &stamp, &req, &method, &ct, &body))
                 }
@@ -483,21 +487,58 @@ fn content_type(headers: &HeaderMap) -> String {
 /// Resources with a `scale` subresource (autoscaling/v1 Scale over `spec.replicas`).
 pub const SCALABLE: &[&str] = &["apps/deployments", "apps/replicasets", "apps/statefulsets"];
 
-fn scale_of(o: &Value) -> Value {
-    let selector: Vec<String> = o["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-        .collect();
+/// The value at a CRD's JSON path (`.spec.replicas`): null where nothing is.
+fn at_path<'a>(o: &'a Value, path: &str) -> &'a Value {
+    path.split('.')
+        .filter(|s| !s.is_empty())
+        .fold(o, |v, k| &v[k])
+}
+
+/// Sets the value at a CRD's JSON path, making the objects on the way.
+fn set_path(o: &mut Value, path: &str, value: Value) {
+    let target = path
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .fold(o, |v, k| &mut v[k]);
+    *target = value;
+}
+
+/// The Scale of `o`: a built-in's `spec.replicas` and selector, or what a CRD's scale
+/// subresource points at (its selector is already a string there).
+fn scale_of(res: &Resource, o: &Value) -> Value {
+    let (spec_replicas, status_replicas, selector) = match &res.scale {
+        Some(paths) => (
+            at_path(o, &paths.spec_replicas).as_u64(),
+            at_path(o, &paths.status_replicas).as_u64(),
+            paths
+                .label_selector
+                .as_deref()
+                .and_then(|p| at_path(o, p).as_str())
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+        None => {
+            let selector: Vec<String> = o["spec"]["selector"]["matchLabels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            (
+                o["spec"]["replicas"].as_u64(),
+                o["status"]["replicas"].as_u64(),
+                selector.join(","),
+            )
+        }
+    };
     let meta = &o["metadata"];
     json!({
         "apiVersion": "autoscaling/v1",
         "kind": "Scale",
         "metadata": { "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
                       "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"] },
-        "spec": { "replicas": o["spec"]["replicas"].as_u64().unwrap_or(1) },
-        "status": { "replicas": o["status"]["replicas"].as_u64().unwrap_or(0), "selector": selector.join(",") },
+        "spec": { "replicas": spec_replicas.unwrap_or(1) },
+        "status": { "replicas": status_replicas.unwrap_or(0), "selector": selector },
     })
 }
 
@@ -515,7 +556,7 @@ fn scale(
     let Some(old) = current(store, req) else {
         return Err(not_found(&req.res, &name));
     };
-    let mut wanted = scale_of(&old);
+    let mut wanted = scale_of(&req.res, &old);
     match *method {
         Method::GET => return Ok((StatusCode::OK, wanted)),
         Method::PUT => wanted = parse_body(body, false)?,
@@ -543,9 +584,12 @@ fn scale(
         ));
     };
     let mut new = (*old).clone();
-    new["spec"]["replicas"] = json!(replicas);
+    match &req.res.scale {
+        Some(paths) => set_path(&mut new, &paths.spec_replicas, json!(replicas)),
+        None => new["spec"]["replicas"] = json!(replicas),
+    }
     let (code, stored) = commit(store, now, req, &old, new, false)?;
-    Ok((code, scale_of(&stored)))
+    Ok((code, scale_of(&req.res, &stored)))
 }
 
 /// The field manager of a non-apply write, as the API server derives it from the
@@ -1408,9 +1452,9 @@ fn commit(
     mut new: Value,
     managed_done: bool,
 ) -> Result<(StatusCode, Value), Status> {
-    if req.sub.is_none() {
-        validate(req, &mut new, Some(old))?;
-    }
+    // A status or scale write is checked against the schema too: the API server
+    // validates the whole object whichever part a request may change.
+    validate(req, &mut new, Some(old))?;
     if spec_of(&new) != spec_of(old) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(g + 1);

@@ -29,6 +29,26 @@ pub struct Resource {
     pub schema: Option<Arc<Value>>,
     /// A CRD version's `additionalPrinterColumns` (name, JSONPath).
     pub printer: Vec<(String, String)>,
+    /// A CRD version's `scale` subresource: where its Scale's fields live in the object.
+    pub scale: Option<ScalePaths>,
+}
+
+/// The JSON paths (`.spec.replicas`) a CRD's `subresources.scale` names.
+#[derive(Clone, Debug)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub label_selector: Option<String>,
+}
+
+impl ScalePaths {
+    fn of(scale: &Value) -> Option<Self> {
+        Some(Self {
+            spec_replicas: scale["specReplicasPath"].as_str()?.to_owned(),
+            status_replicas: scale["statusReplicasPath"].as_str()?.to_owned(),
+            label_selector: scale["labelSelectorPath"].as_str().map(str::to_owned),
+        })
+    }
 }
 
 impl Resource {
@@ -240,6 +260,7 @@ fn builtins() -> impl Iterator<Item = Resource> {
             status: *status,
             schema: None,
             printer: Vec::new(),
+            scale: None,
         },
     )
 }
@@ -292,6 +313,7 @@ pub fn crd_resources(crd: &Value) -> Vec<Resource> {
                 .is_object()
                 .then(|| Arc::new(v["schema"]["openAPIV3Schema"].clone())),
             printer: super::table::printer_columns(Some(v)),
+            scale: ScalePaths::of(&v["subresources"]["scale"]),
         });
     }
     out
@@ -376,7 +398,7 @@ pub fn resource_list(store: &Store, group: &str, version: &str) -> Option<Value>
                 "verbs": ["get", "patch", "update"],
             }));
         }
-        if super::api::SCALABLE.contains(&r.gr().as_str()) {
+        if super::api::SCALABLE.contains(&r.gr().as_str()) || r.scale.is_some() {
             resources.push(json!({
                 "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],

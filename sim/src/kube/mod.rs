@@ -17,6 +17,7 @@ mod apply;
 mod auth;
 mod controllers;
 mod discovery;
+mod inference_router;
 mod logs;
 mod model_server;
 mod scheduler;

@@ -47,15 +47,24 @@ pub struct ModelServer {
 }
 
 /// The model server `pod`'s first container starts, if it starts one: from its
-/// `command` and `args` as the container runtime joins them, and through `sh -c LINE`
-/// (or bash) as the shell would split LINE.
+/// `command` and `args` as the container runtime joins them (no `command`: the image's
+/// [`entrypoint`]), and through `sh -c LINE` (or bash) as the shell would split LINE.
 pub fn of(pod: &Value) -> Option<ModelServer> {
     let container = &pod["spec"]["containers"][0];
-    let words: Vec<String> = ["command", "args"]
-        .iter()
-        .flat_map(|k| container[k].as_array().into_iter().flatten())
-        .filter_map(|w| w.as_str().map(str::to_owned))
-        .collect();
+    let words = |k: &str| -> Vec<String> {
+        container[k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut command = words("command");
+    if command.is_empty() {
+        let image = container["image"].as_str().unwrap_or_default();
+        command = entrypoint(image).iter().map(|w| (*w).to_owned()).collect();
+    }
+    let words: Vec<String> = command.into_iter().chain(words("args")).collect();
     let commands = match words.as_slice() {
         [sh, flags, line, ..]
             if matches!(basename(sh), "sh" | "bash" | "dash" | "ash" | "zsh")
@@ -67,6 +76,28 @@ pub fn of(pod: &Value) -> Option<ModelServer> {
         _ => vec![words],
     };
     commands.iter().find_map(|c| server(c))
+}
+
+/// The ENTRYPOINT of the serving images the sim knows, by repository (registry and tag
+/// aside): what a container that sets no `command` runs, its `args` appended. vLLM's
+/// image starts its OpenAI server module; LMCache's build of it runs `vllm serve` (its
+/// samples pass the model as the first argument); SGLang's image has none, so its
+/// `args` are the whole command line.
+pub fn entrypoint(image: &str) -> &'static [&'static str] {
+    let without_tag = image.split('@').next().unwrap_or(image);
+    // A `:` after the last `/` starts the tag; one before it is a registry's port.
+    let repository = match without_tag.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => without_tag,
+    };
+    let named = |name: &str| repository == name || repository.ends_with(&format!("/{name}"));
+    if named("vllm/vllm-openai") {
+        &["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    } else if named("lmcache/vllm-openai") {
+        &["vllm", "serve"]
+    } else {
+        &[]
+    }
 }
 
 fn basename(path: &str) -> &str {
@@ -260,7 +291,20 @@ impl Serving {
             .list("/services", None)
             .map(|s| (meta(s, "namespace"), meta(s, "name")))
             .collect();
-        ledger.turns.retain(|k, _| services.contains(k));
+        // A router's turns are under `<its namespace>/<its pod>` in the namespace of
+        // the pods it routes to.
+        let pods_by_name: HashSet<(String, String)> = store
+            .list("/pods", None)
+            .map(|p| (meta(p, "namespace"), meta(p, "name")))
+            .collect();
+        ledger
+            .turns
+            .retain(|(ns, name), _| match name.split_once('/') {
+                Some((router_ns, router)) => {
+                    pods_by_name.contains(&(router_ns.to_owned(), router.to_owned()))
+                }
+                None => services.contains(&(ns.clone(), name.clone())),
+            });
     }
 }
 
@@ -445,7 +489,7 @@ fn tokens(text: &str) -> u64 {
 }
 
 /// A message's text: a string, or the text parts of a list.
-fn content_text(content: &Value) -> String {
+pub(super) fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts
@@ -691,6 +735,44 @@ mod tests {
     fn pod(command: Value, args: Value) -> Value {
         json!({ "metadata": { "uid": "u1" },
                 "spec": { "containers": [{ "name": "server", "command": command, "args": args }] } })
+    }
+
+    #[test]
+    fn a_container_without_a_command_runs_its_images_entrypoint() {
+        let with_image = |image: &str, args: Value| {
+            of(
+                &json!({ "metadata": { "uid": "u1" }, "spec": { "containers": [
+                { "name": "w", "image": image, "args": args }] } }),
+            )
+        };
+        let vllm = with_image(
+            "docker.io/vllm/vllm-openai:v0.10.1",
+            json!(["--model", "/opt/ml/model", "--served-model-name", "llama"]),
+        )
+        .unwrap();
+        assert_eq!(
+            (vllm.engine, vllm.names.as_slice()),
+            (Engine::Vllm, &["llama".to_owned()][..])
+        );
+        let lmcache = with_image("lmcache/vllm-openai:v0.3.7", json!(["/opt/ml/model"])).unwrap();
+        assert_eq!(
+            (lmcache.engine, lmcache.model.as_str()),
+            (Engine::Vllm, "/opt/ml/model")
+        );
+        let sglang = with_image(
+            "lmsysorg/sglang:v0.4.9",
+            json!([
+                "python3",
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "/opt/ml/model"
+            ]),
+        )
+        .unwrap();
+        assert_eq!(sglang.engine, Engine::Sglang);
+        assert!(with_image("lmsysorg/sglang:v0.4.9", json!(["--model-path", "m"])).is_none());
+        assert!(with_image("registry:5000/vllm/vllm-openai", json!(["--model", "m"])).is_some());
     }
 
     #[test]

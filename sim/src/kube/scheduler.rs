@@ -1,6 +1,6 @@
 //! The default scheduler: binds a pending pod to the first ready, schedulable node whose
-//! labels, taints and free allocatable (GPUs, EFA interfaces, CPU) admit it, or says why
-//! none does in kube-scheduler's words. What a bound pod requests counts at once, so two
+//! labels (`nodeSelector` and required node affinity), taints and free allocatable (GPUs,
+//! EFA interfaces, CPU) admit it, or says why none does in kube-scheduler's words. What a bound pod requests counts at once, so two
 //! pods bound in the same pass never share a GPU.
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +42,48 @@ pub(crate) fn requests(pod: &Value) -> [u64; 3] {
         }
     }
     out
+}
+
+/// Whether node `labels` satisfy the pod's required node affinity
+/// (`requiredDuringSchedulingIgnoredDuringExecution`): any one of its terms, each with all
+/// its `matchExpressions`. Preferred terms only rank nodes, which this scheduler does not.
+pub(crate) fn affinity_matches(pod_spec: &Value, labels: &Value) -> bool {
+    let required = &pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    let Some(terms) = required.as_array() else {
+        return true;
+    };
+    terms.iter().any(|term| {
+        term["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|e| expression_matches(e, labels))
+    })
+}
+
+fn expression_matches(e: &Value, labels: &Value) -> bool {
+    let have = e["key"].as_str().and_then(|k| labels[k].as_str());
+    let values: Vec<&str> = e["values"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match e["operator"].as_str().unwrap_or_default() {
+        "In" => have.is_some_and(|v| values.contains(&v)),
+        "NotIn" => have.is_none_or(|v| !values.contains(&v)),
+        "Exists" => have.is_some(),
+        "DoesNotExist" => have.is_none(),
+        "Gt" => {
+            matches!((have.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((have.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
+        }
+        _ => false,
+    }
 }
 
 /// Whether `pod` tolerates every NoSchedule taint of `taints`.
@@ -124,7 +166,9 @@ impl Scheduler {
                     .or_default() += 1;
                 continue;
             }
-            if !selector_matches(&pod["spec"]["nodeSelector"], &n["metadata"]["labels"]) {
+            if !selector_matches(&pod["spec"]["nodeSelector"], &n["metadata"]["labels"])
+                || !affinity_matches(&pod["spec"], &n["metadata"]["labels"])
+            {
                 *reasons
                     .entry("node(s) didn't match Pod's node affinity/selector".into())
                     .or_default() += 1;
@@ -191,6 +235,30 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn required_node_affinity_admits_nodes_matching_any_term() {
+        let spec = json!({ "affinity": { "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                { "matchExpressions": [{ "key": "node.kubernetes.io/instance-type", "operator": "In",
+                                         "values": ["ml.g5.8xlarge", "ml.g5.12xlarge"] }] },
+                { "matchExpressions": [{ "key": "pool", "operator": "Exists" },
+                                       { "key": "gpus", "operator": "Gt", "values": ["4"] }] },
+            ] } } } });
+        let admits = |labels: Value| affinity_matches(&spec, &labels);
+        assert!(admits(
+            json!({ "node.kubernetes.io/instance-type": "ml.g5.12xlarge" })
+        ));
+        assert!(!admits(
+            json!({ "node.kubernetes.io/instance-type": "ml.p5.48xlarge" })
+        ));
+        assert!(admits(json!({ "pool": "a", "gpus": "8" })));
+        assert!(!admits(json!({ "pool": "a", "gpus": "2" })));
+        assert!(
+            affinity_matches(&json!({}), &json!({})),
+            "no affinity, any node"
+        );
+    }
 
     #[test]
     fn quantities_parse() {

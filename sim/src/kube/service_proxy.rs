@@ -3,26 +3,40 @@
 //! name of the Service port with that number, and the request goes to an address of the
 //! Service's Endpoints that is ready, serves a port of that name, and whose pod still
 //! has it. The sim dials nothing: the pod's answer comes from [`model_server`] and is
-//! relayed with its status unchanged, plus [`POD_HEADER`] naming the pod. Resolving
+//! relayed with its status unchanged, plus [`POD_HEADER`] naming the pod. A pod that is
+//! an inference router ([`inference_router`]) passes the request on to the worker it
+//! picks, whose answer comes back with [`ROUTER_HEADER`] naming the router. Resolving
 //! reads the store under the cluster's lock; the answer is computed once it is let go.
 
 use axum::body::Body;
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::api::Status;
+use super::controllers::is_ready;
+use super::inference_router::Router;
 use super::model_server::{self, Serving};
-use super::store::{Key, Obj, Store};
+use super::store::{Key, Obj, Store, meta};
 
 /// The response header naming the pod that answered.
 pub const POD_HEADER: &str = "x-hypd-sim-pod";
+/// The response header naming the router a request went through, if it did.
+pub const ROUTER_HEADER: &str = "x-hypd-sim-router";
 
 /// Where a proxied request goes: a pod, and the address and port it is reached at.
 pub struct Backend {
     pod: Obj,
     ip: String,
     port: u64,
+    routed: Option<Routed>,
+}
+
+/// What a router made of a request: the worker it passed it to (the backend's pod), or
+/// none it could (its own answer).
+enum Routed {
+    Via(String),
+    NoWorker(String),
 }
 
 fn no_endpoints(what: &str) -> Status {
@@ -33,9 +47,17 @@ fn no_endpoints(what: &str) -> Status {
     )
 }
 
-/// The backend of Service proxy `id` in namespace `ns`; the endpoints that can answer
-/// take turns.
-pub fn backend(store: &Store, serving: &Serving, ns: &str, id: &str) -> Result<Backend, Status> {
+/// The backend of Service proxy `id` in namespace `ns` for a request with `body` and
+/// `headers`; the endpoints that can answer take turns, and a router among them picks
+/// its worker.
+pub fn backend(
+    store: &Store,
+    serving: &Serving,
+    ns: &str,
+    id: &str,
+    body: &[u8],
+    headers: &HeaderMap,
+) -> Result<Backend, Status> {
     let (scheme, name, port) = match id.split(':').collect::<Vec<_>>().as_slice() {
         [n] => ("", *n, ""),
         [n, p] => ("", *n, *p),
@@ -106,6 +128,7 @@ pub fn backend(store: &Store, serving: &Serving, ns: &str, id: &str) -> Result<B
                         pod: pod.clone(),
                         ip: ip.to_owned(),
                         port: number,
+                        routed: None,
                     });
                 }
             }
@@ -115,7 +138,57 @@ pub fn backend(store: &Store, serving: &Serving, ns: &str, id: &str) -> Result<B
         return Err(no_endpoints(id));
     }
     let turn = serving.turn(ns, name, candidates.len());
-    Ok(candidates.swap_remove(turn))
+    let chosen = candidates.swap_remove(turn);
+    Ok(match Router::of(&chosen.pod) {
+        Some(router) if u64::from(router.port) == chosen.port => {
+            route(store, serving, &router, chosen, body, headers)
+        }
+        _ => chosen,
+    })
+}
+
+/// Where `router` (the pod of `via`) sends a request: one of the Ready pods it discovers,
+/// in name order, on the port it reaches them at.
+fn route(
+    store: &Store,
+    serving: &Serving,
+    router: &Router,
+    via: Backend,
+    body: &[u8],
+    headers: &HeaderMap,
+) -> Backend {
+    let router_name = meta(&via.pod, "name");
+    let mut workers: Vec<Obj> = store
+        .list("/pods", Some(&router.namespace))
+        .filter(|p| router.selects(&p["metadata"]["labels"]))
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && is_ready(p))
+        .filter(|p| p["status"]["podIP"].is_string())
+        .cloned()
+        .collect();
+    workers.sort_by_key(|p| meta(p, "name"));
+    // Its turns are its own, apart from those of the Service in front of it.
+    let turns = format!("{}/{router_name}", meta(&via.pod, "namespace"));
+    let picked = router.pick(&workers, body, headers, |n| {
+        serving.turn(&router.namespace, &turns, n)
+    });
+    match picked {
+        Some(worker) => Backend {
+            ip: worker["status"]["podIP"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            pod: worker.clone(),
+            port: u64::from(router.worker_port),
+            routed: Some(Routed::Via(router_name)),
+        },
+        None => Backend {
+            routed: Some(Routed::NoWorker(format!(
+                "no ready worker matches {} in namespace {}",
+                router.selector, router.namespace
+            ))),
+            ..via
+        },
+    }
 }
 
 /// What `backend` answers to `method` on `path` (what followed `/proxy` in
@@ -142,6 +215,21 @@ pub fn answer(
             .into_response();
     }
     let path = if path.is_empty() { "/" } else { path };
+    let pod = backend.pod["metadata"]["name"].as_str().unwrap_or_default();
+    if let Some(Routed::NoWorker(message)) = &backend.routed {
+        let body = json!({ "object": "error", "message": message, "type": "ServiceUnavailableError",
+                           "param": null, "code": 503 });
+        let mut response = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Ok(v) = HeaderValue::from_str(pod) {
+            headers.insert(POD_HEADER, v);
+        }
+        return response;
+    }
     let server = model_server::of(&backend.pod);
     if let Some(s) = &server
         && u64::from(s.port) != backend.port
@@ -165,7 +253,6 @@ pub fn answer(
         body,
         created,
     );
-    let pod = backend.pod["metadata"]["name"].as_str().unwrap_or_default();
     let mut response = (a.status, Body::from(a.body)).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -174,6 +261,11 @@ pub fn answer(
     );
     if let Ok(v) = HeaderValue::from_str(pod) {
         headers.insert(POD_HEADER, v);
+    }
+    if let Some(Routed::Via(router)) = &backend.routed
+        && let Ok(v) = HeaderValue::from_str(router)
+    {
+        headers.insert(ROUTER_HEADER, v);
     }
     response
 }

@@ -1,20 +1,26 @@
 //! Model serving through the API server's service proxy, as hypd's `invoke_endpoint`
 //! reaches it with kube-rs: vLLM pods behind a Service load before they are Ready, the
 //! proxy answers 503 with a Status while no pod is, then relays the pods' OpenAI answers
-//! (deterministic, counted, pod named in a header); Endpoints follow the pods.
+//! (deterministic, counted, pod named in a header); Endpoints follow the pods. The
+//! inference operator's InferenceEndpointConfigs become such workers, with LMCache and a
+//! router when asked, and are scaled and deleted through the custom resource.
 
 use std::collections::BTreeSet;
 
 use crate::support::{
-    active_cluster, eks_client, eks_token, inject, moto, network, register_node, set_time_scale,
-    sim, wait_for,
+    active_cluster, create_hyperpod, eks_client, eks_token, inject, moto, network, register_node,
+    set_time_scale, sim, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{
+    Endpoints, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use serde_json::{Value, json};
-
-const PROXY: &str = "/api/v1/namespaces/default/services";
 
 /// A kube-rs client as hypd builds one for these calls: with kube-rs's own retry layer
 /// off, which would otherwise retry a 503 fifteen times, backing off for minutes.
@@ -38,7 +44,7 @@ struct Answer {
     body: Value,
 }
 
-/// One call through the proxy of `service` (`name[:port]`) to `path`.
+/// One call through the proxy of `service` (`name[:port]`, in `default`) to `path`.
 async fn call(
     client: &kube::Client,
     method: &str,
@@ -46,9 +52,23 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> Answer {
+    call_in(client, "default", method, service, path, body).await
+}
+
+/// [`call`] to a Service of namespace `ns`.
+async fn call_in(
+    client: &kube::Client,
+    ns: &str,
+    method: &str,
+    service: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
     let request = http::Request::builder()
         .method(method)
-        .uri(format!("{PROXY}/{service}/proxy{path}"))
+        .uri(format!(
+            "/api/v1/namespaces/{ns}/services/{service}/proxy{path}"
+        ))
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(kube::client::Body::from(
             body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
@@ -385,4 +405,396 @@ async fn the_service_proxy_reaches_vllm_pods_once_they_have_loaded() {
         .await,
         none,
     );
+}
+
+/// An InferenceEndpointConfig as AWS's samples write one: a vLLM worker reading its
+/// model from S3 on one GPU of an `ml.g5.8xlarge`.
+fn endpoint_config(name: &str, image: &str, args: Value) -> Value {
+    json!({
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
+        "kind": "InferenceEndpointConfig",
+        "metadata": { "name": name },
+        "spec": {
+            "modelName": "Llama-3-1-8B-Instruct",
+            "instanceType": "ml.g5.8xlarge",
+            "replicas": 1,
+            "invocationEndpoint": "v1/chat/completions",
+            "modelSourceConfig": {
+                "modelSourceType": "s3",
+                "s3Storage": { "bucketName": "hypd-models", "region": "us-east-1" },
+                "modelLocation": "llama31_8b",
+            },
+            "worker": {
+                "image": image,
+                "args": args,
+                "resources": { "limits": { "nvidia.com/gpu": "1" },
+                               "requests": { "cpu": "6", "memory": "30Gi", "nvidia.com/gpu": "1" } },
+                "modelInvocationPort": { "containerPort": 8000, "name": "http" },
+                "modelVolumeMount": { "name": "model-weights", "mountPath": "/opt/ml/model" },
+                "environmentVariables": [{ "name": "HF_HOME", "value": "/tmp/hf_home" }],
+            },
+        },
+    })
+}
+
+fn state(o: &DynamicObject) -> String {
+    o.data["status"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn env_of(d: &Deployment) -> Vec<(String, String)> {
+    let c = &d.spec.template.spec.as_ref().unwrap().containers[0];
+    c.env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inference_endpoint_configs_become_workers_behind_a_router_and_go_with_their_config() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = eks_client(&sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
+    let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
+    create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("two ml.g5.8xlarge nodes", || async {
+        nodes
+            .list(&ListParams::default().labels("node.kubernetes.io/instance-type=ml.g5.8xlarge"))
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 2
+    })
+    .await;
+    eks.create_addon()
+        .cluster_name("ml-1")
+        .addon_name("amazon-sagemaker-hyperpod-inference")
+        .send()
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for("the InferenceEndpointConfig CRD", || async {
+        crds.get_opt("inferenceendpointconfigs.inference.sagemaker.aws.amazon.com")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    let gvk = GroupVersionKind::gvk(
+        "inference.sagemaker.aws.amazon.com",
+        "v1",
+        "InferenceEndpointConfig",
+    );
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "inferenceendpointconfigs");
+    let iecs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let create = |o: Value| {
+        let iecs = iecs.clone();
+        async move {
+            iecs.create(&PostParams::default(), &serde_json::from_value(o).unwrap())
+                .await
+        }
+    };
+    let vllm_args = json!([
+        "--model",
+        "/opt/ml/model",
+        "--served-model-name",
+        "llama-8b",
+        "--max-model-len",
+        "4096"
+    ]);
+
+    // The CRD's schema holds: a strategy it does not list is refused.
+    let mut fastest = endpoint_config("fastest", "vllm/vllm-openai:v0.10.1", vllm_args.clone());
+    fastest["spec"]["intelligentRoutingSpec"] =
+        json!({ "enabled": true, "routingStrategy": "fastest" });
+    match create(fastest).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+            assert!(
+                e.message
+                    .contains("spec.intelligentRoutingSpec.routingStrategy"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("an unknown routing strategy was accepted: {other:?}"),
+    }
+
+    // Ten simulated seconds a real one: the workers' 5 s start and 20 s load take 2.5 s.
+    set_time_scale(&sim_url, 10.0).await;
+    let mut llama = endpoint_config("llama", "vllm/vllm-openai:v0.10.1", vllm_args.clone());
+    llama["spec"]["kvCacheSpec"] = json!({ "enableL1Cache": true, "enableL2Cache": true,
+        "l2CacheSpec": { "l2CacheBackend": "redis",
+                         "l2CacheLocalUrl": "redis://redis.default.svc.cluster.local:6379" } });
+    llama["spec"]["intelligentRoutingSpec"] =
+        json!({ "enabled": true, "routingStrategy": "prefixaware" });
+    create(llama).await.unwrap();
+    let mut sglang = endpoint_config(
+        "qwen-sglang",
+        "lmsysorg/sglang:v0.4.9",
+        json!([
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/opt/ml/model",
+            "--port",
+            "8000"
+        ]),
+    );
+    sglang["spec"]["kvCacheSpec"] = json!({ "enableL1Cache": true });
+    create(sglang).await.unwrap();
+
+    // Once its router runs and before the worker has loaded, frozen to look: the router
+    // itself answers that it has no worker to send to.
+    let system = "hyperpod-inference-system";
+    let routers: Api<Deployment> = Api::namespaced(client.clone(), system);
+    wait_for("the router up, the worker loading", || async {
+        let router_up = routers
+            .get_opt("llama-default-router")
+            .await
+            .unwrap()
+            .and_then(|d| d.status)
+            .and_then(|s| s.ready_replicas)
+            == Some(1);
+        router_up && state(&iecs.get("llama").await.unwrap()) == "DeploymentInProgress"
+    })
+    .await;
+    set_time_scale(&sim_url, 0.0).await;
+    let early = call_in(
+        &client,
+        system,
+        "POST",
+        "llama-default-routing-service:443",
+        "/v1/chat/completions",
+        Some(ask("llama-8b")),
+    )
+    .await;
+    assert_eq!(early.status, 503, "{}", early.body);
+    assert_eq!(
+        early.body["message"],
+        "no ready worker matches app=llama in namespace default"
+    );
+    assert!(
+        early
+            .pod
+            .as_deref()
+            .unwrap()
+            .starts_with("llama-default-router-")
+    );
+    set_time_scale(&sim_url, 10.0).await;
+    let seen = std::sync::Mutex::new(BTreeSet::from(["DeploymentInProgress".to_owned()]));
+    wait_for("llama deployed", || async {
+        let s = state(&iecs.get("llama").await.unwrap());
+        seen.lock().unwrap().insert(s.clone());
+        s == "DeploymentComplete"
+    })
+    .await;
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(
+        seen,
+        BTreeSet::from([
+            "DeploymentInProgress".to_owned(),
+            "DeploymentComplete".to_owned()
+        ]),
+        "in progress while the model loads, then complete"
+    );
+    let failed = iecs.get("qwen-sglang").await.unwrap();
+    assert_eq!(state(&failed), "DeploymentFailed");
+    let ready = &failed.data["status"]["conditions"][0];
+    assert_eq!(
+        (&ready["type"], &ready["status"]),
+        (&json!("DeploymentReady"), &json!("False"))
+    );
+    assert_eq!(ready["reason"], "UnsupportedModelServer");
+    assert_eq!(
+        ready["message"],
+        "KV caching is supported only with vLLM-based inference containers: the worker runs SGLang"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    assert!(
+        deployments.get_opt("qwen-sglang").await.unwrap().is_none(),
+        "nothing deployed"
+    );
+
+    // The worker: the image's entrypoint with its args, LMCache's L1 and L2 (redis) cache,
+    // the GPU, the instance type and the model's S3 volume.
+    let status = iecs.get("llama").await.unwrap().data["status"].clone();
+    assert_eq!(status["replicas"], 1);
+    assert_eq!(status["selector"], "app=llama");
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["deploymentStatus"]["name"], "llama");
+    assert_eq!(status["deploymentStatus"]["status"]["readyReplicas"], 1);
+    assert_eq!(
+        status["deploymentStatus"]["deploymentObjectOverallState"],
+        "Available"
+    );
+    assert_eq!(status["conditions"][0]["status"], "True");
+    let worker = deployments.get("llama").await.unwrap();
+    let env = env_of(&worker);
+    for (k, v) in [
+        ("HF_HOME", "/tmp/hf_home"),
+        ("LMCACHE_LOCAL_CPU", "True"),
+        (
+            "LMCACHE_REMOTE_URL",
+            "redis://redis.default.svc.cluster.local:6379",
+        ),
+    ] {
+        assert!(
+            env.contains(&(k.to_owned(), v.to_owned())),
+            "{k}={v} in {env:?}"
+        );
+    }
+    let pod_spec = worker.spec.template.spec.clone().unwrap();
+    let container = &pod_spec.containers[0];
+    assert_eq!(container.image.as_deref(), Some("vllm/vllm-openai:v0.10.1"));
+    assert_eq!(container.command, None, "the image's entrypoint runs");
+    let args = container.args.clone().unwrap();
+    let kv = args
+        .iter()
+        .position(|a| a == "--kv-transfer-config")
+        .expect("LMCache connector");
+    assert!(args[kv + 1].contains("LMCacheConnectorV1"), "{args:?}");
+    assert_eq!(
+        pod_spec.node_selector.unwrap()["node.kubernetes.io/instance-type"],
+        "ml.g5.8xlarge"
+    );
+    let claim = pod_spec.volumes.unwrap()[0]
+        .persistent_volume_claim
+        .clone()
+        .unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let volume = claims
+        .get(&claim.claim_name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&volume)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    let csi = pv.csi.unwrap();
+    assert_eq!(csi.driver, "s3.csi.aws.com");
+    assert_eq!(csi.volume_attributes.unwrap()["bucketName"], "hypd-models");
+    assert!(
+        pv.mount_options
+            .unwrap()
+            .contains(&"prefix llama31_8b/".to_owned())
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let port = &services
+        .get("llama-service")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()[0];
+    assert_eq!(port.port, 8000);
+
+    // The router fronts the workers from the operator's namespace, with the strategy.
+    let router = routers.get("llama-default-router").await.unwrap();
+    let router_args = router.spec.template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    let logic = router_args
+        .iter()
+        .position(|a| a == "--routing-logic")
+        .unwrap();
+    assert_eq!(router_args[logic + 1], "prefixaware");
+    let routed = call_in(
+        &client,
+        system,
+        "POST",
+        "llama-default-routing-service:443",
+        "/v1/chat/completions",
+        Some(ask("llama-8b")),
+    )
+    .await;
+    assert_eq!(routed.status, 200, "{}", routed.body);
+    assert_eq!(
+        routed.body["model"], "llama-8b",
+        "vLLM serves the name it was given"
+    );
+    assert_eq!(routed.body["object"], "chat.completion");
+    assert!(
+        routed.pod.as_deref().unwrap().starts_with("llama-"),
+        "{:?}",
+        routed.pod
+    );
+    let direct = call(
+        &client,
+        "POST",
+        "llama-service:8000",
+        "/v1/chat/completions",
+        Some(ask("llama-8b")),
+    )
+    .await;
+    assert_eq!(
+        direct.body["choices"], routed.body["choices"],
+        "one model, one answer"
+    );
+
+    // The scale subresource moves the worker Deployment.
+    iecs.patch_scale(
+        "llama",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "replicas": 2 } })),
+    )
+    .await
+    .unwrap();
+    wait_for("two llama replicas ready", || async {
+        let s = iecs.get("llama").await.unwrap().data["status"].clone();
+        s["state"] == "DeploymentComplete"
+            && s["replicas"] == 2
+            && s["deploymentStatus"]["status"]["readyReplicas"] == 2
+    })
+    .await;
+    assert_eq!(
+        deployments.get("llama").await.unwrap().spec.replicas,
+        Some(2)
+    );
+    let scale = iecs.get_scale("llama").await.unwrap();
+    assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=llama"));
+
+    // Deleting the config takes what it made, here and in the operator's namespace.
+    iecs.delete("llama", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let router_services: Api<Service> = Api::namespaced(client.clone(), system);
+    wait_for("llama's objects gone", || async {
+        deployments.get_opt("llama").await.unwrap().is_none()
+            && services.get_opt("llama-service").await.unwrap().is_none()
+            && routers
+                .get_opt("llama-default-router")
+                .await
+                .unwrap()
+                .is_none()
+            && router_services
+                .get_opt("llama-default-routing-service")
+                .await
+                .unwrap()
+                .is_none()
+            && pods
+                .list(&ListParams::default().labels("app=llama"))
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+    })
+    .await;
 }

@@ -1,11 +1,13 @@
-//! Garbage collection: ReplicaSets, Pods and Jobs whose controlling owner is gone (or was
-//! replaced by an object of the same name with another UID) are removed, as background
-//! cascading deletion does: in a pass after the owner's delete, not inside it, since
-//! Kubernetes' garbage collector works apart from the API server. Children of owner kinds
-//! it does not know are left alone.
+//! Garbage collection: Deployments, ReplicaSets, Pods, Jobs, Services and
+//! PersistentVolumeClaims whose controlling owner is gone (or was replaced by an object
+//! of the same name with another UID) are removed, as background cascading deletion
+//! does: in a pass after the owner's delete, not inside it, since Kubernetes' garbage
+//! collector works apart from the API server. Children of owner kinds it does not know
+//! are left alone.
 
 use serde_json::Value;
 
+use super::inference_endpoints::IEC_GR;
 use super::pytorchjobs::PYTORCHJOB_GR;
 use crate::kube::store::{Key, Store, meta};
 
@@ -19,9 +21,17 @@ pub(super) fn collect_garbage(store: &mut Store) {
         ("Job", "batch/jobs"),
         ("RayJob", "ray.io/rayjobs"),
         ("HyperPodPyTorchJob", PYTORCHJOB_GR),
+        ("InferenceEndpointConfig", IEC_GR),
     ];
     let mut orphans = Vec::new();
-    for gr in ["apps/replicasets", "/pods", "batch/jobs"] {
+    for gr in [
+        "apps/deployments",
+        "apps/replicasets",
+        "/pods",
+        "batch/jobs",
+        "/services",
+        "/persistentvolumeclaims",
+    ] {
         for o in store.list(gr, None) {
             let Some(owner) = o["metadata"]["ownerReferences"]
                 .as_array()

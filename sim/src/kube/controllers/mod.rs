@@ -3,9 +3,9 @@
 //! HyperPodPyTorchJobs get Pods, Pods are bound by the [`scheduler`](super::scheduler) and
 //! run through their phases (those mounting FSx for Lustre once it can be mounted),
 //! LoadBalancer Services get a hostname, Services with a selector get Endpoints listing
-//! their pods, PVCs bind to PVs, orphans are collected, and HyperPod's managed Karpenter
-//! scales instance groups for pods that found no node. One file per kind; what several
-//! share lives here.
+//! their pods, the inference operator deploys InferenceEndpointConfigs, PVCs bind to
+//! PVs, orphans are collected, and HyperPod's managed Karpenter scales instance groups
+//! for pods that found no node. One file per kind; what several share lives here.
 //!
 //! Every status is a pure function of the stored objects and the clock (times come from
 //! earlier transitions, never from "now" unless something changed), and an object is
@@ -25,6 +25,7 @@ mod deployments;
 mod downloads;
 mod endpoints;
 mod gc;
+mod inference_endpoints;
 mod jobs;
 mod karpenter;
 mod mlflow_reports;
@@ -281,6 +282,14 @@ fn reconcile(
     nodes::nodes(store, &facts.instances, &facts.types, &api.version, clock);
     addons::addons(store, &facts.addons, &facts.features, &now);
     gc::collect_garbage(store);
+    // The inference operator runs only while its add-on does.
+    let inference = facts
+        .addons
+        .iter()
+        .any(|(a, _)| a == addons::INFERENCE_OPERATOR);
+    if inference {
+        inference_endpoints::inference_endpoints(store, &facts.file_systems, &api.region, &now);
+    }
     deployments::deployments(store, &now);
     replicasets::replicasets(store, &now);
     daemonsets::daemonsets(store, &now);
@@ -291,6 +300,16 @@ fn reconcile(
     services::services(store, epoch_now, &api.region);
     // After the pods, so a Service's Endpoints list its pods as this pass left them.
     endpoints::endpoints(store, &now);
+    // Last, so an InferenceEndpointConfig's status tells what this pass left.
+    if inference {
+        inference_endpoints::inference_statuses(
+            store,
+            &facts.file_systems,
+            &api.region,
+            epoch_now,
+            &now,
+        );
+    }
     // What gone pods served, and gone Services' turns, go with them.
     api.serving.forget_gone(store);
     claims::claims(store);
@@ -381,7 +400,7 @@ pub(super) fn is_terminal(pod: &Value) -> bool {
     )
 }
 
-fn is_ready(pod: &Value) -> bool {
+pub(super) fn is_ready(pod: &Value) -> bool {
     pod["status"]["phase"] == "Running"
         && pod["status"]["conditions"].as_array().is_some_and(|cs| {
             cs.iter()
