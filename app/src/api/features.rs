@@ -116,7 +116,7 @@ pub const MAX_AUTOSCALED_GROUPS: usize = 10;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetFeatures {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
 }
 
@@ -186,7 +186,7 @@ impl Command for GetFeatures {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateFeatures {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub training_operator: Option<bool>,

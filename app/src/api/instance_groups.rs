@@ -23,7 +23,7 @@ use super::values::{
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListInstanceGroups {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
 }
 
@@ -127,7 +127,7 @@ impl Command for AddInstanceGroup {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateInstanceGroup {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub group: InstanceGroupName,
     /// The target count (0 allowed).
@@ -242,7 +242,7 @@ impl Command for UpdateInstanceGroup {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteInstanceGroup {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub group: InstanceGroupName,
     /// Re-sending a request with the same key returns the same operation.

@@ -39,7 +39,7 @@ impl TrackingServerSize {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateMlflowTrackingServer {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     // Default `<cluster>-mlflow`, the one jobs report to without naming one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -86,7 +86,7 @@ impl JsonSchema for HfToken {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DownloadModel {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub model: HfModelId,
     // Default main; resolved to a commit, which is recorded.
@@ -166,7 +166,7 @@ pub fn redact_tokens(request: &mut serde_json::Value) {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListModels {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
     // Default: the shared bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]

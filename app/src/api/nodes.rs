@@ -22,7 +22,7 @@ use super::values::{
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListNodes {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<InstanceGroupName>,
@@ -167,7 +167,7 @@ macro_rules! node_request {
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct $t {
-            /// The cluster's name.
+            /// The cluster.
             pub name: ClusterName,
             pub node_ids: Vec<NodeId>,
             #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -19,7 +19,7 @@ use super::values::{ClusterName, IdempotencyKey, InstanceGroupName};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateClusterSoftware {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<InstanceGroupName>,

@@ -27,7 +27,7 @@ pub const CONTENTS_PAGE_MAX: u32 = 1000;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListStorage {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
 }
 
@@ -90,7 +90,7 @@ impl Command for ListStorage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateS3Storage {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub storage: StorageName,
     // An existing bucket is used as it is and never deleted; omitted, hypd creates
@@ -205,7 +205,7 @@ impl DataRepository {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateFsxStorage {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub storage: StorageName,
     #[serde(default)]
@@ -380,7 +380,7 @@ impl Command for CreateFsxStorage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteStorage {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub storage: StorageName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -423,7 +423,7 @@ impl Command for DeleteStorage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListStorageContents {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
     pub storage: StorageName,
     // A folder, e.g. `data/` (default: the top).
@@ -499,7 +499,7 @@ impl Command for ListStorageContents {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UploadStorageFile {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub storage: StorageName,
     // The file's key, e.g. `scripts/train.py` (at <mount path>/scripts/train.py in pods).
@@ -560,7 +560,7 @@ impl Command for UploadStorageFile {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckStorage {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
 }
 

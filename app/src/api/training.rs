@@ -398,7 +398,7 @@ pub struct Elastic {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitTrainingJob {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub job: JobName,
     pub recipe: Recipe,
@@ -650,7 +650,7 @@ impl Command for CheckTrainingJob {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListTrainingJobs {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
 }
 
@@ -700,7 +700,7 @@ impl Command for ListTrainingJobs {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetTrainingJob {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
     pub job: JobName,
 }
@@ -838,7 +838,7 @@ impl Command for GetTrainingJob {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetTrainingJobLogs {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
     pub job: JobName,
     // Default: the job's first pod.
@@ -884,7 +884,7 @@ impl Command for GetTrainingJobLogs {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetTrainingJobMetrics {
-    /// The cluster's name.
+    /// The cluster.
     pub name: EksClusterName,
     pub job: JobName,
     // Default: every metric the runs logged.
@@ -932,7 +932,7 @@ impl Command for GetTrainingJobMetrics {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteTrainingJob {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub job: JobName,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -322,7 +322,7 @@ string_value!(
     /// already used returns that operation instead of starting another.
     IdempotencyKey, check_idempotency_key,
     schema: { "type": "string", "minLength": 8, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$",
-              "description": "Reuse the same key when re-sending the same request (e.g. a UUID)" }
+              "description": "The same key when re-sending a request" }
 );
 /// The prefix of every confirmation hypd issues.
 pub const CONFIRMATION_PREFIX: &str = "hypd_confirm_";

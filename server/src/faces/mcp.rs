@@ -223,7 +223,12 @@ fn nullable(mut schema: JsonObject) -> Value {
 fn tool(entry: &CommandEntry) -> Tool {
     let spec = entry.spec;
     let mut description = spec.description.to_owned();
-    if let Some(status) = spec.status_command {
+    // Most descriptions already say to follow the operation with wait_operation, which
+    // reads the status command's answer until it ends: the sentence would say it twice.
+    if let Some(status) = spec.status_command
+        && !description.contains("wait_operation")
+        && !description.contains(status)
+    {
         description.push_str(&format!(" Completion: call {status}."));
     }
     let annotations = ToolAnnotations::with_title(spec.summary);
