@@ -333,6 +333,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(models_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(training_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(managed_inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
@@ -846,6 +847,80 @@ async def inference_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
     left = json.loads(kubectl(sim, name, "get", "deployments,services", "-o", "json"))["items"]
     assert not [o for o in left if o["metadata"]["name"] == "chat"], left
+
+
+IEC_KIND = "k8s:inference.sagemaker.aws.amazon.com/v1/InferenceEndpointConfig"
+
+
+def crd_schema(file):
+    """The openAPIV3Schema of the storage version of the official CRD `file` (the sim's
+    byte-for-byte copy of the shared schema set)."""
+    import pathlib
+
+    import yaml
+
+    crd = yaml.safe_load((pathlib.Path(__file__).parents[2] / "sim" / "crds" / file).read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    return version["schema"]["openAPIV3Schema"]
+
+
+async def managed_inference_through_mcp(server, hypd, sim):
+    """The same model through the HyperPod inference operator, with a tiered KV cache
+    and KV-aware routing: refused alike on REST and MCP (an unknown routing strategy,
+    the operator's options with an SGLang worker), planned, deployed and followed until
+    the operator reports it complete; the InferenceEndpointConfig hypd made validates
+    against AWS's CRD; the worker carries the cache, the router the strategy; invoked
+    through the router; listed with its options; deleted in two steps with all the
+    operator made of it."""
+    import jsonschema
+
+    name = "mcp-gpu"
+    request = {"name": name, "endpoint": "chat-kv", "engine": "vllm", "instance_group": "gpu",
+               "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen",
+               "kv_cache": {"l2": {"backend": "tiered_storage"}}, "routing": "kv_aware"}
+    sglang = {**request, "engine": "sglang",
+              "command": "python3 -m sglang.launch_server --model-path /s3/models/Qwen/Qwen2.5-0.5B"}
+    async with Client(server) as client:
+        for bad, field in (({**request, "routing": "fastest"}, "routing"), (sglang, "kv_cache")):
+            refused = await client.call_tool("deploy_inference_endpoint", bad)
+            assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
+            status, rest = rest_call(hypd, "deploy_inference_endpoint", bad)
+            assert status == 422 and rest["error"] == refused.structured_content["error"], (rest, refused.structured_content)
+        dry = structured(await client.call_tool("deploy_inference_endpoint", {**request, "dry_run": True}))
+        assert [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]] == [
+            ("create", IEC_KIND), ("update", IEC_KIND)], dry["plan"]
+        waited = await finished(client, structured(await client.call_tool("deploy_inference_endpoint", request))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+
+        config = json.loads(kubectl(sim, name, "get", "inferenceendpointconfig", "chat-kv", "-o", "json"))
+        jsonschema.validate(config, crd_schema("inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml"))
+        spec = config["spec"]
+        assert spec["kvCacheSpec"] == {"enableL1Cache": True, "enableL2Cache": True,
+                                       "l2CacheSpec": {"l2CacheBackend": "tieredstorage"}}, spec
+        assert spec["intelligentRoutingSpec"] == {"enabled": True, "routingStrategy": "kvaware"}, spec
+        assert spec["modelSourceConfig"]["modelLocation"] == "models/Qwen/Qwen2.5-0.5B", spec
+        assert config["status"]["state"] == "DeploymentComplete", config["status"]
+        worker = json.loads(kubectl(sim, name, "get", "deployment", "chat-kv", "-o", "json"))
+        env = {e["name"] for e in worker["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+        assert {"LMCACHE_LOCAL_CPU", "LMCACHE_REMOTE_URL"} <= env, env
+        router = kubectl(sim, name, "-n", "hyperpod-inference-system", "get", "deployment", "chat-kv-default-router", "-o", "json")
+        assert "kvaware" in router, router
+
+        answer = structured(await client.call_tool("invoke_endpoint", {
+            "name": name, "endpoint": "chat-kv", "messages": [{"role": "user", "content": "Say hello to HyperPod"}]}))
+        assert answer["model"] == "qwen" and answer["answer"] and answer["completion_tokens"] > 0, answer
+        listed = structured(await client.call_tool("list_endpoints", {"name": name}))
+        assert [(e["endpoint"], e["kind"], e["phase"], e.get("routing"), e.get("kv_cache")) for e in listed["endpoints"]] == [
+            ("chat-kv", "inference_endpoint", "in_service", "kv_aware", "l1_cpu+tiered_storage")], listed
+
+        first = structured(await client.call_tool("delete_endpoint", {"name": name, "endpoint": "chat-kv"}))
+        assert [(c["action"], c["kind"]) for s in first["plan"]["stages"] for c in s["changes"]] == [
+            ("delete", IEC_KIND)], first["plan"]
+        waited = await finished(client, structured(await client.call_tool(
+            "delete_endpoint", {"name": name, "endpoint": "chat-kv", "confirmation": first["confirmation"]}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+    left = json.loads(kubectl(sim, name, "get", "inferenceendpointconfigs,deployments,services", "-o", "json"))["items"]
+    assert not [o for o in left if o["metadata"]["name"].startswith("chat-kv")], left
 
 
 async def fsx_through_mcp(server, hypd, sim):

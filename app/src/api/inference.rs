@@ -15,7 +15,7 @@ use super::operations::OperationRef;
 use super::plan::Gated;
 use super::values::{
     ClusterName, Confirmation, ContainerImage, EndpointName, GpusPerReplica, HfModelId,
-    IdempotencyKey, InstanceGroupName, ReplicaCount, SecretName, ServeCommand,
+    IdempotencyKey, InstanceGroupName, RedisUrl, ReplicaCount, SecretName, ServeCommand,
 };
 
 /// The namespace endpoints run in: the shared bucket's claim is there.
@@ -263,7 +263,7 @@ pub fn parse_serve(engine: Engine, command: &ServeCommand) -> Result<Serve, Stri
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeployModelServer {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub endpoint: EndpointName,
     pub engine: Engine,
@@ -381,6 +381,207 @@ impl Command for DeployModelServer {
     }
 }
 
+// How the inference operator's router picks a replica: prefix_aware (the replica already
+// holding the prompt's prefix in its KV cache), kv_aware (the one whose KV cache holds
+// most of the request), session (a session's requests stay on one replica), round_robin.
+// Plain comments, not docs: the tool's schema lists the names only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingStrategy {
+    PrefixAware,
+    KvAware,
+    Session,
+    RoundRobin,
+}
+
+impl RoutingStrategy {
+    /// The operator's name for it (`intelligentRoutingSpec.routingStrategy`).
+    pub fn operator_name(self) -> &'static str {
+        match self {
+            RoutingStrategy::PrefixAware => "prefixaware",
+            RoutingStrategy::KvAware => "kvaware",
+            RoutingStrategy::Session => "session",
+            RoutingStrategy::RoundRobin => "roundrobin",
+        }
+    }
+
+    /// The strategy of the operator's name, as its status or spec holds it.
+    pub fn from_operator(name: &str) -> Option<Self> {
+        [
+            RoutingStrategy::PrefixAware,
+            RoutingStrategy::KvAware,
+            RoutingStrategy::Session,
+            RoutingStrategy::RoundRobin,
+        ]
+        .into_iter()
+        .find(|s| s.operator_name().eq_ignore_ascii_case(name))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoutingStrategy::PrefixAware => "prefix_aware",
+            RoutingStrategy::KvAware => "kv_aware",
+            RoutingStrategy::Session => "session",
+            RoutingStrategy::RoundRobin => "round_robin",
+        }
+    }
+}
+
+// The tiers the workers' KV cache is offloaded to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KvCache {
+    /// L1: the node's CPU memory (default true).
+    #[serde(default = "yes")]
+    pub cpu_offload: bool,
+    /// L2, shared by the replicas: tiered_storage or redis (with url).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2Cache>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+// The second tier of the KV cache: HyperPod's managed tiered storage on the cluster's
+// nodes, or a Redis reachable from the cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "backend", rename_all = "snake_case", deny_unknown_fields)]
+pub enum L2Cache {
+    TieredStorage,
+    Redis { url: RedisUrl },
+}
+
+impl KvCache {
+    /// `l1_cpu`, `l1_cpu+redis`, `tiered_storage`...: what list_endpoints shows.
+    pub fn describe(&self) -> String {
+        let l2 = self.l2.as_ref().map(|l| match l {
+            L2Cache::TieredStorage => "tiered_storage",
+            L2Cache::Redis { .. } => "redis",
+        });
+        match (self.cpu_offload, l2) {
+            (true, Some(l2)) => format!("l1_cpu+{l2}"),
+            (true, None) => "l1_cpu".into(),
+            (false, Some(l2)) => l2.into(),
+            (false, None) => "off".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeployInferenceEndpoint {
+    /// The cluster.
+    pub name: ClusterName,
+    pub endpoint: EndpointName,
+    pub engine: Engine,
+    /// One line, as deploy_model_server takes it.
+    pub command: ServeCommand,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ContainerImage>,
+    #[serde(default = "one_gpu")]
+    pub gpus_per_replica: GpusPerReplica,
+    #[serde(default = "one_replica")]
+    pub replicas: ReplicaCount,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_group: Option<InstanceGroupName>,
+    // vLLM only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<KvCache>,
+    // vLLM only: the operator's router in front of the replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingStrategy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_token: Option<HfToken>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_token_secret: Option<SecretName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl DeployInferenceEndpoint {
+    /// The same server as deploy_model_server would run it: the rules both share (the
+    /// serve command, the image, GPUs, the token, the group) are checked there, once.
+    pub fn as_model_server(&self) -> DeployModelServer {
+        DeployModelServer {
+            name: self.name.clone(),
+            endpoint: self.endpoint.clone(),
+            engine: self.engine,
+            command: self.command.clone(),
+            image: self.image.clone(),
+            gpus_per_replica: self.gpus_per_replica,
+            replicas: self.replicas,
+            instance_group: self.instance_group.clone(),
+            service: ServiceShape::ClusterIp,
+            hf_token: self.hf_token.clone(),
+            hf_token_secret: self.hf_token_secret.clone(),
+            idempotency_key: None,
+            dry_run: self.dry_run,
+        }
+    }
+
+    pub fn request_errors(&self) -> Vec<FieldError> {
+        let mut errors = self.as_model_server().request_errors();
+        if self.engine != Engine::Vllm {
+            let engine = self.engine.as_str();
+            if self.kv_cache.is_some() {
+                errors.push(FieldError::new(
+                    "kv_cache",
+                    format!("the inference operator offers KV cache tiers with vLLM workers only (engine is {engine}): drop kv_cache, or serve with vllm"),
+                ));
+            }
+            if self.routing.is_some() {
+                errors.push(FieldError::new(
+                    "routing",
+                    format!("the inference operator's intelligent routing works with vLLM workers only (engine is {engine}): drop routing, or serve with vllm"),
+                ));
+            }
+        }
+        if let Some(kv) = &self.kv_cache
+            && !kv.cpu_offload
+            && kv.l2.is_none()
+        {
+            errors.push(FieldError::new(
+                "kv_cache",
+                "a KV cache with neither tier offloads nothing: set cpu_offload, give l2, or drop kv_cache",
+            ));
+        }
+        errors
+    }
+}
+
+impl Command for DeployInferenceEndpoint {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "deploy_inference_endpoint",
+        summary: "Deploy a model through the HyperPod inference operator",
+        description: "Deploys through the HyperPod inference operator (update_features inference_operator): the serve command deploy_model_server takes, the model from the storage holding its path or Hugging Face, and the operator's kv_cache tiers and routing (vLLM only). Ask for the model, GPUs, replicas, cache and routing. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/inference-endpoints",
+    };
+
+    super::command::dry_run_request!();
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let errors = self.request_errors();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
+    }
+
+    fn redact(request: &mut serde_json::Value) {
+        super::models::redact_tokens(request);
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListEndpoints {
@@ -405,10 +606,10 @@ pub struct UnreadableCluster {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EndpointSummary {
-    /// The cluster's name.
+    /// The cluster.
     pub name: String,
     pub endpoint: String,
-    /// `model_server` (self-managed).
+    /// `model_server` (deploy_model_server) or `inference_endpoint` (the operator's).
     pub kind: String,
     /// `vllm`, `sglang` or `custom`.
     pub engine: String,
@@ -416,8 +617,7 @@ pub struct EndpointSummary {
     pub model: String,
     /// `cluster_ip` or `load_balancer`.
     pub service: String,
-    /// `deploying`, `in_service`, `waking` (scaled up from zero, none ready yet),
-    /// `scaled_to_zero` or `failed`.
+    /// `deploying`, `scaling`, `in_service`, `scaled_to_zero` or `failed`.
     pub phase: String,
     pub replicas: u32,
     pub ready: u32,
@@ -426,12 +626,18 @@ pub struct EndpointSummary {
     /// The slowest replica's start, pod scheduled → ready, in seconds.
     pub cold_start_seconds: Option<f64>,
     pub created_at: Option<String>,
+    /// The operator's router strategy (inference endpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<String>,
+    /// The KV cache tiers (inference endpoints), e.g. `l1_cpu+redis`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetEndpoint {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub endpoint: EndpointName,
 }
@@ -467,7 +673,7 @@ pub struct EndpointPod {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScaleEndpoint {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub endpoint: EndpointName,
     pub replicas: ReplicaCount,
@@ -480,7 +686,7 @@ pub struct ScaleEndpoint {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteEndpoint {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub endpoint: EndpointName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -514,7 +720,7 @@ pub enum ChatRole {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InvokeEndpoint {
-    /// The cluster's name.
+    /// The cluster.
     pub name: ClusterName,
     pub endpoint: EndpointName,
     pub messages: Vec<ChatMessage>,

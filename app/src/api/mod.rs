@@ -70,6 +70,7 @@ macro_rules! for_each_command {
             $crate::api::training::DeleteTrainingJob,
             $crate::api::mlflow::CreateMlflowTrackingServer,
             $crate::api::inference::DeployModelServer,
+            $crate::api::inference::DeployInferenceEndpoint,
             $crate::api::inference::ListEndpoints,
             $crate::api::inference::GetEndpoint,
             $crate::api::inference::InvokeEndpoint,

@@ -1112,6 +1112,51 @@ string_value!(
     schema: { "type": "string", "minLength": 1, "maxLength": 40, "pattern": "^[a-z]([a-z0-9-]*[a-z0-9])?$", "examples": ["qwen-chat"] }
 );
 
+fn check_redis_url(s: &str) -> Result<(), String> {
+    let rest = s
+        .strip_prefix("redis://")
+        .or_else(|| s.strip_prefix("rediss://"));
+    let Some(rest) = rest else {
+        return Err(format!(
+            "a Redis URL starts with redis:// or rediss:// (got {})",
+            shown(s)
+        ));
+    };
+    let host_port = rest.split('/').next().unwrap_or_default();
+    if host_port.contains('@') {
+        // The URL is written into the InferenceEndpointConfig, which anyone who can read
+        // the cluster's objects reads: a password there would be a secret in clear.
+        return Err(
+            "a Redis URL here carries no user or password (it is stored in the cluster's InferenceEndpointConfig in clear): use a Redis reachable only from the cluster's VPC"
+                .into(),
+        );
+    }
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (host_port, None),
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'));
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+    if s.len() <= 512 && host_ok && port_ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a Redis URL is redis://<host>[:<port>][/<db>] (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A Redis the KV cache's second tier is kept in, e.g. `redis://kv.internal:6379`.
+    RedisUrl, check_redis_url,
+    schema: { "type": "string", "maxLength": 512, "pattern": "^rediss?://[A-Za-z0-9.-]+(:[0-9]+)?(/.*)?$" }
+);
+
 /// The words a POSIX shell would make of `line`: single quotes keep everything, double
 /// quotes keep all but `\"` and `\\`, a backslash outside quotes keeps the next
 /// character. No expansion of any kind: a serve command is run as words, never by a shell.

@@ -1,7 +1,8 @@
 //! `delete_endpoint`: the Service goes first (clients stop reaching the replicas), then
-//! the Deployment (its pods stop), then the token's Secret if hypd made it, then the
-//! pods are waited for until gone. Only objects carrying hypd's label are deleted: a
-//! Secret of the user's that the endpoint read stays.
+//! the Deployment (its pods stop) or the InferenceEndpointConfig (the operator removes
+//! what it made of it), then the token's Secret if hypd made it, then the pods are
+//! waited for until gone. Only objects carrying hypd's label are deleted: a Secret of
+//! the user's that the endpoint read stays, and so does anything the operator made.
 
 use std::time::Duration;
 
@@ -9,22 +10,26 @@ use app::api::ApiError;
 use app::api::inference::{DeleteEndpoint, NAMESPACE};
 use app::api::values::IdempotencyKey;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service as KubeService};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service as KubeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use super::Record;
 use super::deploy::token_secret;
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::converge;
 use crate::resources::is_planning;
+use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::object::{Applied, made_by_hypd};
 use crate::resources::kube::{self as kubernetes};
 
 stages! {
     pub enum Stage {
         Service = "service", "The endpoint's Service deleted (its load balancer goes with it)", false;
-        Workload = "workload", "The Deployment deleted (its replicas stop)", false;
+        Workload = "workload", "The Deployment, or the InferenceEndpointConfig, deleted (its replicas stop)", false;
         Secret = "secret", "The Secret hypd kept the endpoint's token in deleted, if it has one", false;
         Pods = "pods", "Every replica gone", false;
     }
@@ -66,7 +71,7 @@ impl Pipeline for DeleteEndpoint {
         let at = locate(cx.store, cluster, "to delete endpoints").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
         match super::find(&client, self.endpoint.as_str()).await? {
-            Some(live) if made_by_hypd(&live.deployment.metadata) => Ok(self),
+            Some(live) if made_by_hypd(live.record.meta()) => Ok(self),
             Some(_) => Err(ApiError::field(
                 "endpoint",
                 format!(
@@ -110,11 +115,19 @@ impl Pipeline for DeleteEndpoint {
                         .filter_map(|p| p.metadata.name.clone())
                         .collect();
                 }
-                let deployment = Deployment {
-                    metadata: named(endpoint),
-                    ..Deployment::default()
-                };
-                converge(&Applied::namespaced(&client, deployment).absent()).await?;
+                match live.record {
+                    Record::Server(_) => {
+                        let deployment = Deployment {
+                            metadata: named(endpoint),
+                            ..Deployment::default()
+                        };
+                        converge(&Applied::namespaced(&client, deployment).absent()).await?;
+                    }
+                    Record::Managed(_) => {
+                        let config = InferenceEndpointConfig::new(named(endpoint), Value::Null);
+                        converge(&Applied::namespaced(&client, config).absent()).await?;
+                    }
+                }
                 Ok(Progress::Done)
             }
             Stage::Secret => {
@@ -130,17 +143,14 @@ impl Pipeline for DeleteEndpoint {
                 if is_planning() {
                     return Ok(Progress::Done);
                 }
-                let now: Vec<String> = super::find_pods(&client, endpoint)
-                    .await?
-                    .into_iter()
-                    .filter_map(|p| p.metadata.name)
-                    .collect();
-                let left: Vec<String> = out
-                    .pods
-                    .iter()
-                    .filter(|p| now.contains(p))
-                    .cloned()
-                    .collect();
+                // By name: the operator's pods carry no label of hypd's.
+                let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+                let mut left = Vec::new();
+                for pod in &out.pods {
+                    if kubernetes::get(&pods, pod).await?.is_some() {
+                        left.push(pod.clone());
+                    }
+                }
                 Ok(Progress::unless_pending(POLL, &left, |pods| {
                     format!("waiting for the endpoint's pods to go: {pods}")
                 }))

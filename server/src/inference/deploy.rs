@@ -14,9 +14,10 @@ use app::api::ApiError;
 use app::api::inference::{
     DeployModelServer, ENDPOINT_LABEL, ModelSource, NAMESPACE, ServiceShape, TOKEN_SECRET,
 };
+use app::api::models::HfToken;
 use app::api::plan::{Action, Change, FieldChange, KNOWN_AFTER_APPLY};
 use app::api::storage::SHARED_CLAIM;
-use app::api::values::{IdempotencyKey, InstanceGroupName};
+use app::api::values::{ClusterName, EndpointName, IdempotencyKey, InstanceGroupName, SecretName};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use kube::Api;
@@ -28,6 +29,7 @@ use super::workload::{self, COLD_START_ANNOTATION, OPERATION_ANNOTATION, Placeme
 use crate::aws::SdkResultExt;
 use crate::cluster::managed::{Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
+use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::object::{Applied, made_by_hypd};
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::{converge, is_planning, planned};
@@ -86,7 +88,7 @@ async fn mounts(
 /// storage its model is read from.
 /// The pre-flight refuses what this refuses, by the same field; the steps compute it
 /// again from the stored request (the group the pre-flight chose).
-async fn placement(
+pub(crate) async fn placement(
     r: &DeployModelServer,
     aws: &crate::aws::Aws,
     store: &crate::store::Store,
@@ -112,6 +114,95 @@ async fn placement(
     })
 }
 
+/// What deploy_model_server and deploy_inference_endpoint both refuse, by the same
+/// fields: a name taken, no group with room for a replica, a model not where the command
+/// says, a named token Secret without a token. The group chosen is stored with the
+/// request.
+pub(crate) async fn check(
+    r: &DeployModelServer,
+    cx: &Preflight<'_>,
+    at: &Where,
+    client: &kube::Client,
+) -> Result<InstanceGroupName, ApiError> {
+    let cluster = r.name.as_str();
+    let endpoint = r.endpoint.as_str();
+    let serve = r.serve().map_err(|why| ApiError::field("command", why))?;
+    // The name is free: neither hypd's endpoint nor anyone's Deployment or Service.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
+    let taken = match kubernetes::get(&deployments, endpoint).await? {
+        Some(_) => Some("Deployment"),
+        None => kubernetes::get(&services, endpoint)
+            .await?
+            .map(|_| "Service"),
+    };
+    if let Some(kind) = taken {
+        return Err(ApiError::field(
+            "endpoint",
+            format!(
+                "{cluster} already has a {kind} named {endpoint} in {NAMESPACE}: choose another name, or delete_endpoint first"
+            ),
+        ));
+    }
+    // A group to run on, a storage holding the model's path, and a replica that fits
+    // on one node of that group.
+    let target = placement(r, cx.aws, cx.store, at).await?.target;
+    let gpus = r.gpus_per_replica.get();
+    if gpus > target.gpus {
+        return Err(ApiError::field(
+            "gpus_per_replica",
+            format!(
+                "a replica asks for {gpus} GPUs but a node of group {} ({}) has {}: ask for at most {}, or choose a group with more",
+                target.group, target.instance_type, target.gpus, target.gpus
+            ),
+        ));
+    }
+    let group = InstanceGroupName::parse(&target.group).map_err(ApiError::internal)?;
+    // A model in the shared bucket is there.
+    if let ModelSource::Path(path) = &serve.model
+        && let Some(key) = path.strip_prefix("/s3/")
+    {
+        let (region, bucket, _) =
+            crate::storage::bucket_of(cx.aws, cx.store, cluster, SHARED_CLAIM).await?;
+        let page = cx
+            .aws
+            .s3(&region)
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix(format!("{key}/"))
+            .max_keys(1)
+            .send()
+            .await
+            .upstream("s3", "ListObjectsV2")?;
+        if page.key_count().unwrap_or(0) == 0 {
+            return Err(ApiError::field(
+                "command",
+                format!(
+                    "nothing is at {path} (s3://{bucket}/{key}/): put the model there first (download_model writes a Hugging Face model to /s3/models/<organisation>/<name>)"
+                ),
+            ));
+        }
+    }
+    if let Some(secret) = &r.hf_token_secret {
+        crate::model::token::check_secret(client, cluster, secret).await?;
+    }
+    Ok(group)
+}
+
+/// A token given with endpoint `endpoint` kept in its Secret; the Secret's name.
+pub(crate) async fn keep_token(
+    cx: &Preflight<'_>,
+    cluster: &ClusterName,
+    endpoint: &EndpointName,
+    token: &HfToken,
+) -> Result<SecretName, ApiError> {
+    let at = locate(cx.store, cluster.as_str(), "to deploy model servers").await?;
+    let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
+    let name = token_secret(endpoint.as_str());
+    let labels = [(ENDPOINT_LABEL.to_owned(), endpoint.to_string())].into();
+    crate::model::token::keep(&client, &name, labels, token).await
+}
+
 impl Pipeline for DeployModelServer {
     type Stage = Stage;
     type Outputs = Outputs;
@@ -126,87 +217,17 @@ impl Pipeline for DeployModelServer {
     }
 
     async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-        let cluster = self.name.as_str();
-        let endpoint = self.endpoint.as_str();
-        let at = locate(cx.store, cluster, "to deploy model servers").await?;
+        let at = locate(cx.store, self.name.as_str(), "to deploy model servers").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        let serve = self
-            .serve()
-            .map_err(|why| ApiError::field("command", why))?;
-        // The name is free: neither hypd's endpoint nor anyone's Deployment or Service.
-        let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-        let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
-        let taken = match kubernetes::get(&deployments, endpoint).await? {
-            Some(_) => Some("Deployment"),
-            None => kubernetes::get(&services, endpoint)
-                .await?
-                .map(|_| "Service"),
-        };
-        if let Some(kind) = taken {
-            return Err(ApiError::field(
-                "endpoint",
-                format!(
-                    "{cluster} already has a {kind} named {endpoint} in {NAMESPACE}: choose another name, or delete_endpoint first"
-                ),
-            ));
-        }
-        // A group to run on, a storage holding the model's path, and a replica that fits
-        // on one node of that group.
-        let target = placement(&self, cx.aws, cx.store, &at).await?.target;
-        let gpus = self.gpus_per_replica.get();
-        if gpus > target.gpus {
-            return Err(ApiError::field(
-                "gpus_per_replica",
-                format!(
-                    "a replica asks for {gpus} GPUs but a node of group {} ({}) has {}: ask for at most {}, or choose a group with more",
-                    target.group, target.instance_type, target.gpus, target.gpus
-                ),
-            ));
-        }
-        self.instance_group =
-            Some(InstanceGroupName::parse(&target.group).map_err(ApiError::internal)?);
-        // A model in the shared bucket is there.
-        if let ModelSource::Path(path) = &serve.model
-            && let Some(key) = path.strip_prefix("/s3/")
-        {
-            let (region, bucket, _) =
-                crate::storage::bucket_of(cx.aws, cx.store, cluster, SHARED_CLAIM).await?;
-            let page = cx
-                .aws
-                .s3(&region)
-                .list_objects_v2()
-                .bucket(&bucket)
-                .prefix(format!("{key}/"))
-                .max_keys(1)
-                .send()
-                .await
-                .upstream("s3", "ListObjectsV2")?;
-            if page.key_count().unwrap_or(0) == 0 {
-                return Err(ApiError::field(
-                    "command",
-                    format!(
-                        "nothing is at {path} (s3://{bucket}/{key}/): put the model there first (download_model writes a Hugging Face model to /s3/models/<organisation>/<name>)"
-                    ),
-                ));
-            }
-        }
-        if let Some(secret) = &self.hf_token_secret {
-            crate::model::token::check_secret(&client, cluster, secret).await?;
-        }
+        self.instance_group = Some(check(&self, cx, &at, &client).await?);
         Ok(self)
     }
 
     /// The token goes into the endpoint's Secret and out of the request.
     async fn keep_secrets(&mut self, cx: &Preflight<'_>) -> Result<(), ApiError> {
-        let Some(token) = self.hf_token.take() else {
-            return Ok(());
-        };
-        let at = locate(cx.store, self.name.as_str(), "to deploy model servers").await?;
-        let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        let name = token_secret(self.endpoint.as_str());
-        let labels = [(ENDPOINT_LABEL.to_owned(), self.endpoint.to_string())].into();
-        let kept = crate::model::token::keep(&client, &name, labels, &token).await?;
-        self.hf_token_secret = Some(kept);
+        if let Some(token) = self.hf_token.take() {
+            self.hf_token_secret = Some(keep_token(cx, &self.name, &self.endpoint, &token).await?);
+        }
         Ok(())
     }
 
@@ -296,7 +317,8 @@ impl Pipeline for DeployModelServer {
             }
             Stage::Ready => {
                 let at = (self.name.as_str(), endpoint);
-                ready(&client, at, self.replicas.get(), self.service, out).await
+                let kind = "k8s:apps/v1/Deployment";
+                ready(&client, at, kind, self.replicas.get(), self.service, out).await
             }
         }
     }
@@ -305,28 +327,28 @@ impl Pipeline for DeployModelServer {
 /// Whether endpoint `endpoint` serves with every replica it asks for (and its load
 /// balancer's address), recording its cold start on the Deployment when it does: it
 /// outlives the pods (an endpoint scaled to zero still knows how long it takes to wake).
-/// A plan lists that record (whose value is known once the replicas are up) unless the
-/// endpoint is asked for `replicas` 0, which has no replica to time.
+/// A plan lists that record on `kind` (whose value is known once the replicas are up)
+/// unless the endpoint is asked for `replicas` 0, which has no replica to time.
 pub(crate) async fn ready(
     client: &kube::Client,
     (cluster, endpoint): (&str, &str),
+    kind: &str,
     replicas: u32,
     shape: ServiceShape,
     out: &mut Outputs,
 ) -> Result<Progress, ApiError> {
-    let record = || {
-        let mut c = Change::new(Action::Update, "k8s:apps/v1/Deployment", endpoint);
-        c.namespace = Some(NAMESPACE.to_owned());
-        c.fields = vec![FieldChange {
-            field: format!("metadata.annotations.{COLD_START_ANNOTATION}"),
-            old: None,
-            new: Some(json!(KNOWN_AFTER_APPLY)),
-        }];
-        c
-    };
     if is_planning() {
         if replicas > 0 {
-            planned(record);
+            planned(|| {
+                let mut c = Change::new(Action::Update, kind, endpoint);
+                c.namespace = Some(NAMESPACE.to_owned());
+                c.fields = vec![FieldChange {
+                    field: format!("metadata.annotations.{COLD_START_ANNOTATION}"),
+                    old: None,
+                    new: Some(json!(KNOWN_AFTER_APPLY)),
+                }];
+                c
+            });
         }
         return Ok(Progress::Done);
     }
@@ -341,10 +363,20 @@ pub(crate) async fn ready(
     out.ready = live.ready();
     out.address = live.address();
     if live.phase() == "failed" {
+        let (code, call) = match &live.record {
+            super::Record::Managed(_) => (
+                "DeploymentFailed",
+                format!("InferenceEndpointConfig {NAMESPACE}/{endpoint}"),
+            ),
+            super::Record::Server(_) => (
+                "ReplicasFailed",
+                format!("Deployment {NAMESPACE}/{endpoint}"),
+            ),
+        };
         return Err(ApiError::Upstream {
             service: "kubernetes".into(),
-            call: format!("Deployment {NAMESPACE}/{endpoint}"),
-            code: Some("ReplicasFailed".into()),
+            call,
+            code: Some(code.into()),
             message: format!(
                 "the endpoint's replicas cannot start: {}",
                 live.waiting().unwrap_or_default()
@@ -353,10 +385,22 @@ pub(crate) async fn ready(
             transient: false,
         });
     }
-    // Pods of an earlier size still going away are not counted as serving.
+    // Pods of an earlier size still going away are not counted as serving; the
+    // operator's own word is waited for too.
+    let operator_done = live
+        .operator_state()
+        .is_none_or(|s| s == "DeploymentComplete")
+        || matches!(live.record, super::Record::Server(_));
     let settled = out.ready >= out.replicas && live.pods.len() as u32 <= out.replicas;
-    if !settled {
-        let why = live.waiting().map(|w| format!("; {w}")).unwrap_or_default();
+    if !settled || !operator_done {
+        let why = live
+            .waiting()
+            .or_else(|| {
+                live.operator_state()
+                    .map(|s| format!("the operator reports {s}"))
+            })
+            .map(|w| format!("; {w}"))
+            .unwrap_or_default();
         return Ok(Progress::wait(
             POLL,
             format!("{} of {} replicas ready{why}", out.ready, out.replicas),
@@ -370,12 +414,22 @@ pub(crate) async fn ready(
     }
     out.cold_start_seconds = live.cold_start_seconds();
     if let Some(seconds) = out.cold_start_seconds {
-        let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
         let patch = json!({ "metadata": { "annotations": { COLD_START_ANNOTATION: format!("{seconds:.1}") } } });
-        deployments
-            .patch(endpoint, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| kubernetes::upstream(&format!("patch Deployment/{endpoint}"), e))?;
+        let call = format!("patch {}/{endpoint}", live.record.kind());
+        let params = PatchParams::default();
+        let patched = match &live.record {
+            super::Record::Server(_) => Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+                .patch(endpoint, &params, &Patch::Merge(&patch))
+                .await
+                .map(drop),
+            super::Record::Managed(_) => {
+                Api::<InferenceEndpointConfig>::namespaced(client.clone(), NAMESPACE)
+                    .patch(endpoint, &params, &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
+            }
+        };
+        patched.map_err(|e| kubernetes::upstream(&call, e))?;
     }
     Ok(Progress::Done)
 }

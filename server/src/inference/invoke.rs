@@ -1,5 +1,6 @@
-//! `invoke_endpoint`: one OpenAI-style chat completion, sent to the endpoint's Service
-//! through the cluster's API server (`services/<name>:<port>/proxy`), so it needs no
+//! `invoke_endpoint`: one OpenAI-style chat completion, sent to the endpoint's Service (or
+//! the inference operator's router) through the cluster's API server
+//! (`services/<name>:<port>/proxy`), so it needs no
 //! port-forward and no public address, and is authorised by the same credentials as
 //! every other call hypd makes to the cluster. An endpoint with no ready replica is
 //! never "not found": while it wakes the answer is unavailable with a `Retry-After`
@@ -8,7 +9,7 @@
 use std::time::Instant;
 
 use app::api::ApiError;
-use app::api::inference::{Invocation, InvokeEndpoint, NAMESPACE};
+use app::api::inference::{Invocation, InvokeEndpoint};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
@@ -62,17 +63,16 @@ impl Handler<InvokeEndpoint> for Service {
         let endpoint = r.endpoint.as_str();
         let region = region_of(&self.store, cluster).await?;
         let client = kubernetes::connect(&self.aws, &region, cluster).await?;
-        // The Deployment alone says where to send and what to ask for; the pods are read
-        // only when the API server finds no ready one (the endpoint is waking).
-        let deployment =
-            super::deployment(&client, endpoint)
-                .await?
-                .ok_or_else(|| ApiError::NotFound {
-                    resource: format!("endpoint of {cluster}"),
-                    name: endpoint.to_owned(),
-                })?;
+        // What hypd applied alone says where to send and what to ask for; the pods are
+        // read only when the API server finds no ready one (the endpoint is waking).
+        let record = super::record(&client, endpoint)
+            .await?
+            .ok_or_else(|| ApiError::NotFound {
+                resource: format!("endpoint of {cluster}"),
+                name: endpoint.to_owned(),
+            })?;
         let live = super::Live {
-            deployment,
+            record,
             pods: Vec::new(),
             service: None,
         };
@@ -84,17 +84,16 @@ impl Handler<InvokeEndpoint> for Service {
         if let Some(n) = r.max_tokens {
             body["max_tokens"] = json!(n);
         }
-        let path = format!(
-            "/api/v1/namespaces/{NAMESPACE}/services/{endpoint}:{}/proxy/v1/chat/completions",
-            live.port()
-        );
+        let (namespace, service) = live.invocation_target();
+        let path =
+            format!("/api/v1/namespaces/{namespace}/services/{service}/proxy/v1/chat/completions");
         let request = http::Request::post(&path)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(kube::client::Body::from(
                 serde_json::to_vec(&body).map_err(ApiError::internal)?,
             ))
             .map_err(ApiError::internal)?;
-        let call = format!("POST services/{endpoint}/proxy/v1/chat/completions");
+        let call = format!("POST services/{service}/proxy/v1/chat/completions");
         let started = Instant::now();
         let response = client
             .send(request)

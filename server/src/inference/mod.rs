@@ -1,23 +1,29 @@
 //! Model endpoints on a cluster: `workload` (the Deployment and Service a
 //! `deploy_model_server` request becomes), the `deploy`, `scale` and `delete` pipelines,
-//! `invoke` (a chat completion through the API server's service proxy), and the reads
-//! here. The cluster is the record: an endpoint is its Deployment as the cluster holds
-//! it (labels and annotations say what hypd made it from), never a row of hypd's store,
-//! so what `list_endpoints` shows is what runs.
+//! `invoke` (a chat completion through the API server's service proxy), `endpoint_config`
+//! and `managed` (the inference operator's InferenceEndpointConfig a
+//! `deploy_inference_endpoint` request becomes, and its pipeline), and the reads here.
+//! The cluster is the record: an endpoint is its Deployment, or its
+//! InferenceEndpointConfig, as the cluster holds it (labels and annotations say what
+//! hypd made it from), never a row of hypd's store, so what `list_endpoints` shows is
+//! what runs; both kinds are one list, one detail, one scale, one delete, one invoke.
 
 pub mod delete;
 pub mod deploy;
+pub mod endpoint_config;
 pub mod invoke;
+pub mod managed;
 pub mod scale;
 pub mod workload;
 
 use app::api::ApiError;
 use app::api::inference::{
     ENDPOINT_LABEL, Endpoint, EndpointList, EndpointPod, EndpointSummary, GetEndpoint,
-    ListEndpoints, NAMESPACE, UnreadableCluster,
+    ListEndpoints, NAMESPACE, RoutingStrategy, UnreadableCluster,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::ListParams;
 
@@ -26,6 +32,7 @@ use self::workload::{
     SECRET_ANNOTATION, SHAPE_ANNOTATION,
 };
 use crate::auth::Actor;
+use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::{self as kubernetes};
 use crate::service::{Handler, Service};
 use crate::storage::region_of;
@@ -40,20 +47,24 @@ const FAILED_REASONS: &[&str] = &[
     "CreateContainerConfigError",
 ];
 
-/// An endpoint as the cluster holds it: its Deployment, pods and Service.
+/// What an endpoint is made of, as hypd applied it.
+pub(crate) enum Record {
+    /// deploy_model_server's Deployment.
+    Server(Box<Deployment>),
+    /// deploy_inference_endpoint's InferenceEndpointConfig (the operator makes the
+    /// Deployment).
+    Managed(Box<InferenceEndpointConfig>),
+}
+
+/// An endpoint as the cluster holds it: its record, pods and Service.
 pub(crate) struct Live {
-    pub deployment: Deployment,
+    pub record: Record,
     pub pods: Vec<Pod>,
     pub service: Option<KubeService>,
 }
 
-fn annotation<'a>(d: &'a Deployment, key: &str) -> Option<&'a str> {
-    d.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
+/// The namespace of the inference operator's routers.
+pub(crate) const OPERATOR_NAMESPACE: &str = "hyperpod-inference-system";
 
 /// Seconds from a pod's scheduling to its readiness, once it is ready.
 fn cold_start(pod: &Pod) -> Option<f64> {
@@ -78,14 +89,48 @@ fn is_ready(pod: &Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+impl Record {
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Record::Server(d) => &d.metadata,
+            Record::Managed(c) => &c.metadata,
+        }
+    }
+
+    /// The kind hypd applied, as plans name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Server(_) => "k8s:apps/v1/Deployment",
+            Record::Managed(_) => MANAGED_KIND,
+        }
+    }
+}
+
+/// An InferenceEndpointConfig as plans name it.
+pub(crate) const MANAGED_KIND: &str =
+    "k8s:inference.sagemaker.aws.amazon.com/v1/InferenceEndpointConfig";
+
 impl Live {
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.record
+            .meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
     pub fn name(&self) -> &str {
-        self.deployment.metadata.name.as_deref().unwrap_or_default()
+        self.record.meta().name.as_deref().unwrap_or_default()
     }
 
     /// Replicas asked for.
     pub fn replicas(&self) -> u32 {
-        self.deployment.spec.replicas.map_or(1, |r| r.max(0) as u32)
+        match &self.record {
+            Record::Server(d) => d.spec.replicas,
+            Record::Managed(c) => c.spec["replicas"].as_i64().map(|r| r as i32),
+        }
+        .map_or(1, |r| r.max(0) as u32)
     }
 
     pub fn ready(&self) -> u32 {
@@ -96,33 +141,83 @@ impl Live {
     /// up (its pods may be gone since).
     pub fn cold_start_seconds(&self) -> Option<f64> {
         let live = self.pods.iter().filter_map(cold_start).reduce(f64::max);
-        let recorded =
-            annotation(&self.deployment, COLD_START_ANNOTATION).and_then(|s| s.parse::<f64>().ok());
+        let recorded = self
+            .annotation(COLD_START_ANNOTATION)
+            .and_then(|s| s.parse::<f64>().ok());
         match (live, recorded) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         }
     }
 
-    /// The first thing holding a pod back, as `pod: reason`.
+    /// The operator's state of a managed endpoint (`DeploymentComplete`...).
+    pub fn operator_state(&self) -> Option<&str> {
+        match &self.record {
+            Record::Managed(c) => c.status["state"].as_str(),
+            Record::Server(_) => None,
+        }
+    }
+
+    /// Why the operator failed a managed endpoint, as it says.
+    fn operator_failure(&self) -> Option<String> {
+        let Record::Managed(c) = &self.record else {
+            return None;
+        };
+        if self.operator_state() != Some("DeploymentFailed") {
+            return None;
+        }
+        let status = &c.status;
+        let failed = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|k| {
+                k["reason"]
+                    .as_str()
+                    .is_some_and(|r| r != "DeploymentComplete")
+                    && k["message"].is_string()
+                    && (k["status"] == "False"
+                        || k["type"].as_str().is_some_and(|t| t.contains("Fail")))
+            })
+            .map(|k| (k["reason"].as_str(), k["message"].as_str()));
+        let (reason, message) = failed.unwrap_or((
+            status["deploymentStatus"]["reason"].as_str(),
+            status["deploymentStatus"]["message"].as_str(),
+        ));
+        let said: Vec<&str> = [reason, message]
+            .into_iter()
+            .flatten()
+            .filter(|s| !s.is_empty())
+            .collect();
+        Some(if said.is_empty() {
+            "the inference operator failed the deployment".to_owned()
+        } else {
+            said.join(": ")
+        })
+    }
+
+    /// The first thing holding a replica back, as `pod: reason` (or the operator's).
     pub fn waiting(&self) -> Option<String> {
-        self.pods.iter().find_map(|p| {
-            kubernetes::not_running(p)
-                .map(|w| format!("{}: {w}", p.metadata.name.as_deref().unwrap_or("pod")))
+        self.operator_failure().or_else(|| {
+            self.pods.iter().find_map(|p| {
+                kubernetes::not_running(p)
+                    .map(|w| format!("{}: {w}", p.metadata.name.as_deref().unwrap_or("pod")))
+            })
         })
     }
 
     pub fn phase(&self) -> &'static str {
         let (replicas, ready) = (self.replicas(), self.ready());
-        let failed = self.pods.iter().any(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
-                .any(|r| FAILED_REASONS.contains(&r))
-        });
+        let failed = self.operator_failure().is_some()
+            || self.pods.iter().any(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+                    .any(|r| FAILED_REASONS.contains(&r))
+            });
         match () {
             _ if replicas == 0 => "scaled_to_zero",
             _ if failed && ready == 0 => "failed",
@@ -149,35 +244,74 @@ impl Live {
     }
 
     pub fn port(&self) -> u16 {
-        annotation(&self.deployment, PORT_ANNOTATION)
+        self.annotation(PORT_ANNOTATION)
             .and_then(|p| p.parse().ok())
             .unwrap_or(8000)
     }
 
+    /// The operator's routing strategy, when its router fronts the replicas.
+    pub fn routing(&self) -> Option<RoutingStrategy> {
+        let Record::Managed(c) = &self.record else {
+            return None;
+        };
+        let spec = &c.spec["intelligentRoutingSpec"];
+        if spec["enabled"] != true {
+            return None;
+        }
+        RoutingStrategy::from_operator(spec["routingStrategy"].as_str().unwrap_or("prefixaware"))
+    }
+
+    /// Where invocations go, as the API server's service proxy names it
+    /// (`namespace`, `[scheme:]service:port`): the operator's router when it routes,
+    /// else the Service in front of the replicas.
+    pub fn invocation_target(&self) -> (String, String) {
+        let name = self.name();
+        match &self.record {
+            Record::Server(_) => (NAMESPACE.to_owned(), format!("{name}:{}", self.port())),
+            Record::Managed(_) if self.routing().is_some() => (
+                OPERATOR_NAMESPACE.to_owned(),
+                format!("https:{}:443", managed::router_service(name)),
+            ),
+            Record::Managed(_) => (
+                NAMESPACE.to_owned(),
+                format!("{}:{}", managed::service_name(name), self.port()),
+            ),
+        }
+    }
+
     pub fn summary(&self, cluster: &str) -> EndpointSummary {
-        let d = &self.deployment;
-        let labels = d.metadata.labels.clone().unwrap_or_default();
+        let meta = self.record.meta();
+        let labels = meta.labels.clone().unwrap_or_default();
+        let (kind, service, kv_cache) = match &self.record {
+            Record::Server(_) => (
+                "model_server",
+                self.annotation(SHAPE_ANNOTATION).unwrap_or_default(),
+                None,
+            ),
+            Record::Managed(c) => (
+                "inference_endpoint",
+                "cluster_ip",
+                managed::kv_cache(&c.spec),
+            ),
+        };
         EndpointSummary {
             name: cluster.to_owned(),
             endpoint: self.name().to_owned(),
-            kind: "model_server".to_owned(),
+            kind: kind.to_owned(),
             engine: labels.get(ENGINE_LABEL).cloned().unwrap_or_default(),
-            model: annotation(d, MODEL_ANNOTATION)
+            model: self
+                .annotation(MODEL_ANNOTATION)
                 .unwrap_or_default()
                 .to_owned(),
-            service: annotation(d, SHAPE_ANNOTATION)
-                .unwrap_or_default()
-                .to_owned(),
+            service: service.to_owned(),
             phase: self.phase().to_owned(),
             replicas: self.replicas(),
             ready: self.ready(),
             address: self.address(),
             cold_start_seconds: self.cold_start_seconds(),
-            created_at: d
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string()),
+            created_at: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+            routing: self.routing().map(|r| r.as_str().to_owned()),
+            kv_cache,
         }
     }
 }
@@ -201,27 +335,69 @@ pub(crate) async fn deployment(
     endpoint: &str,
 ) -> Result<Option<Deployment>, ApiError> {
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-    Ok(kubernetes::get(&deployments, endpoint).await?.filter(|d| {
-        d.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.get(ENDPOINT_LABEL).map(String::as_str) == Some(endpoint))
-    }))
+    Ok(kubernetes::get(&deployments, endpoint)
+        .await?
+        .filter(|d| labelled(&d.metadata, endpoint)))
+}
+
+/// The InferenceEndpointConfig of endpoint `endpoint`, if hypd made one of that name (none
+/// where the inference operator is not installed).
+pub(crate) async fn config(
+    client: &kube::Client,
+    endpoint: &str,
+) -> Result<Option<InferenceEndpointConfig>, ApiError> {
+    let configs = Api::<InferenceEndpointConfig>::namespaced(client.clone(), NAMESPACE);
+    Ok(kubernetes::get(&configs, endpoint)
+        .await?
+        .filter(|c| labelled(&c.metadata, endpoint)))
+}
+
+fn labelled(meta: &ObjectMeta, endpoint: &str) -> bool {
+    meta.labels
+        .as_ref()
+        .is_some_and(|l| l.get(ENDPOINT_LABEL).map(String::as_str) == Some(endpoint))
+}
+
+/// What endpoint `endpoint` was made of, if hypd made it: its Deployment or its
+/// InferenceEndpointConfig.
+pub(crate) async fn record(
+    client: &kube::Client,
+    endpoint: &str,
+) -> Result<Option<Record>, ApiError> {
+    if let Some(d) = deployment(client, endpoint).await? {
+        return Ok(Some(Record::Server(Box::new(d))));
+    }
+    Ok(config(client, endpoint)
+        .await?
+        .map(|c| Record::Managed(Box::new(c))))
+}
+
+/// The pods and Service of an endpoint made of `record`.
+async fn live(client: &kube::Client, record: Record) -> Result<Live, ApiError> {
+    let name = record.meta().name.clone().unwrap_or_default();
+    let (pods, service) = match &record {
+        Record::Server(_) => {
+            let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
+            (
+                find_pods(client, &name).await?,
+                kubernetes::get(&services, &name).await?,
+            )
+        }
+        Record::Managed(c) => (managed::pods(client, c).await?, None),
+    };
+    Ok(Live {
+        record,
+        pods,
+        service,
+    })
 }
 
 /// Endpoint `endpoint` of the cluster `client` reaches, if hypd made one of that name.
 pub(crate) async fn find(client: &kube::Client, endpoint: &str) -> Result<Option<Live>, ApiError> {
-    let Some(deployment) = deployment(client, endpoint).await? else {
-        return Ok(None);
-    };
-    let pods = find_pods(client, endpoint).await?;
-    let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
-    let service = kubernetes::get(&services, endpoint).await?;
-    Ok(Some(Live {
-        deployment,
-        pods,
-        service,
-    }))
+    match record(client, endpoint).await? {
+        Some(record) => Ok(Some(live(client, record).await?)),
+        None => Ok(None),
+    }
 }
 
 /// Endpoint `endpoint` of cluster `cluster`, or not found as such.
@@ -260,7 +436,7 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
         services.push(s)
     })
     .await?;
-    let label = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+    let label = |m: &ObjectMeta| {
         m.labels
             .as_ref()
             .and_then(|l| l.get(ENDPOINT_LABEL))
@@ -278,11 +454,20 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
                     .cloned()
                     .collect(),
                 service: services.iter().find(|s| s.metadata.name == name).cloned(),
-                deployment,
+                record: Record::Server(Box::new(deployment)),
             };
             live.summary(cluster)
         })
         .collect();
+    for c in managed::configs(client).await? {
+        if label(&c.metadata) == c.metadata.name {
+            endpoints.push(
+                live(client, Record::Managed(Box::new(c)))
+                    .await?
+                    .summary(cluster),
+            );
+        }
+    }
     endpoints.sort_by(|a, b| a.endpoint.cmp(&b.endpoint));
     Ok(endpoints)
 }
@@ -338,27 +523,15 @@ impl Handler<GetEndpoint> for Service {
         let region = region_of(&self.store, cluster).await?;
         let client = kubernetes::connect(&self.aws, &region, cluster).await?;
         let live = required(&client, cluster, r.endpoint.as_str()).await?;
-        let d = &live.deployment;
-        let container = d
-            .spec
-            .template
-            .spec
-            .as_ref()
-            .and_then(|s| s.containers.first());
-        let gpus = container
-            .and_then(|c| c.resources.as_ref()?.limits.as_ref()?.get(workload::GPU))
-            .and_then(|q| q.0.parse().ok())
-            .unwrap_or(0);
+        let (image, command, gpus) = live.record.container();
         Ok(Endpoint {
             summary: live.summary(cluster),
-            image: container.and_then(|c| c.image.clone()).unwrap_or_default(),
-            command: container
-                .and_then(|c| c.command.clone())
-                .unwrap_or_default(),
+            image,
+            command,
             port: live.port(),
             gpus_per_replica: gpus,
-            instance_group: annotation(d, GROUP_ANNOTATION).map(str::to_owned),
-            hf_token_secret: annotation(d, SECRET_ANNOTATION).map(str::to_owned),
+            instance_group: live.annotation(GROUP_ANNOTATION).map(str::to_owned),
+            hf_token_secret: live.annotation(SECRET_ANNOTATION).map(str::to_owned),
             waiting: live.waiting(),
             pods: live
                 .pods

@@ -1,6 +1,7 @@
-//! `scale_endpoint`: the Deployment's replicas set through its `scale` subresource
-//! (only that field changes: the pod template, and so every running replica, stays),
-//! then followed until that many replicas are ready; 0 scales the endpoint to zero.
+//! `scale_endpoint`: the replicas of the Deployment (or of the InferenceEndpointConfig,
+//! which the operator passes on) set through its `scale` subresource (only that field
+//! changes: the pod template, and so every running replica, stays), then followed until
+//! that many replicas are ready; 0 scales the endpoint to zero.
 
 use app::api::ApiError;
 use app::api::inference::{NAMESPACE, ScaleEndpoint, ServiceShape};
@@ -12,16 +13,17 @@ use kube::api::{Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::Record;
 use super::deploy::{self, Outputs as Followed};
-use super::workload::SHAPE_ANNOTATION;
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
+use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::planned;
 
 stages! {
     pub enum Stage {
-        Replicas = "replicas", "The Deployment's replicas set", true;
+        Replicas = "replicas", "The replicas set (the Deployment's, or the InferenceEndpointConfig's)", true;
         Ready = "ready", "That many replicas ready (none left, when scaled to zero)", true;
     }
 }
@@ -88,8 +90,9 @@ impl Pipeline for ScaleEndpoint {
                 if now == wanted {
                     return Ok(Progress::Done);
                 }
+                let kind = live.record.kind();
                 let change = || {
-                    let mut c = Change::new(Action::Update, "k8s:apps/v1/Deployment", endpoint);
+                    let mut c = Change::new(Action::Update, kind, endpoint);
                     c.namespace = Some(NAMESPACE.to_owned());
                     c.fields = vec![FieldChange {
                         field: "spec.replicas".into(),
@@ -101,33 +104,32 @@ impl Pipeline for ScaleEndpoint {
                 if planned(change) {
                     return Ok(Progress::Done);
                 }
-                Api::<Deployment>::namespaced(client, NAMESPACE)
-                    .patch_scale(
-                        endpoint,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({ "spec": { "replicas": wanted } })),
-                    )
-                    .await
-                    .map_err(|e| {
-                        kubernetes::upstream(&format!("scale Deployment/{endpoint}"), e)
-                    })?;
+                let patch = Patch::Merge(json!({ "spec": { "replicas": wanted } }));
+                let params = PatchParams::default();
+                let scaled = match &live.record {
+                    Record::Server(_) => Api::<Deployment>::namespaced(client, NAMESPACE)
+                        .patch_scale(endpoint, &params, &patch)
+                        .await
+                        .map(drop),
+                    Record::Managed(_) => {
+                        Api::<InferenceEndpointConfig>::namespaced(client, NAMESPACE)
+                            .patch_scale(endpoint, &params, &patch)
+                            .await
+                            .map(drop)
+                    }
+                };
+                scaled.map_err(|e| kubernetes::upstream(&format!("scale {kind}/{endpoint}"), e))?;
                 Ok(Progress::Done)
             }
             Stage::Ready => {
-                let shape = match live
-                    .deployment
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(SHAPE_ANNOTATION))
-                    .map(String::as_str)
-                {
-                    Some("load_balancer") => ServiceShape::LoadBalancer,
+                let shape = match live.summary(cluster).service.as_str() {
+                    "load_balancer" => ServiceShape::LoadBalancer,
                     _ => ServiceShape::ClusterIp,
                 };
                 let mut followed = Followed::default();
                 let at = (cluster, endpoint);
-                let progress = deploy::ready(&client, at, wanted, shape, &mut followed).await;
+                let kind = live.record.kind();
+                let progress = deploy::ready(&client, at, kind, wanted, shape, &mut followed).await;
                 out.ready = followed.ready;
                 out.replicas = followed.replicas;
                 out.cold_start_seconds = followed.cold_start_seconds;

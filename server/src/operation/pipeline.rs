@@ -273,6 +273,7 @@ macro_rules! for_each_pipeline {
             app::api::training::DeleteTrainingJob,
             app::api::mlflow::CreateMlflowTrackingServer,
             app::api::inference::DeployModelServer,
+            app::api::inference::DeployInferenceEndpoint,
             app::api::inference::ScaleEndpoint,
             app::api::inference::DeleteEndpoint,
         }
@@ -516,12 +517,13 @@ mod tests {
             ["role", "server", "available"]
         );
         assert_eq!(of("deploy_model_server"), ["workload", "service", "ready"]);
+        assert_eq!(of("deploy_inference_endpoint"), ["config", "ready"]);
         assert_eq!(of("scale_endpoint"), ["replicas", "ready"]);
         assert_eq!(
             of("delete_endpoint"),
             ["service", "workload", "secret", "pods"]
         );
-        assert_eq!(names.len(), 22, "a new pipeline: add its stored names here");
+        assert_eq!(names.len(), 23, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -634,6 +634,25 @@ pub const CASES: &[Case] = &[
         ],
     },
     Case {
+        command: "deploy_inference_endpoint",
+        given: operator_ready,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/inference-endpoints");
+            let mut request = model_server();
+            request.as_object_mut().unwrap().remove("hf_token");
+            request["kv_cache"] =
+                json!({"l2": {"backend": "redis", "url": "redis://kv.internal:6379"}});
+            request["routing"] = json!("prefix_aware");
+            (Method::POST, path, request)
+        },
+        // The operator's Deployment `serve` and Service `serve-service`, made once.
+        check: |world, hypd, token, name| endpoint(world, hypd, token, name, Some(1), false),
+        calls: &[
+            call("config", "kubernetes", "patch InferenceEndpointConfig"),
+            call("ready", "kubernetes", "list Pod"),
+        ],
+    },
+    Case {
         command: "scale_endpoint",
         given: serving,
         request: |_, _, name| {
@@ -669,6 +688,13 @@ fn model_server() -> Value {
 fn model_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {
     created(world, hypd, token, name);
     crate::inference::model_in_bucket(hypd, token, name);
+}
+
+/// [`model_ready`] with the inference operator on.
+fn operator_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    model_ready(world, hypd, token, name);
+    let path = format!("/api/v1/clusters/{name}/features");
+    crate::inference::run_op(hypd, token, &path, json!({ "inference_operator": true }));
 }
 
 /// [`model_ready`] with the model server of [`model_server`] serving.

@@ -6,6 +6,7 @@
 //! client's own retry layer is off: throttling and server errors come back as transient
 //! errors, which the operations engine waits out with a note and backoff, as for AWS.
 
+pub mod inference;
 pub mod karpenter;
 pub mod kind;
 pub mod manifest;
