@@ -334,6 +334,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(training_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(managed_inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(pool_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
@@ -921,6 +922,49 @@ async def managed_inference_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
     left = json.loads(kubectl(sim, name, "get", "inferenceendpointconfigs,deployments,services", "-o", "json"))["items"]
     assert not [o for o in left if o["metadata"]["name"].startswith("chat-kv")], left
+
+
+async def pool_through_mcp(server, hypd, sim):
+    """A model pool of one warm worker serving a base model and a LoRA adapter: a model
+    it does not serve and more workers than are free are refused alike on REST and MCP;
+    the worker bound to the adapter answers as it, without a restart (same uid), and
+    goes back to the pool when released; deleting the pool takes the model's Service."""
+    name = "mcp-gpu"
+    pool = {"name": name, "endpoint": "pool", "engine": "vllm", "service": "model_pool", "instance_group": "gpu",
+            "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name base "
+                       "--enable-lora --lora-modules sql=/s3/models/Qwen/Qwen2.5-0.5B/sql"}
+    async with Client(server) as client:
+        waited = await finished(client, structured(await client.call_tool("deploy_model_server", pool))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        [before] = structured(await client.call_tool("get_endpoint", {"name": name, "endpoint": "pool"}))["pods"]
+        assign = {"name": name, "pool": "pool", "model": "sql", "count": 1}
+        for bad, field in (({**assign, "count": 2}, "count"), ({**assign, "model": "poetry"}, "model")):
+            refused = await client.call_tool("assign_pool_workers", bad)
+            assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
+            status, rest = rest_call(hypd, "assign_pool_workers", bad)
+            assert status == 422 and rest["error"] == refused.structured_content["error"], (rest, refused.structured_content)
+        dry = structured(await client.call_tool("assign_pool_workers", {**assign, "dry_run": True}))
+        assert [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]] == [
+            ("create", "k8s:v1/Service"), ("update", "k8s:v1/Pod")], dry["plan"]
+        waited = await finished(client, structured(await client.call_tool("assign_pool_workers", assign))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        answer = structured(await client.call_tool("invoke_endpoint", {
+            "name": name, "endpoint": "pool", "model": "sql", "messages": [{"role": "user", "content": "SELECT 1?"}]}))
+        assert answer["model"] == "sql" and answer["answer"], answer
+        [bound] = structured(await client.call_tool("get_endpoint", {"name": name, "endpoint": "pool"}))["pods"]
+        assert (bound["uid"], bound["restarts"], bound["serves"]) == (before["uid"], 0, "sql"), (before, bound)
+        waited = await finished(client, structured(await client.call_tool(
+            "release_pool_workers", {"name": name, "pool": "pool", "model": "sql"}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+        listed = structured(await client.call_tool("list_endpoints", {"name": name}))
+        assert [e["pool"] for e in listed["endpoints"]] == [
+            {"models": [{"model": "base", "workers": 0}, {"model": "sql", "workers": 0}], "unassigned": 1}], listed
+        first = structured(await client.call_tool("delete_endpoint", {"name": name, "endpoint": "pool"}))
+        waited = await finished(client, structured(await client.call_tool(
+            "delete_endpoint", {"name": name, "endpoint": "pool", "confirmation": first["confirmation"]}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+    left = json.loads(kubectl(sim, name, "get", "deployments,services", "-o", "json"))["items"]
+    assert not [o for o in left if o["metadata"]["name"].startswith("pool")], left
 
 
 async def fsx_through_mcp(server, hypd, sim):

@@ -28,7 +28,7 @@ export const PAGES = [
   ['/clusters/measure/storage', 476_000],
   ['/clusters/measure/models', 418_000],
   ['/clusters/measure/training', 506_000],
-  ['/clusters/measure/inference', 455_000],
+  ['/clusters/measure/inference', 496_000],
   ['/clusters/measure/drift', 402_000],
   ['/clusters/measure/operations', 401_000],
   ['/endpoints', 324_000],

@@ -44,7 +44,7 @@ async function newPage() {
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   // Refusals the tests provoke on purpose are logged by Chromium as failed loads.
-  const provoked = /Failed to load resource: the server responded with a status of (403|422)/;
+  const provoked = /Failed to load resource: the server responded with a status of (403|409|422)/;
   page.on('console', (m) => m.type() === 'error' && !provoked.test(m.text()) && errors.push(m.text()));
   return { page, errors };
 }
@@ -825,12 +825,27 @@ test('an operator makes the MLflow server, checks a PyTorch job, reviews its pla
   assert.deepEqual(errors, []);
 });
 
-test('an operator deploys a vLLM model server from the Inference tab, reviews its plan, sends it a message, and deletes it', async () => {
+test('an operator is refused the inference operator\'s path where it cannot run, deploys a vLLM model server from the Inference tab, reviews its plan, sends it a message, and deletes it, then binds a model pool\'s worker to an adapter', async () => {
   const { page, errors } = await newPage();
   await signIn(page, admin, '/clusters/e2e-ml/inference');
   await page.waitForSelector('.endpoints .empty-endpoints');
   await settled(page);
   const form = 'form.deploy-model-server';
+  // The inference operator's path: its options are vLLM's only, refused by field before
+  // any call; a cluster without the operator (turned off above) is told to turn it on.
+  await page.selectOption(`${form} select[name="path"]`, 'operator');
+  await page.fill(`${form} input[name="endpoint"]`, 'console-kv');
+  await page.selectOption(`${form} select[name="engine"]`, 'sglang');
+  await page.fill(`${form} input[name="command"]`, 'python3 -m sglang.launch_server --model-path /s3/models/Qwen/Qwen2.5-0.5B');
+  await page.selectOption(`${form} select[name="routing"]`, 'kv_aware');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} [role="alert"]`);
+  assert.match(await page.textContent(form), /intelligent routing works with vLLM workers only/);
+  await page.selectOption(`${form} select[name="engine"]`, 'vllm');
+  await page.fill(`${form} input[name="command"]`, 'vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForFunction((f) => /does not run the HyperPod inference operator/.test(document.querySelector(f).textContent), form);
+  await page.selectOption(`${form} select[name="path"]`, 'model_server');
   await page.fill(`${form} input[name="endpoint"]`, 'console-chat');
   // The training jobs hold accelerated-1's GPUs: the server goes on the spot group.
   await page.fill(`${form} input[name="instance_group"]`, 'spot-1');
@@ -872,6 +887,51 @@ test('an operator deploys a vLLM model server from the Inference tab, reviews it
   await page.click('form.scale-endpoint button.delete-endpoint');
   await page.waitForSelector('form.scale-endpoint .plan li[data-kind="k8s:apps/v1/Deployment"][data-action="delete"]');
   assert.equal(await page.textContent('form.scale-endpoint button.delete-endpoint'), 'Delete');
+  await page.click('form.scale-endpoint button.delete-endpoint');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  // A model pool: one warm worker, bound to a LoRA adapter from the pool form (its
+  // plan is the worker's label), shown bound in the table, then deleted.
+  await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
+  await hydrated(page);
+  await settled(page);
+  await page.fill(`${form} input[name="endpoint"]`, 'console-pool');
+  await page.fill(`${form} input[name="instance_group"]`, 'spot-1');
+  await page.fill(`${form} input[name="command"]`, 'vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name base --enable-lora --lora-modules sql=/s3/models/Qwen/Qwen2.5-0.5B/sql');
+  await page.selectOption(`${form} select[name="service"]`, 'model_pool');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:apps/v1/Deployment"][data-action="create"]`);
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
+  await hydrated(page);
+  const pooled = '.endpoint-table tr[data-endpoint="console-pool"]';
+  await page.waitForSelector(`${pooled} .state-in_service`);
+  await settled(page);
+  const pool = 'form.pool-workers';
+  await page.fill(`${pool} input[name="pool"]`, 'console-pool');
+  await page.fill(`${pool} input[name="model"]`, 'sql');
+  await page.click(`${pool} button[type="submit"]`);
+  await page.waitForSelector(`${pool} .plan li[data-kind="k8s:v1/Pod"][data-action="update"]`);
+  await page.click(`${pool} button[type="submit"]`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
+  await hydrated(page);
+  await page.waitForSelector(`${pooled} .state-in_service`);
+  assert.match(await page.textContent(pooled), /pool · base 0, sql 1 · free 0/);
+  await settled(page);
+  // Its pod, bound to the adapter, never restarted.
+  await page.fill('form.endpoint-details input[name="endpoint"]', 'console-pool');
+  await page.click('form.endpoint-details button[type="submit"]');
+  await page.waitForSelector('form.endpoint-details .pod-table tbody tr');
+  const worker = await page.textContent('form.endpoint-details .pod-table tbody tr');
+  assert.match(worker, /ready/);
+  assert.equal((await page.textContent('form.endpoint-details .pod-table tbody tr td.serves')).trim(), 'sql');
+  await page.fill('form.scale-endpoint input[name="endpoint"]', 'console-pool');
+  await page.click('form.scale-endpoint button.delete-endpoint');
+  await page.waitForSelector('form.scale-endpoint .plan li[data-kind="k8s:v1/Service"][data-action="delete"]');
   await page.click('form.scale-endpoint button.delete-endpoint');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });

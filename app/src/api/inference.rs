@@ -16,6 +16,7 @@ use super::plan::Gated;
 use super::values::{
     ClusterName, Confirmation, ContainerImage, EndpointName, GpusPerReplica, HfModelId,
     IdempotencyKey, InstanceGroupName, RedisUrl, ReplicaCount, SecretName, ServeCommand,
+    ServedName, WorkerCount,
 };
 
 /// The namespace endpoints run in: the shared bucket's claim is there.
@@ -82,6 +83,9 @@ pub enum ServiceShape {
     ClusterIp,
     /// An internet-facing Network Load Balancer; its address is reported when ready.
     LoadBalancer,
+    /// Warm workers no Service reaches until assign_pool_workers binds some to one of
+    /// the names they serve (by one label: no restart).
+    ModelPool,
 }
 
 impl ServiceShape {
@@ -89,6 +93,7 @@ impl ServiceShape {
         match self {
             ServiceShape::ClusterIp => "cluster_ip",
             ServiceShape::LoadBalancer => "load_balancer",
+            ServiceShape::ModelPool => "model_pool",
         }
     }
 }
@@ -119,6 +124,9 @@ pub struct Serve {
     pub model: ModelSource,
     /// The name clients ask for (`--served-model-name`, else the model).
     pub served_name: String,
+    /// Every name it answers for: `--served-model-name`'s (vLLM takes several), then
+    /// the LoRA adapters' of `--lora-modules` (with `--enable-lora`).
+    pub served_names: Vec<String>,
     pub port: u16,
     pub tensor_parallel: Option<u32>,
 }
@@ -136,6 +144,21 @@ fn flag_value(words: &[String], flags: &[&str]) -> Option<String> {
         }
     }
     found
+}
+
+/// The adapters' names after `--lora-modules`: `name=path`, or vLLM's JSON form.
+fn lora_names(words: &[String]) -> Vec<String> {
+    let Some(i) = words.iter().position(|w| w == "--lora-modules") else {
+        return Vec::new();
+    };
+    words[i + 1..]
+        .iter()
+        .take_while(|w| !w.starts_with("--"))
+        .filter_map(|w| match serde_json::from_str::<serde_json::Value>(w) {
+            Ok(v) => v["name"].as_str().map(str::to_owned),
+            Err(_) => w.split_once('=').map(|(name, _)| name.to_owned()),
+        })
+        .collect()
 }
 
 /// A model that is a path must be one a pod can mount: absolute, no `..`.
@@ -248,6 +271,21 @@ pub fn parse_serve(engine: Engine, command: &ServeCommand) -> Result<Serve, Stri
     let served_name = flag_value(&words, &["--served-model-name"])
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| model.as_str().to_owned());
+    let mut served_names: Vec<String> = match words.iter().position(|w| w == "--served-model-name")
+    {
+        Some(i) => words[i + 1..]
+            .iter()
+            .take_while(|w| !w.starts_with('-'))
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
+    if served_names.is_empty() {
+        served_names.push(served_name.clone());
+    }
+    if engine == Engine::Vllm && words.iter().any(|w| w == "--enable-lora") {
+        served_names.extend(lora_names(&words));
+    }
     if engine == Engine::Sglang && flag_value(&words, &["--host"]).is_none() {
         words.extend(["--host".to_owned(), "0.0.0.0".to_owned()]);
     }
@@ -255,6 +293,7 @@ pub fn parse_serve(engine: Engine, command: &ServeCommand) -> Result<Serve, Stri
         words,
         model,
         served_name,
+        served_names,
         port,
         tensor_parallel,
     })
@@ -334,6 +373,20 @@ impl DeployModelServer {
                 }
             }
         }
+        if self.service == ServiceShape::ModelPool
+            && let Ok(serve) = self.serve()
+            && let Some(bad) = serve
+                .served_names
+                .iter()
+                .find(|n| ServedName::parse(n).is_err())
+        {
+            errors.push(FieldError::new(
+                "command",
+                format!(
+                    "a pool's workers are bound to a model by a label and a Service named after it: give each name they serve (--served-model-name, --lora-modules) as 1-20 lowercase letters, digits and '-' (got {bad:?})"
+                ),
+            ));
+        }
         if self.engine == Engine::Custom && self.image.is_none() {
             errors.push(FieldError::new(
                 "image",
@@ -355,7 +408,7 @@ impl Command for DeployModelServer {
     const SPEC: CommandSpec = CommandSpec {
         name: "deploy_model_server",
         summary: "Deploy a vLLM, SGLang or custom model server behind a Service",
-        description: "A Deployment of `replicas` pods running `command` (parsed and checked against `engine`) with `gpus_per_replica` GPUs on a HyperPod group's nodes, the shared bucket at /s3, behind a cluster_ip Service or an internet-facing NLB (load_balancer). Ask the user for the model, GPUs and replicas; a token is kept only in a Secret in the cluster. Returns an operation: follow it with wait_operation.",
+        description: "A Deployment of `replicas` pods running `command` (parsed and checked against `engine`) with `gpus_per_replica` GPUs on a HyperPod group's nodes, the shared bucket at /s3, behind a cluster_ip Service, an internet-facing NLB (load_balancer), or none (model_pool: warm workers for assign_pool_workers). Ask the user for the model, GPUs and replicas; a token is kept only in a Secret in the cluster. Returns an operation: follow it with wait_operation.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -632,6 +685,22 @@ pub struct EndpointSummary {
     /// The KV cache tiers (inference endpoints), e.g. `l1_cpu+redis`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache: Option<String>,
+    /// A model pool's workers: those bound to each model, and those free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolWorkers>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PoolWorkers {
+    /// Every name the workers serve, each with the workers bound to it.
+    pub models: Vec<PoolModel>,
+    pub unassigned: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PoolModel {
+    pub model: String,
+    pub workers: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -668,6 +737,9 @@ pub struct EndpointPod {
     /// Pod scheduled → ready, in seconds, once ready.
     pub cold_start_seconds: Option<f64>,
     pub restarts: u32,
+    /// The model a pool's worker is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serves: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -695,6 +767,72 @@ pub struct DeleteEndpoint {
     pub dry_run: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<Confirmation>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AssignPoolWorkers {
+    /// The cluster.
+    pub name: ClusterName,
+    /// The model pool (a deploy_model_server endpoint of service model_pool).
+    pub pool: EndpointName,
+    /// One of the names its workers serve.
+    pub model: ServedName,
+    pub count: WorkerCount,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleasePoolWorkers {
+    /// The cluster.
+    pub name: ClusterName,
+    pub pool: EndpointName,
+    pub model: ServedName,
+    // Default: every worker bound to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<WorkerCount>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl Command for AssignPoolWorkers {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "assign_pool_workers",
+        summary: "Bind free workers of a model pool to one of its models",
+        description: "Binds `count` free, ready workers of the pool to `model` by one label (no restart) behind the Service <pool>-<model>; refused when fewer are free. Ask the user which model and how many. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/endpoints/{pool}/assign",
+    };
+
+    super::command::dry_run_request!();
+}
+
+impl Command for ReleasePoolWorkers {
+    type Output = Gated<OperationRef>;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "release_pool_workers",
+        summary: "Return a model's workers to its pool",
+        description: "Unbinds `count` workers (default all) from `model`: they stay warm and free for assign_pool_workers. Returns an operation: follow it with wait_operation.",
+        effect: Effect::Mutating,
+        role: Role::Operator,
+        idempotent: true,
+        status_command: Some("get_operation"),
+        method: HttpMethod::Post,
+        path: "/api/v1/clusters/{name}/endpoints/{pool}/release",
+    };
+
+    super::command::dry_run_request!();
 }
 
 /// Most messages in one invocation, and the longest one.
@@ -727,6 +865,9 @@ pub struct InvokeEndpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 8192))]
     pub max_tokens: Option<u32>,
+    /// A model pool's model (required for a pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ServedName>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -76,6 +76,8 @@ macro_rules! for_each_command {
             $crate::api::inference::InvokeEndpoint,
             $crate::api::inference::ScaleEndpoint,
             $crate::api::inference::DeleteEndpoint,
+            $crate::api::inference::AssignPoolWorkers,
+            $crate::api::inference::ReleasePoolWorkers,
             $crate::api::features::GetFeatures,
             $crate::api::features::UpdateFeatures,
             $crate::api::operations::ListOperations,

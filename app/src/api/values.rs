@@ -1254,6 +1254,32 @@ bounded_int!(
     /// Replicas of a model server (0 scales it to zero).
     ReplicaCount, 0, 64, "a replica count"
 );
+bounded_int!(
+    /// Workers of a model pool moved in one change.
+    WorkerCount, 1, 64, "a number of workers"
+);
+
+fn check_served_name(s: &str) -> Result<(), String> {
+    let ok = (1..=20).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a pool's model name is 1-20 lowercase letters, digits and '-' (it is a label value and part of its Service's name) (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A name a model pool's workers serve (`--served-model-name`, or a LoRA adapter's).
+    ServedName, check_served_name,
+    schema: { "type": "string", "minLength": 1, "maxLength": 20, "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$" }
+);
 
 #[cfg(test)]
 mod tests {

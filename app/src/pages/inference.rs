@@ -1,24 +1,26 @@
 //! Model endpoints in the console: the Endpoints page (every cluster's, each linking to
 //! its cluster's tab) and the cluster page's Inference tab: the cluster's endpoints
-//! (phase, replicas ready of asked, address, cold start), the form that deploys a model
-//! server, the forms that scale or delete one (plan, then run, as every change), and a
-//! test panel that sends a chat completion through `invoke_endpoint`. Every request is
+//! (phase, replicas ready of asked, address, cold start), one endpoint's pods, the form
+//! that deploys a model server or an inference operator's endpoint, the forms that
+//! scale or delete one and bind or release a pool's workers (plan, then run, as every
+//! change), and a test panel that sends a chat completion through `invoke_endpoint`. Every request is
 //! the command's own type, so a bad serve command is refused here with the server's
 //! words.
 
 use leptos::either::Either;
 use leptos::prelude::*;
 
-use super::gate::{Gate, integer, text};
+use super::gate::{Gate, flag, integer, text};
 use super::{StateBadge, Table, loading};
 use crate::api::ApiError;
 use crate::api::call::call;
 use crate::api::command::Role;
 use crate::api::inference::{
-    ChatMessage, ChatRole, DeleteEndpoint, DeployModelServer, EndpointList, InvokeEndpoint,
-    ListEndpoints, ScaleEndpoint,
+    AssignPoolWorkers, ChatMessage, ChatRole, DeleteEndpoint, DeployInferenceEndpoint,
+    DeployModelServer, Endpoint, EndpointList, GetEndpoint, InvokeEndpoint, ListEndpoints,
+    ReleasePoolWorkers, ScaleEndpoint,
 };
-use crate::api::values::{ClusterName, EndpointName};
+use crate::api::values::{ClusterName, EndpointName, ServedName};
 use crate::session::{ErrorPanel, IfRole};
 
 #[component]
@@ -69,10 +71,12 @@ pub fn InferencePanel(
                 </button>
             </div>
         </div>
+        <EndpointDetail cluster=cluster.get_value()/>
         <IfRole role=Role::Operator>
             <TryEndpoint cluster=cluster.get_value()/>
             <Deploy cluster=cluster.get_value()/>
             <Scale cluster=cluster.get_value()/>
+            <Pool cluster=cluster.get_value()/>
         </IfRole>
     }
     .into_any()
@@ -131,6 +135,27 @@ fn Endpoints(
         .into_iter()
         .map(|e| {
             let id = e.endpoint.clone();
+            // The operator's endpoints say how they route and cache.
+            let service = if e.kind == "inference_endpoint" {
+                let options: Vec<String> = [
+                    Some("operator".to_owned()),
+                    e.routing.map(|r| format!("routing {r}")),
+                    e.kv_cache.map(|k| format!("KV cache {k}")),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                options.join(" · ")
+            } else if let Some(pool) = &e.pool {
+                let bound: Vec<String> = pool
+                    .models
+                    .iter()
+                    .map(|m| format!("{} {}", m.model, m.workers))
+                    .collect();
+                format!("pool · {} · free {}", bound.join(", "), pool.unassigned)
+            } else {
+                e.service
+            };
             let cluster = across.then(|| {
                 let href = format!("/clusters/{}/inference", e.name);
                 view! { <td><a href=href>{e.name.clone()}</a></td> }
@@ -141,7 +166,7 @@ fn Endpoints(
                     {cluster}
                     <td>{e.engine}</td>
                     <td class="mono">{e.model}</td>
-                    <td>{e.service}</td>
+                    <td>{service}</td>
                     <td class="num replicas">{format!("{} / {}", e.ready, e.replicas)}</td>
                     <td class="mono">{e.address.unwrap_or_else(|| "—".into())}</td>
                     <td class="num">{e.cold_start_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "—".into())}</td>
@@ -196,9 +221,14 @@ fn Deploy(cluster: String) -> impl IntoView {
     let group = RwSignal::new(String::new());
     let service = RwSignal::new("cluster_ip".to_owned());
     let token = RwSignal::new(String::new());
+    // The inference operator's path and its options.
+    let managed = RwSignal::new(false);
+    let kv = RwSignal::new(String::new());
+    let redis = RwSignal::new(String::new());
+    let routing = RwSignal::new(String::new());
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        gate.start::<DeployModelServer>(&[
+        let mut inputs = vec![
             text("name", cluster.get_value()),
             text("endpoint", endpoint.get_untracked()),
             text("engine", engine.get_untracked()),
@@ -208,9 +238,25 @@ fn Deploy(cluster: String) -> impl IntoView {
             integer("gpus_per_replica", gpus.get_untracked()),
             integer("replicas", replicas.get_untracked()),
             text("instance_group", group.get_untracked()),
-            text("service", service.get_untracked()),
             text("hf_token", token.get_untracked()),
-        ]);
+        ];
+        if !managed.get_untracked() {
+            inputs.push(text("service", service.get_untracked()));
+            gate.start::<DeployModelServer>(&inputs);
+            return;
+        }
+        let tier = kv.get_untracked();
+        if !tier.is_empty() {
+            inputs.push(flag("kv_cache.cpu_offload", true));
+        }
+        if tier == "tiered_storage" || tier == "redis" {
+            inputs.push(text("kv_cache.l2.backend", tier.clone()));
+        }
+        if tier == "redis" {
+            inputs.push(text("kv_cache.l2.url", redis.get_untracked()));
+        }
+        inputs.push(text("routing", routing.get_untracked()));
+        gate.start::<DeployInferenceEndpoint>(&inputs);
     };
     let choice = move |signal: RwSignal<String>| {
         move |ev: leptos::ev::Event| {
@@ -221,6 +267,13 @@ fn Deploy(cluster: String) -> impl IntoView {
     view! {
         <form class="panel deploy-model-server" aria-label="Deploy a model server" on:submit=submit>
             <h2>"Deploy a model server"</h2>
+            <label>"Path "<select name="path" on:change=move |ev| {
+                managed.set(event_target_value(&ev) == "operator");
+                gate.reset();
+            }>
+                <option value="model_server" selected=true>"Model server (a Deployment of hypd's)"</option>
+                <option value="operator">"HyperPod inference operator"</option>
+            </select></label>
             <label>"Endpoint "<input type="text" name="endpoint" placeholder="qwen-chat"
                 prop:value=move || endpoint.get() on:input=gate.edit(endpoint)/></label>
             <label>"Engine "<select name="engine" on:change=choice(engine)>
@@ -239,10 +292,36 @@ fn Deploy(cluster: String) -> impl IntoView {
                 prop:value=move || replicas.get() on:input=gate.edit(replicas)/></label>
             <label>"Instance group "<input type="text" name="instance_group" placeholder="the GPU group"
                 prop:value=move || group.get() on:input=gate.edit(group)/></label>
-            <label>"Service "<select name="service" on:change=choice(service)>
-                <option value="cluster_ip" selected=true>"In the cluster"</option>
-                <option value="load_balancer">"Network load balancer"</option>
-            </select></label>
+            {move || if managed.get() {
+                view! {
+                    <label>"KV cache "<select name="kv_cache" on:change=choice(kv)>
+                        <option value="" selected=true>"None"</option>
+                        <option value="cpu">"CPU memory (L1)"</option>
+                        <option value="tiered_storage">"L1 + tiered storage (L2)"</option>
+                        <option value="redis">"L1 + Redis (L2)"</option>
+                    </select></label>
+                    <label>"Redis URL "<input type="text" name="kv_cache.l2.url" class="mono"
+                        placeholder="redis://kv.internal:6379" disabled=move || kv.get() != "redis"
+                        prop:value=move || redis.get() on:input=gate.edit(redis)/></label>
+                    <label>"Routing "<select name="routing" on:change=choice(routing)>
+                        <option value="" selected=true>"None"</option>
+                        <option value="prefix_aware">"Prefix-aware"</option>
+                        <option value="kv_aware">"KV-aware"</option>
+                        <option value="session">"Session"</option>
+                        <option value="round_robin">"Round-robin"</option>
+                    </select></label>
+                }
+                .into_any()
+            } else {
+                view! {
+                    <label>"Service "<select name="service" on:change=choice(service)>
+                        <option value="cluster_ip" selected=true>"In the cluster"</option>
+                        <option value="load_balancer">"Network load balancer"</option>
+                        <option value="model_pool">"Model pool (warm, bound later)"</option>
+                    </select></label>
+                }
+                .into_any()
+            }}
             <label>"Token "<input type="password" name="hf_token" autocomplete="off" placeholder="for gated models"
                 prop:value=move || token.get() on:input=gate.edit(token)/></label>
             <div class="actions">
@@ -309,6 +388,151 @@ fn Scale(cluster: String) -> impl IntoView {
     .into_any()
 }
 
+/// Binding a pool's free workers to one of its models, and releasing them, each planned
+/// first.
+#[component]
+fn Pool(cluster: String) -> impl IntoView {
+    let assign = Gate::default();
+    let release = Gate::default();
+    let cluster = StoredValue::new(cluster);
+    let pool = RwSignal::new(String::new());
+    let model = RwSignal::new(String::new());
+    let count = RwSignal::new("1".to_owned());
+    let edit = move |signal: RwSignal<String>| {
+        move |ev: leptos::ev::Event| {
+            signal.set(event_target_value(&ev));
+            assign.reset();
+            release.reset();
+        }
+    };
+    let inputs = move || {
+        vec![
+            text("name", cluster.get_value()),
+            text("pool", pool.get_untracked()),
+            text("model", model.get_untracked()),
+            integer("count", count.get_untracked()),
+        ]
+    };
+    let on_assign = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        release.reset();
+        assign.start::<AssignPoolWorkers>(&inputs());
+    };
+    let on_release = move |_| {
+        assign.reset();
+        release.start::<ReleasePoolWorkers>(&inputs());
+    };
+    view! {
+        <form class="panel pool-workers" aria-label="Bind or release a pool's workers" on:submit=on_assign>
+            <h2>"Bind or release a pool's workers"</h2>
+            <label>"Pool "<input type="text" name="pool"
+                prop:value=move || pool.get() on:input=edit(pool)/></label>
+            <label>"Model "<input type="text" name="model"
+                prop:value=move || model.get() on:input=edit(model)/></label>
+            <label>"Workers "<input type="number" name="count" min="1"
+                prop:value=move || count.get() on:input=edit(count)/></label>
+            <div class="actions">
+                <button class="primary" type="submit" disabled=move || assign.busy()>
+                    {move || if assign.reviewing() { "Bind" } else { "Review binding" }}
+                </button>
+                <button type="button" class="release-workers" disabled=move || release.busy() on:click=on_release>
+                    {move || if release.reviewing() { "Release" } else { "Review release" }}
+                </button>
+            </div>
+            {assign.view()}
+            {release.view()}
+        </form>
+    }
+    .into_any()
+}
+
+/// One endpoint as get_endpoint reads it: what runs (image, command, GPUs, group), how it
+/// routes and caches, a pool's bindings, why it waits, and each pod.
+#[component]
+fn EndpointDetail(cluster: String) -> impl IntoView {
+    let cluster = StoredValue::new(cluster);
+    let endpoint = RwSignal::new(String::new());
+    let got = RwSignal::new(None::<Result<Endpoint, ApiError>>);
+    let busy = RwSignal::new(false);
+    let show = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let request = ClusterName::parse(&cluster.get_value())
+            .map_err(|m| ApiError::field("name", m))
+            .and_then(|name| {
+                let endpoint = EndpointName::parse(&endpoint.get_untracked())
+                    .map_err(|m| ApiError::field("endpoint", m))?;
+                Ok(GetEndpoint { name, endpoint })
+            });
+        busy.set(true);
+        leptos::task::spawn_local(async move {
+            let answer = match request {
+                Ok(r) => call(&r).await,
+                Err(e) => Err(e),
+            };
+            got.set(Some(answer));
+            busy.set(false);
+        });
+    };
+    let shown = move || {
+        got.get().map(|answer| match answer {
+            Ok(e) => {
+                let options = [
+                    Some(format!("{} · {}", e.summary.kind, e.summary.service)),
+                    e.summary.routing.clone().map(|r| format!("routing {r}")),
+                    e.summary.kv_cache.clone().map(|k| format!("KV cache {k}")),
+                    e.instance_group.clone().map(|g| format!("group {g}")),
+                    Some(format!("{} GPU a replica, port {}", e.gpus_per_replica, e.port)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" · ");
+                let pods = e
+                    .pods
+                    .into_iter()
+                    .map(|p| {
+                        let id = p.pod.clone();
+                        view! {
+                            <tr data-pod=id>
+                                <th scope="row" class="mono">{p.pod}</th>
+                                <td class="mono">{p.uid}</td>
+                                <td class="mono">{p.node.unwrap_or_else(|| "—".into())}</td>
+                                <td>{if p.ready { "ready" } else { "not ready" }}</td>
+                                <td class="num">{p.cold_start_seconds.map(|s| format!("{s:.0} s")).unwrap_or_else(|| "—".into())}</td>
+                                <td class="num">{p.restarts}</td>
+                                <td class="serves">{p.serves.unwrap_or_else(|| "—".into())}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view();
+                let columns: &'static [&'static str] =
+                    &["Pod", "UID", "Node", "Ready", "Cold start", "Restarts", "Serves"];
+                Either::Left(view! {
+                    <div class="endpoint-detail" data-endpoint=e.summary.endpoint.clone()>
+                        <p class="muted options">{options}</p>
+                        <p class="mono">{e.image}" "{e.command.join(" ")}</p>
+                        {e.waiting.map(|w| view! { <p class="waiting">{w}</p> })}
+                        <Table class="pod-table" caption="Pods" columns>{pods}</Table>
+                    </div>
+                })
+            }
+            Err(error) => Either::Right(view! { <ErrorPanel error/> }),
+        })
+    };
+    view! {
+        <form class="panel endpoint-details" aria-label="An endpoint's pods" on:submit=show>
+            <h2>"An endpoint's pods"</h2>
+            <label>"Endpoint "<input type="text" name="endpoint"
+                prop:value=move || endpoint.get() on:input=move |ev| endpoint.set(event_target_value(&ev))/></label>
+            <div class="actions">
+                <button type="submit" disabled=move || busy.get()>"Show"</button>
+            </div>
+            {shown}
+        </form>
+    }
+    .into_any()
+}
+
 /// The test panel: one user message to an endpoint, its answer, token counts and the
 /// latency hypd measured.
 #[component]
@@ -316,6 +540,7 @@ fn TryEndpoint(cluster: String) -> impl IntoView {
     let cluster = StoredValue::new(cluster);
     let endpoint = RwSignal::new(String::new());
     let prompt = RwSignal::new(String::new());
+    let model = RwSignal::new(String::new());
     let answer = RwSignal::new(None::<Result<crate::api::inference::Invocation, ApiError>>);
     let busy = RwSignal::new(false);
     let send = move |ev: leptos::ev::SubmitEvent| {
@@ -325,6 +550,10 @@ fn TryEndpoint(cluster: String) -> impl IntoView {
             .and_then(|name| {
                 let endpoint = EndpointName::parse(&endpoint.get_untracked())
                     .map_err(|m| ApiError::field("endpoint", m))?;
+                let model = match model.get_untracked() {
+                    m if m.is_empty() => None,
+                    m => Some(ServedName::parse(&m).map_err(|e| ApiError::field("model", e))?),
+                };
                 let r = InvokeEndpoint {
                     name,
                     endpoint,
@@ -333,6 +562,7 @@ fn TryEndpoint(cluster: String) -> impl IntoView {
                         content: prompt.get_untracked(),
                     }],
                     max_tokens: None,
+                    model,
                 };
                 crate::api::Command::validate(&r).map(|()| r)
             });
@@ -365,6 +595,8 @@ fn TryEndpoint(cluster: String) -> impl IntoView {
             <h2>"Try an endpoint"</h2>
             <label>"Endpoint "<input type="text" name="endpoint"
                 prop:value=move || endpoint.get() on:input=move |ev| endpoint.set(event_target_value(&ev))/></label>
+            <label>"Model "<input type="text" name="model" placeholder="a pool's model"
+                prop:value=move || model.get() on:input=move |ev| model.set(event_target_value(&ev))/></label>
             <label class="wide">"Message "<textarea name="prompt" rows="3"
                 prop:value=move || prompt.get() on:input=move |ev| prompt.set(event_target_value(&ev))/></label>
             <div class="actions">

@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use app::api::ApiError;
-use app::api::inference::{DeleteEndpoint, NAMESPACE};
+use app::api::inference::{DeleteEndpoint, ENDPOINT_LABEL, NAMESPACE};
 use app::api::values::IdempotencyKey;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service as KubeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
+use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -28,7 +29,7 @@ use crate::resources::kube::{self as kubernetes};
 
 stages! {
     pub enum Stage {
-        Service = "service", "The endpoint's Service deleted (its load balancer goes with it)", false;
+        Service = "service", "The endpoint's Service deleted (its load balancer goes with it), and a pool's models' Services", false;
         Workload = "workload", "The Deployment, or the InferenceEndpointConfig, deleted (its replicas stop)", false;
         Secret = "secret", "The Secret hypd kept the endpoint's token in deleted, if it has one", false;
         Pods = "pods", "Every replica gone", false;
@@ -97,11 +98,21 @@ impl Pipeline for DeleteEndpoint {
         let endpoint = self.endpoint.as_str();
         match stage {
             Stage::Service => {
-                let service = KubeService {
-                    metadata: named(endpoint),
-                    ..KubeService::default()
-                };
-                converge(&Applied::namespaced(&client, service).absent()).await?;
+                // Its own Service, and a pool's models' Services (labelled with it).
+                let mut names = vec![endpoint.to_owned()];
+                let api = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
+                let selector = format!("{ENDPOINT_LABEL}={endpoint}");
+                kubernetes::each_listed(&api, ListParams::default().labels(&selector), |s| {
+                    names.extend(s.metadata.name.filter(|n| n != endpoint))
+                })
+                .await?;
+                for name in names {
+                    let service = KubeService {
+                        metadata: named(&name),
+                        ..KubeService::default()
+                    };
+                    converge(&Applied::namespaced(&client, service).absent()).await?;
+                }
                 Ok(Progress::Done)
             }
             Stage::Workload => {

@@ -295,6 +295,9 @@ impl Pipeline for DeployModelServer {
                 converge(&Applied::namespaced(&client, deployment)).await?;
                 Ok(Progress::Done)
             }
+            // A pool's workers are reached through the Services of its models, which
+            // assign_pool_workers makes.
+            Stage::Service if self.service == ServiceShape::ModelPool => Ok(Progress::Done),
             Stage::Service => {
                 let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
                 if !is_planning()

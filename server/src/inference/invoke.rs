@@ -79,12 +79,34 @@ impl Handler<InvokeEndpoint> for Service {
         if live.replicas() == 0 {
             return Err(waking(&live, endpoint));
         }
-        let model = live.summary(cluster).model;
+        // A pool is asked for one of its models, through that model's Service.
+        let model = match (live.is_pool(), &r.model) {
+            (true, None) => {
+                return Err(ApiError::field(
+                    "model",
+                    format!(
+                        "{endpoint} is a model pool: name one of its models ({})",
+                        live.pool_models().join(", ")
+                    ),
+                ));
+            }
+            (true, Some(m)) if !live.pool_models().iter().any(|n| n == m.as_str()) => {
+                return Err(ApiError::field(
+                    "model",
+                    format!(
+                        "the workers of {endpoint} serve {}, not {m}",
+                        live.pool_models().join(", ")
+                    ),
+                ));
+            }
+            (_, Some(m)) => m.to_string(),
+            (false, None) => live.summary(cluster).model,
+        };
         let mut body = json!({ "model": model, "messages": r.messages });
         if let Some(n) = r.max_tokens {
             body["max_tokens"] = json!(n);
         }
-        let (namespace, service) = live.invocation_target();
+        let (namespace, service) = live.invocation_target(&model);
         let path =
             format!("/api/v1/namespaces/{namespace}/services/{service}/proxy/v1/chat/completions");
         let request = http::Request::post(&path)
@@ -108,6 +130,17 @@ impl Handler<InvokeEndpoint> for Service {
             .to_bytes();
         let latency_ms = started.elapsed().as_millis() as u64;
         let answer: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+        // No worker of the pool is bound to the model (its Service has no endpoint, or
+        // none was ever made): binding some is the remedy, not waiting.
+        let unreached = matches!(status.as_u16(), 404 | 503) && answer["kind"] == "Status";
+        if live.is_pool() && unreached {
+            return Err(ApiError::Unavailable {
+                message: format!(
+                    "no ready worker of pool {endpoint} is bound to {model}: bind some with assign_pool_workers"
+                ),
+                retry_after_seconds: None,
+            });
+        }
         // The API server found no ready replica after all (one stopped in between).
         if status == http::StatusCode::SERVICE_UNAVAILABLE && answer["kind"] == "Status" {
             return Err(waking(

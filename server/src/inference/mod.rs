@@ -13,6 +13,7 @@ pub mod deploy;
 pub mod endpoint_config;
 pub mod invoke;
 pub mod managed;
+pub mod pool;
 pub mod scale;
 pub mod workload;
 
@@ -262,11 +263,15 @@ impl Live {
     }
 
     /// Where invocations go, as the API server's service proxy names it
-    /// (`namespace`, `[scheme:]service:port`): the operator's router when it routes,
-    /// else the Service in front of the replicas.
-    pub fn invocation_target(&self) -> (String, String) {
+    /// (`namespace`, `[scheme:]service:port`): the operator's router when it routes, a
+    /// pool's model's Service, else the Service in front of the replicas.
+    pub fn invocation_target(&self, model: &str) -> (String, String) {
         let name = self.name();
         match &self.record {
+            Record::Server(_) if self.is_pool() => (
+                NAMESPACE.to_owned(),
+                format!("{}:{}", pool::service_name(name, model), self.port()),
+            ),
             Record::Server(_) => (NAMESPACE.to_owned(), format!("{name}:{}", self.port())),
             Record::Managed(_) if self.routing().is_some() => (
                 OPERATOR_NAMESPACE.to_owned(),
@@ -312,6 +317,7 @@ impl Live {
             created_at: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
             routing: self.routing().map(|r| r.as_str().to_owned()),
             kv_cache,
+            pool: self.pool(),
         }
     }
 }
@@ -552,6 +558,12 @@ impl Handler<GetEndpoint> for Service {
                             .map_or(0, |cs| {
                                 cs.iter().map(|c| c.restart_count.max(0) as u32).sum()
                             }),
+                        serves: p
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(pool::SERVES_LABEL))
+                            .cloned(),
                     }
                 })
                 .collect(),

@@ -28,6 +28,8 @@ pub const PORT_ANNOTATION: &str = "hypd.dev/port";
 pub const GROUP_ANNOTATION: &str = "hypd.dev/instance-group";
 /// The Secret holding the Hugging Face token (its name; never the token).
 pub const SECRET_ANNOTATION: &str = "hypd.dev/hf-token-secret";
+/// A model pool's models: every name its workers serve, comma-separated.
+pub const SERVED_NAMES_ANNOTATION: &str = "hypd.dev/served-names";
 /// The slowest replica's cold start the last time the endpoint came up, in seconds.
 pub const COLD_START_ANNOTATION: &str = "hypd.dev/cold-start-seconds";
 pub use crate::training::OPERATION_ANNOTATION;
@@ -98,6 +100,9 @@ pub fn deployment(
     }
     if let Some(secret) = token_secret {
         annotations[SECRET_ANNOTATION] = json!(secret);
+    }
+    if r.service == ServiceShape::ModelPool {
+        annotations[SERVED_NAMES_ANNOTATION] = json!(serve.served_names.join(","));
     }
     let mut node_selector = json!({});
     if !placement.target.group.is_empty() {

@@ -276,6 +276,8 @@ macro_rules! for_each_pipeline {
             app::api::inference::DeployInferenceEndpoint,
             app::api::inference::ScaleEndpoint,
             app::api::inference::DeleteEndpoint,
+            app::api::inference::AssignPoolWorkers,
+            app::api::inference::ReleasePoolWorkers,
         }
     };
 }
@@ -518,12 +520,14 @@ mod tests {
         );
         assert_eq!(of("deploy_model_server"), ["workload", "service", "ready"]);
         assert_eq!(of("deploy_inference_endpoint"), ["config", "ready"]);
+        assert_eq!(of("assign_pool_workers"), ["service", "workers"]);
+        assert_eq!(of("release_pool_workers"), ["workers"]);
         assert_eq!(of("scale_endpoint"), ["replicas", "ready"]);
         assert_eq!(
             of("delete_endpoint"),
             ["service", "workload", "secret", "pods"]
         );
-        assert_eq!(names.len(), 23, "a new pipeline: add its stored names here");
+        assert_eq!(names.len(), 25, "a new pipeline: add its stored names here");
     }
 
     #[test]

@@ -653,6 +653,29 @@ pub const CASES: &[Case] = &[
         ],
     },
     Case {
+        command: "assign_pool_workers",
+        given: pool_warm,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/endpoints/pool/assign");
+            (Method::POST, path, json!({ "model": "sql", "count": 1 }))
+        },
+        check: |world, hypd, token, name| pool_bound(world, hypd, token, name, 1),
+        calls: &[
+            call("service", "kubernetes", "patch Service"),
+            call("workers", "kubernetes", "patch Pod"),
+        ],
+    },
+    Case {
+        command: "release_pool_workers",
+        given: pool_bound_to_sql,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/endpoints/pool/release");
+            (Method::POST, path, json!({ "model": "sql" }))
+        },
+        check: |world, hypd, token, name| pool_bound(world, hypd, token, name, 0),
+        calls: &[call("workers", "kubernetes", "patch Pod")],
+    },
+    Case {
         command: "scale_endpoint",
         given: serving,
         request: |_, _, name| {
@@ -688,6 +711,54 @@ fn model_server() -> Value {
 fn model_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {
     created(world, hypd, token, name);
     crate::inference::model_in_bucket(hypd, token, name);
+}
+
+/// [`model_ready`] with a model pool `pool` of two free workers serving `base` and the
+/// LoRA adapter `sql`.
+fn pool_warm(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    model_ready(world, hypd, token, name);
+    let path = format!("/api/v1/clusters/{name}/endpoints");
+    let pool = json!({"endpoint": "pool", "engine": "vllm", "service": "model_pool", "replicas": 2,
+        "command": "vllm serve /s3/models/qwen --served-model-name base --enable-lora --lora-modules sql=/s3/models/qwen/sql"});
+    crate::inference::run_op(hypd, token, &path, pool);
+}
+
+/// [`pool_warm`] with one worker bound to `sql`.
+fn pool_bound_to_sql(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    pool_warm(world, hypd, token, name);
+    let path = format!("/api/v1/clusters/{name}/endpoints/pool/assign");
+    crate::inference::run_op(hypd, token, &path, json!({ "model": "sql", "count": 1 }));
+}
+
+/// Pool `pool` of cluster `name` has `sql` workers bound to `sql` (and the rest free),
+/// its two pods never replaced, and the Service `pool-sql` once.
+fn pool_bound(world: &World, hypd: &Hypd, token: &str, name: &str, sql: u32) {
+    let (status, got) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/endpoints/pool"),
+        None,
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(
+        got["pool"],
+        json!({"models": [{"model": "base", "workers": 0}, {"model": "sql", "workers": sql}],
+            "unassigned": 2 - sql}),
+        "{got:#}"
+    );
+    assert_eq!(got["pods"].as_array().map(Vec::len), Some(2), "{got:#}");
+    let services = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = crate::common::cluster::kube_client(world, name).await;
+        Api::<k8s_openapi::api::core::v1::Service>::namespaced(client, "default")
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|s| s.metadata.name.as_deref() == Some("pool-sql"))
+            .count()
+    });
+    assert_eq!(services, 1, "the model's Service, made once");
 }
 
 /// [`model_ready`] with the inference operator on.

@@ -4,7 +4,9 @@
 //! answers unavailable with Retry-After while it wakes (never not-found), then serves
 //! chat completions through the API server's service proxy; a load-balanced one with
 //! its NLB address; both listed across clusters, scaled to zero, and deleted in two
-//! steps with their token's Secret; the token nowhere hypd keeps or says anything.
+//! steps with their token's Secret; a model pool whose warm workers are bound to its
+//! models and released by a label, never restarted; the token nowhere hypd keeps or
+//! says anything.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
@@ -298,6 +300,8 @@ fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
         let op = hypd.finish(&token, started["operation_id"].as_str().unwrap());
         assert_eq!(op["state"], "succeeded", "{op:#}");
     }
+    model_pool(&hypd, &token, name);
+
     let left = rt.block_on(async {
         let client = kube_client(&world, name).await;
         let names = |l: Vec<Option<String>>| l.into_iter().flatten().collect::<Vec<_>>();
@@ -319,8 +323,14 @@ fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
             names(secrets.items.into_iter().map(|x| x.metadata.name).collect()),
         )
     });
-    assert!(!left.0.iter().any(|n| n.starts_with("qwen")), "{left:?}");
-    assert!(!left.1.iter().any(|n| n.starts_with("qwen")), "{left:?}");
+    for kind in [&left.0, &left.1] {
+        assert!(
+            !kind
+                .iter()
+                .any(|n| n.starts_with("qwen") || n.starts_with("pool")),
+            "{left:?}"
+        );
+    }
     assert!(
         !left.2.iter().any(|n| n.starts_with("hypd-hf-token")),
         "{left:?}"
@@ -334,4 +344,144 @@ fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
     assert_eq!(listed["endpoints"], json!([]), "{listed:#}");
 
     crate::models::nowhere_kept(&hypd, &token, TOKEN);
+}
+
+/// Each pod of `pool`: its uid, restarts and the model it is bound to.
+fn workers(hypd: &Hypd, token: &str, name: &str) -> Vec<(String, u64, Option<String>)> {
+    let (status, got) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/endpoints/pool"),
+        None,
+    );
+    assert_eq!(status, 200, "{got}");
+    got["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["uid"].as_str().unwrap().to_owned(),
+                p["restarts"].as_u64().unwrap(),
+                p["serves"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// A pool of two warm vLLM workers serving a base model and two LoRA adapters: no model
+/// is reached before a worker is bound to it (503, no Retry-After: waiting would not
+/// help); binding one worker to each adapter by its label, refusing a third when one
+/// is free, each adapter then answering as itself; releasing returns a worker. No
+/// worker restarts or is replaced (uids unchanged) through all of it; deleting the pool
+/// deletes its models' Services.
+fn model_pool(hypd: &Hypd, token: &str, name: &str) {
+    let endpoints = format!("/api/v1/clusters/{name}/endpoints");
+    let lora = "--enable-lora --lora-modules sql=/s3/models/qwen/sql chat=/s3/models/qwen/chat";
+    let pool = json!({"endpoint": "pool", "engine": "vllm", "service": "model_pool", "replicas": 2,
+        "command": format!("vllm serve /s3/models/qwen --served-model-name base {lora}")});
+    let mut bad = pool.clone();
+    bad["command"] = json!(format!(
+        "vllm serve /s3/models/qwen --served-model-name Qwen/Base {lora}"
+    ));
+    let (status, refused) = hypd.call(token, Method::POST, &endpoints, Some(bad));
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(field_of(&refused).0, "command", "{refused}");
+    assert!(field_of(&refused).1.contains("lowercase"), "{refused}");
+    let op = run_op(hypd, token, &endpoints, pool);
+    assert_eq!(op["outputs"]["ready"], 2, "{op:#}");
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/pool"), None);
+    assert_eq!(
+        got["pool"],
+        json!({"models": [{"model": "base", "workers": 0}, {"model": "chat", "workers": 0},
+            {"model": "sql", "workers": 0}], "unassigned": 2}),
+        "{got:#}"
+    );
+    let before = workers(hypd, token, name);
+    let ask = |model: Option<&str>| {
+        let mut body = json!({"messages": [{"role": "user", "content": "SELECT 1?"}]});
+        if let Some(m) = model {
+            body["model"] = json!(m);
+        }
+        hypd.call(
+            token,
+            Method::POST,
+            &format!("{endpoints}/pool/invoke"),
+            Some(body),
+        )
+    };
+    let (status, refused) = ask(None);
+    assert_eq!((status, field_of(&refused).0), (422, "model"), "{refused}");
+    let (status, unbound) = ask(Some("sql"));
+    assert_eq!(status, 503, "{unbound}");
+    assert!(
+        unbound.to_string().contains("assign_pool_workers"),
+        "{unbound}"
+    );
+
+    let assign = format!("{endpoints}/pool/assign");
+    let op = run_op(hypd, token, &assign, json!({"model": "sql", "count": 1}));
+    assert_eq!(op["outputs"]["serving"], 1, "{op:#}");
+    let (status, refused) = hypd.call(
+        token,
+        Method::POST,
+        &assign,
+        Some(json!({"model": "chat", "count": 2})),
+    );
+    assert_eq!(status, 422, "{refused}");
+    let (field, says) = field_of(&refused);
+    assert_eq!(field, "count");
+    assert!(
+        says.contains("1 free ready worker of 2 (bound: sql 1)"),
+        "{says}"
+    );
+    let (status, refused) = hypd.call(
+        token,
+        Method::POST,
+        &assign,
+        Some(json!({"model": "poetry", "count": 1})),
+    );
+    assert_eq!((status, field_of(&refused).0), (422, "model"), "{refused}");
+    run_op(hypd, token, &assign, json!({"model": "chat", "count": 1}));
+    for model in ["sql", "chat"] {
+        let (status, answer) = ask(Some(model));
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["model"], model, "{answer}");
+    }
+    let bound = workers(hypd, token, name);
+    let uids =
+        |w: &[(String, u64, Option<String>)]| w.iter().map(|p| p.0.clone()).collect::<Vec<_>>();
+    assert_eq!(uids(&bound), uids(&before), "the same pods: none replaced");
+    assert!(bound.iter().all(|p| p.1 == 0), "none restarted: {bound:?}");
+    let mut serving: Vec<_> = bound.iter().filter_map(|p| p.2.clone()).collect();
+    serving.sort();
+    assert_eq!(serving, ["chat", "sql"]);
+
+    let op = run_op(
+        hypd,
+        token,
+        &format!("{endpoints}/pool/release"),
+        json!({"model": "sql"}),
+    );
+    assert_eq!(op["outputs"]["serving"], 0, "{op:#}");
+    let released = workers(hypd, token, name);
+    assert_eq!(uids(&released), uids(&before));
+    assert_eq!(released.iter().filter(|p| p.2.is_none()).count(), 1);
+    let (status, unbound) = ask(Some("sql"));
+    assert_eq!(status, 503, "{unbound}");
+
+    let path = format!("{endpoints}/pool");
+    let (status, gated) = hypd.call(token, Method::DELETE, &path, Some(json!({})));
+    assert_eq!(status, 200, "{gated}");
+    let services: Vec<&str> = gated["plan"]["stages"][0]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(services, ["pool-chat", "pool-sql"], "{gated:#}");
+    let (status, started) = hypd.confirmed(token, Method::DELETE, &path, Some(json!({})));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
 }

@@ -165,6 +165,21 @@ fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     })
 }
 
+/// The adapters' names after `--lora-modules` (up to the next flag).
+fn lora_names(args: &[String]) -> Vec<String> {
+    let Some(i) = args.iter().position(|w| w == "--lora-modules") else {
+        return Vec::new();
+    };
+    args[i + 1..]
+        .iter()
+        .take_while(|w| !w.starts_with("--"))
+        .filter_map(|w| match serde_json::from_str::<Value>(w) {
+            Ok(v) => v["name"].as_str().map(str::to_owned),
+            Err(_) => w.split_once('=').map(|(name, _)| name.to_owned()),
+        })
+        .collect()
+}
+
 fn server(command: &[String]) -> Option<ModelServer> {
     // What runs the program: `exec`, `env` and variable assignments.
     let start = command
@@ -204,6 +219,11 @@ fn server(command: &[String]) -> Option<ModelServer> {
     };
     if names.is_empty() {
         names.push(model.clone());
+    }
+    // vLLM with LoRA answers for each adapter too, by the name `--lora-modules` gives it
+    // (`name=path`, or vLLM's JSON form), only with `--enable-lora`.
+    if engine == Engine::Vllm && args.iter().any(|w| w == "--enable-lora") {
+        names.extend(lora_names(args));
     }
     let (default_port, len_flag) = match engine {
         Engine::Vllm => (8000, "--max-model-len"),
@@ -632,7 +652,8 @@ fn complete(
     }
     let generated: Vec<Generated> = prompts
         .iter()
-        .map(|(_, p)| generate(&server.names[0], p, max))
+        // An adapter answers differently from its base model.
+        .map(|(_, p)| generate(&model, p, max))
         .collect();
     let mut served = 0;
     for ((p, _), g) in prompts.iter().zip(&generated) {
@@ -791,6 +812,21 @@ mod tests {
         assert_eq!(vllm.engine, Engine::Vllm);
         assert_eq!(vllm.model, "/s3/models/Qwen/Qwen2.5-0.5B");
         assert_eq!(vllm.names, ["qwen"]);
+        let lora = of(&pod(
+            json!(["vllm", "serve", "m"]),
+            json!([
+                "--served-model-name",
+                "base",
+                "--enable-lora",
+                "--lora-modules",
+                "sql=/s3/adapters/sql",
+                r#"{"name": "chat", "path": "/s3/adapters/chat"}"#,
+                "--max-lora-rank",
+                "16"
+            ]),
+        ))
+        .unwrap();
+        assert_eq!(lora.names, ["base", "sql", "chat"]);
         assert_eq!((vllm.port, vllm.max_model_len), (8080, 8192));
 
         let api_server = of(&pod(
