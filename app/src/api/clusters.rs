@@ -830,11 +830,7 @@ impl Command for CreateCluster {
                 format!("{} is not in {region}", self.availability_zone),
             ));
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 }
 

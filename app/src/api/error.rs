@@ -111,6 +111,15 @@ impl ApiError {
         }
     }
 
+    /// Every rule a request breaks as one refusal, or none.
+    pub fn unless_broken(errors: Vec<FieldError>) -> Result<(), Self> {
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation { errors })
+        }
+    }
+
     pub fn internal(message: impl std::fmt::Display) -> Self {
         ApiError::Internal {
             message: message.to_string(),

@@ -421,11 +421,7 @@ impl Command for DeployModelServer {
 
     fn validate(&self) -> Result<(), ApiError> {
         let errors = self.request_errors();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 
     /// The token, and the Secret's name (a token pasted there by mistake), are blanked.
@@ -623,11 +619,7 @@ impl Command for DeployInferenceEndpoint {
 
     fn validate(&self) -> Result<(), ApiError> {
         let errors = self.request_errors();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 
     fn redact(request: &mut serde_json::Value) {
@@ -1003,11 +995,7 @@ impl Command for InvokeEndpoint {
 
     fn validate(&self) -> Result<(), ApiError> {
         let errors = self.request_errors();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 }
 

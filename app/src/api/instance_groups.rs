@@ -112,11 +112,7 @@ impl Command for AddInstanceGroup {
     fn validate(&self) -> Result<(), ApiError> {
         let mut errors = Vec::new();
         self.group.problems("group", &mut errors);
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 }
 
@@ -231,11 +227,7 @@ impl Command for UpdateInstanceGroup {
             "",
             &mut errors,
         );
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 }
 

@@ -147,11 +147,7 @@ fn check_nodes(ids: &[NodeId], action: NodeAction) -> Result<(), ApiError> {
             ));
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::Validation { errors })
-    }
+    ApiError::unless_broken(errors)
 }
 
 /// A node action's request: the cluster, its nodes, and the gate fields.

@@ -117,11 +117,7 @@ impl Command for UpdateClusterSoftware {
                 ));
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 }
 

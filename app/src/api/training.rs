@@ -572,11 +572,7 @@ impl Command for SubmitTrainingJob {
 
     fn validate(&self) -> Result<(), ApiError> {
         let errors = self.request_errors();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation { errors })
-        }
+        ApiError::unless_broken(errors)
     }
 }
 

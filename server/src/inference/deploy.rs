@@ -189,6 +189,55 @@ pub(crate) async fn check(
     Ok(group)
 }
 
+/// Before the object endpoint `endpoint` is made of (kind `K`) is applied: one already
+/// there must be this operation's (a step run again), never one made by anyone since the
+/// pre-flight. A plan of a request with a token lists its Secret, made when it is sent.
+pub(crate) async fn claim<K>(
+    client: &kube::Client,
+    endpoint: &str,
+    operation: &str,
+    token: bool,
+) -> Result<(), ApiError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if token {
+        planned(|| Change::new(Action::Create, "k8s:v1/Secret", token_secret(endpoint)));
+    }
+    if is_planning() {
+        return Ok(());
+    }
+    let Some(live) =
+        kubernetes::get(&Api::<K>::namespaced(client.clone(), NAMESPACE), endpoint).await?
+    else {
+        return Ok(());
+    };
+    let made_by = live
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OPERATION_ANNOTATION));
+    if made_by.map(String::as_str) == Some(operation) {
+        return Ok(());
+    }
+    Err(ApiError::field(
+        "endpoint",
+        format!(
+            "{} {} named {endpoint} was made by {} after this operation was checked: delete it or choose another name",
+            if K::kind(&()).starts_with(['A', 'E', 'I', 'O', 'U']) {
+                "an"
+            } else {
+                "a"
+            },
+            K::kind(&()),
+            made_by.map_or("someone else".to_owned(), |o| format!("operation {o}"))
+        ),
+    ))
+}
+
 /// A token given with endpoint `endpoint` kept in its Secret; the Secret's name.
 pub(crate) async fn keep_token(
     cx: &Preflight<'_>,
@@ -247,37 +296,8 @@ impl Pipeline for DeployModelServer {
         out.model = Some(serve.served_name.clone());
         match stage {
             Stage::Workload => {
-                // A plan of a request with a token: the Secret is made when it is sent.
-                if self.hf_token.is_some() {
-                    planned(|| {
-                        app::api::plan::Change::new(
-                            app::api::plan::Action::Create,
-                            "k8s:v1/Secret",
-                            token_secret(endpoint),
-                        )
-                    });
-                }
-                let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-                if !is_planning()
-                    && let Some(live) = kubernetes::get(&deployments, endpoint).await?
-                {
-                    let made_by = live
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(OPERATION_ANNOTATION));
-                    if made_by != Some(&cx.operation_id) {
-                        return Err(ApiError::field(
-                            "endpoint",
-                            format!(
-                                "a Deployment named {endpoint} was made by {} after this operation was checked: delete it or choose another name",
-                                made_by.map_or("someone else".to_owned(), |o| format!(
-                                    "operation {o}"
-                                ))
-                            ),
-                        ));
-                    }
-                }
+                let token = self.hf_token.is_some();
+                claim::<Deployment>(&client, endpoint, &cx.operation_id, token).await?;
                 let placement = placement(self, &cx.aws, &cx.store, &at).await?;
                 out.instance_group = Some(placement.target.group.clone());
                 let secret = self

@@ -20,11 +20,10 @@ use kube::api::ListParams;
 use super::Record;
 use super::deploy::{self, Outputs, keep_token, token_secret};
 use super::endpoint_config::{self, Source};
-use super::workload::{GPU, OPERATION_ANNOTATION};
+use super::workload::GPU;
 use crate::cluster::managed::{Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::converge;
-use crate::resources::is_planning;
 use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::object::Applied;
 use crate::resources::kube::{self as kubernetes};
@@ -259,36 +258,14 @@ impl Pipeline for DeployInferenceEndpoint {
         out.model = Some(serve.served_name.clone());
         match stage {
             Stage::Config => {
-                if self.hf_token.is_some() {
-                    crate::resources::planned(|| {
-                        app::api::plan::Change::new(
-                            app::api::plan::Action::Create,
-                            "k8s:v1/Secret",
-                            token_secret(endpoint),
-                        )
-                    });
-                }
-                let configs = Api::<InferenceEndpointConfig>::namespaced(client.clone(), NAMESPACE);
-                if !is_planning()
-                    && let Some(live) = kubernetes::get(&configs, endpoint).await?
-                {
-                    let made_by = live
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(OPERATION_ANNOTATION));
-                    if made_by != Some(&cx.operation_id) {
-                        return Err(ApiError::field(
-                            "endpoint",
-                            format!(
-                                "an InferenceEndpointConfig named {endpoint} was made by {} after this operation was checked: delete it or choose another name",
-                                made_by.map_or("someone else".to_owned(), |o| format!(
-                                    "operation {o}"
-                                ))
-                            ),
-                        ));
-                    }
-                }
+                let token = self.hf_token.is_some();
+                deploy::claim::<InferenceEndpointConfig>(
+                    &client,
+                    endpoint,
+                    &cx.operation_id,
+                    token,
+                )
+                .await?;
                 let target = deploy::placement(&server, &cx.aws, &cx.store, &at)
                     .await?
                     .target;

@@ -14,7 +14,7 @@ use app::api::inference::{
     ServiceShape,
 };
 use app::api::plan::{Action, Change, FieldChange};
-use app::api::values::IdempotencyKey;
+use app::api::values::{ClusterName, EndpointName, IdempotencyKey, ServedName};
 use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -178,6 +178,22 @@ fn served(live: &Live, model: &str) -> Result<(), ApiError> {
     ))
 }
 
+/// Cluster `cluster`'s pool `pool`, which must serve `model`, with a client of the cluster.
+async fn located(
+    aws: &crate::aws::Aws,
+    store: &crate::store::Store,
+    cluster: &ClusterName,
+    pool_name: &EndpointName,
+    model: &ServedName,
+) -> Result<(kube::Client, Live), ApiError> {
+    let cluster = cluster.as_str();
+    let at = locate(store, cluster, "to bind or release pool workers").await?;
+    let client = kubernetes::connect(aws, &at.region, &at.eks).await?;
+    let live = pool(&client, cluster, pool_name.as_str()).await?;
+    served(&live, model.as_str())?;
+    Ok((client, live))
+}
+
 /// Sets (or, `None`, removes) the model label of `pod`, recording the operation.
 async fn label(
     client: &kube::Client,
@@ -234,11 +250,7 @@ impl Pipeline for AssignPoolWorkers {
 
     /// The pool exists, serves the model, and has that many free, ready workers.
     async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-        let cluster = self.name.as_str();
-        let at = locate(cx.store, cluster, "to assign pool workers").await?;
-        let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        let live = pool(&client, cluster, self.pool.as_str()).await?;
-        served(&live, self.model.as_str())?;
+        let (_, live) = located(cx.aws, cx.store, &self.name, &self.pool, &self.model).await?;
         let free = live
             .pods
             .iter()
@@ -278,10 +290,8 @@ impl Pipeline for AssignPoolWorkers {
         stage: AssignStage,
         out: &mut Outputs,
     ) -> Result<Progress, ApiError> {
-        let cluster = self.name.as_str();
-        let at = locate(&cx.store, cluster, "to assign pool workers").await?;
-        let client = kubernetes::connect(&cx.aws, &at.region, &at.eks).await?;
-        let live = pool(&client, cluster, self.pool.as_str()).await?;
+        let (client, live) =
+            located(&cx.aws, &cx.store, &self.name, &self.pool, &self.model).await?;
         let model = self.model.as_str();
         match stage {
             AssignStage::Service => {
@@ -346,11 +356,7 @@ impl Pipeline for ReleasePoolWorkers {
 
     /// The pool exists, serves the model, and has that many workers bound to it.
     async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
-        let cluster = self.name.as_str();
-        let at = locate(cx.store, cluster, "to release pool workers").await?;
-        let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        let live = pool(&client, cluster, self.pool.as_str()).await?;
-        served(&live, self.model.as_str())?;
+        let (_, live) = located(cx.aws, cx.store, &self.name, &self.pool, &self.model).await?;
         let bound = live
             .pods
             .iter()
@@ -378,10 +384,8 @@ impl Pipeline for ReleasePoolWorkers {
         stage: ReleaseStage,
         out: &mut Outputs,
     ) -> Result<Progress, ApiError> {
-        let cluster = self.name.as_str();
-        let at = locate(&cx.store, cluster, "to release pool workers").await?;
-        let client = kubernetes::connect(&cx.aws, &at.region, &at.eks).await?;
-        let live = pool(&client, cluster, self.pool.as_str()).await?;
+        let (client, live) =
+            located(&cx.aws, &cx.store, &self.name, &self.pool, &self.model).await?;
         let model = self.model.as_str();
         match stage {
             ReleaseStage::Workers => {
