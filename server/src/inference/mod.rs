@@ -22,6 +22,7 @@ use app::api::inference::{
     ENDPOINT_LABEL, Endpoint, EndpointList, EndpointPod, EndpointSummary, GetEndpoint,
     ListEndpoints, NAMESPACE, RoutingStrategy, UnreadableCluster,
 };
+use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -422,26 +423,18 @@ pub(crate) async fn required(
 
 /// Every endpoint of the cluster `client` reaches, by name.
 async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummary>, ApiError> {
+    let labelled = || ListParams::default().labels(ENDPOINT_LABEL);
+    let (mut found, mut pods, mut services) = (Vec::new(), Vec::new(), Vec::new());
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-    let mut found = Vec::new();
-    kubernetes::each_listed(
-        &deployments,
-        ListParams::default().labels(ENDPOINT_LABEL),
-        |d| found.push(d),
-    )
-    .await?;
-    let mut pods = Vec::new();
-    let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
-    kubernetes::each_listed(&api, ListParams::default().labels(ENDPOINT_LABEL), |p| {
-        pods.push(p)
-    })
-    .await?;
-    let mut services = Vec::new();
-    let api = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
-    kubernetes::each_listed(&api, ListParams::default().labels(ENDPOINT_LABEL), |s| {
-        services.push(s)
-    })
-    .await?;
+    let pod_api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+    let service_api = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
+    // Four reads at once: one round trip's wait instead of four.
+    let (_, _, _, configs) = futures_util::try_join!(
+        kubernetes::each_listed(&deployments, labelled(), |d| found.push(d)),
+        kubernetes::each_listed(&pod_api, labelled(), |p| pods.push(p)),
+        kubernetes::each_listed(&service_api, labelled(), |s| services.push(s)),
+        managed::configs(client),
+    )?;
     let label = |m: &ObjectMeta| {
         m.labels
             .as_ref()
@@ -465,7 +458,7 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
             live.summary(cluster)
         })
         .collect();
-    for c in managed::configs(client).await? {
+    for c in configs {
         if label(&c.metadata) == c.metadata.name {
             endpoints.push(
                 live(client, Record::Managed(Box::new(c)))
@@ -477,6 +470,9 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
     endpoints.sort_by(|a, b| a.endpoint.cmp(&b.endpoint));
     Ok(endpoints)
 }
+
+/// Clusters list_endpoints reads at once.
+const CLUSTERS_AT_ONCE: usize = 8;
 
 impl Handler<ListEndpoints> for Service {
     async fn handle(&self, _: &Actor, r: ListEndpoints) -> Result<EndpointList, ApiError> {
@@ -499,12 +495,19 @@ impl Handler<ListEndpoints> for Service {
         };
         let mut endpoints = Vec::new();
         let mut unreadable = Vec::new();
-        for (cluster, region) in clusters {
-            let listed = async {
-                let client = kubernetes::connect(&self.aws, &region, &cluster).await?;
-                list(&client, &cluster).await
-            }
-            .await;
+        // Clusters are read a few at a time, each a round trip away (through an SSM
+        // tunnel, seconds): the answer waits for the slowest, not for their sum.
+        let mut read = futures_util::stream::iter(clusters)
+            .map(|(cluster, region)| async move {
+                let listed = async {
+                    let client = kubernetes::connect(&self.aws, &region, &cluster).await?;
+                    list(&client, &cluster).await
+                }
+                .await;
+                (cluster, listed)
+            })
+            .buffered(CLUSTERS_AT_ONCE);
+        while let Some((cluster, listed)) = read.next().await {
             match listed {
                 Ok(found) => endpoints.extend(found),
                 // One cluster out of reach does not hide the others'; asked by name, it
