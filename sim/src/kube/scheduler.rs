@@ -63,25 +63,28 @@ pub(crate) fn affinity_matches(pod_spec: &Value, labels: &Value) -> bool {
 }
 
 fn expression_matches(e: &Value, labels: &Value) -> bool {
-    let have = e["key"].as_str().and_then(|k| labels[k].as_str());
-    let values: Vec<&str> = e["values"]
+    requirement_admits(e, e["key"].as_str().and_then(|k| labels[k].as_str()))
+}
+
+/// Whether a node whose label of `r`'s key is `have` meets one node-selector requirement
+/// (a node affinity's `matchExpressions` entry, or a Karpenter NodePool's requirement):
+/// a key the node does not carry fails `In`, `Exists`, `Gt` and `Lt`.
+pub(crate) fn requirement_admits(r: &Value, have: Option<&str>) -> bool {
+    let values: Vec<&str> = r["values"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
         .collect();
     let number = |s: &str| s.parse::<i64>().ok();
-    match e["operator"].as_str().unwrap_or_default() {
+    let bound = values.first().copied().and_then(number);
+    match r["operator"].as_str().unwrap_or_default() {
         "In" => have.is_some_and(|v| values.contains(&v)),
         "NotIn" => have.is_none_or(|v| !values.contains(&v)),
         "Exists" => have.is_some(),
         "DoesNotExist" => have.is_none(),
-        "Gt" => {
-            matches!((have.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
-        }
-        "Lt" => {
-            matches!((have.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
-        }
+        "Gt" => have.and_then(number).zip(bound).is_some_and(|(v, b)| v > b),
+        "Lt" => have.and_then(number).zip(bound).is_some_and(|(v, b)| v < b),
         _ => false,
     }
 }

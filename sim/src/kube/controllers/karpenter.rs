@@ -19,7 +19,7 @@ use super::{is_terminal, node_ready, selector_matches, snapshot, upsert};
 use crate::clock::reached;
 use crate::kube::admission::crd_status;
 use crate::kube::discovery::CRD_GR;
-use crate::kube::scheduler::{RESOURCES, milli, requests, tolerates};
+use crate::kube::scheduler::{RESOURCES, milli, requests, requirement_admits, tolerates};
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::parse_rfc3339;
 use crate::sagemaker::{AutoscaledGroup, Features};
@@ -497,32 +497,11 @@ fn karpenter_labels(g: &Group, pool: &Pool) -> Map<String, Value> {
 /// label the HyperPod provider does not support would need.
 fn admits(requirements: &Value, labels: &Map<String, Value>) -> bool {
     requirements.as_array().into_iter().flatten().all(|r| {
-        let value = r["key"]
+        let have = r["key"]
             .as_str()
             .and_then(|k| labels.get(k))
             .and_then(Value::as_str);
-        let values: Vec<&str> = r["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        let number = |s: &str| s.parse::<i64>().ok();
-        match r["operator"].as_str().unwrap_or_default() {
-            "In" => value.is_some_and(|v| values.contains(&v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            "Gt" => value
-                .and_then(number)
-                .zip(values.first().copied().and_then(number))
-                .is_some_and(|(v, b)| v > b),
-            "Lt" => value
-                .and_then(number)
-                .zip(values.first().copied().and_then(number))
-                .is_some_and(|(v, b)| v < b),
-            _ => false,
-        }
+        requirement_admits(r, have)
     })
 }
 
