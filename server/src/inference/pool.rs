@@ -92,6 +92,14 @@ fn serves(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// The pool's workers that may be bound: bound to no model, and ready. The pre-flight
+/// and the step count the same ones.
+fn free(live: &Live) -> impl Iterator<Item = &Pod> {
+    live.pods
+        .iter()
+        .filter(|p| serves(p).is_none() && super::is_ready(p))
+}
+
 fn moved_by(pod: &Pod) -> Option<&str> {
     pod.metadata
         .annotations
@@ -251,11 +259,7 @@ impl Pipeline for AssignPoolWorkers {
     /// The pool exists, serves the model, and has that many free, ready workers.
     async fn preflight(self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
         let (_, live) = located(cx.aws, cx.store, &self.name, &self.pool, &self.model).await?;
-        let free = live
-            .pods
-            .iter()
-            .filter(|p| serves(p).is_none() && super::is_ready(p))
-            .count() as u32;
+        let free = free(&live).count() as u32;
         let wanted = self.count.get();
         if free < wanted {
             let bound: Vec<String> = live
@@ -306,12 +310,7 @@ impl Pipeline for AssignPoolWorkers {
                     .filter(|p| serves(p) == Some(model) && moved_by(p) == Some(&cx.operation_id))
                     .collect();
                 let need = (self.count.get() as usize).saturating_sub(done.len());
-                let chosen: Vec<&Pod> = live
-                    .pods
-                    .iter()
-                    .filter(|p| serves(p).is_none() && super::is_ready(p))
-                    .take(need)
-                    .collect();
+                let chosen: Vec<&Pod> = free(&live).take(need).collect();
                 if chosen.len() < need {
                     return Err(ApiError::Conflict {
                         message: format!(
