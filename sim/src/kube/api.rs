@@ -389,26 +389,35 @@ async fn handle(
                     .await
                 }
                 (_, true, Some("proxy")) if req.res.gr() == "/services" => {
+                    let call = service_proxy::Call {
+                        method: &method,
+                        path: proxied.as_deref().unwrap_or_default(),
+                        body: &body,
+                        headers: &headers,
+                    };
                     let backend = service_proxy::backend(
                         &store,
                         &api.serving,
                         &req.ns,
                         req.name.as_deref().unwrap_or_default(),
-                        &body,
-                        &headers,
+                        &call,
+                        now,
                     );
+                    // The answer may take its decode time: nothing waits on the cluster.
                     drop(store);
                     match backend {
-                        Ok(b) => service_proxy::answer(
-                            &b,
-                            &api.serving,
-                            &method,
-                            uri.path(),
-                            proxied.as_deref().unwrap_or_default(),
-                            uri.query(),
-                            &body,
-                            now as i64,
-                        ),
+                        Ok(b) => {
+                            service_proxy::answer(
+                                b,
+                                ctx.world.clock.clone(),
+                                &api.serving,
+                                &call,
+                                uri.path(),
+                                uri.query(),
+                                now as i64,
+                            )
+                            .await
+                        }
                         Err(s) => s.into_response(),
                     }
                 }
@@ -488,14 +497,14 @@ fn content_type(headers: &HeaderMap) -> String {
 pub const SCALABLE: &[&str] = &["apps/deployments", "apps/replicasets", "apps/statefulsets"];
 
 /// The value at a CRD's JSON path (`.spec.replicas`): null where nothing is.
-fn at_path<'a>(o: &'a Value, path: &str) -> &'a Value {
+pub(super) fn at_path<'a>(o: &'a Value, path: &str) -> &'a Value {
     path.split('.')
         .filter(|s| !s.is_empty())
         .fold(o, |v, k| &v[k])
 }
 
 /// Sets the value at a CRD's JSON path, making the objects on the way.
-fn set_path(o: &mut Value, path: &str, value: Value) {
+pub(super) fn set_path(o: &mut Value, path: &str, value: Value) {
     let target = path
         .split('.')
         .filter(|s| !s.is_empty())

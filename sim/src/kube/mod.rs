@@ -23,6 +23,7 @@ mod model_server;
 mod scheduler;
 mod schema;
 mod service_proxy;
+mod sglang_router;
 mod store;
 mod table;
 mod time;
@@ -63,6 +64,8 @@ pub struct ClusterApi {
     /// What its pods' model servers have served, and whose turn it is behind each
     /// Service (see [`service_proxy`]).
     pub serving: model_server::Serving,
+    /// What KEDA's scale loops and the HPAs they drive remember between passes.
+    pub autoscalers: controllers::Autoscalers,
     /// Wakes the controllers: every change of the store does, and whatever changes in
     /// EKS or HyperPod for this cluster (see [`Kube::wake`]).
     wake: Arc<Notify>,
@@ -109,6 +112,7 @@ impl Kube {
             ca_pem: tls.ca_pem,
             store: tokio::sync::Mutex::new(store),
             serving: model_server::Serving::default(),
+            autoscalers: controllers::Autoscalers::default(),
             version: version.to_owned(),
             region: region.to_owned(),
             wake: wake.clone(),
@@ -140,6 +144,7 @@ impl Kube {
             wake: store.changes(),
             store: tokio::sync::Mutex::new(store),
             serving: model_server::Serving::default(),
+            autoscalers: controllers::Autoscalers::default(),
             version: "1.33".to_owned(),
             region: "us-east-1".to_owned(),
             _shutdown: shutdown,

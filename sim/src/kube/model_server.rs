@@ -1,22 +1,33 @@
 //! What a pod answers over HTTP when the service proxy reaches it. A pod whose first
 //! container starts vLLM or SGLang serves their OpenAI-compatible API (health, models,
-//! chat and text completions, Prometheus metrics) with completions that are a function
-//! of the served model and the prompt, so tests can assert on them; any other pod is a
-//! plain server that knows no path. The sim runs no process: what a pod serves follows
-//! from its command line alone, and what it has served is counted beside the store
-//! ([`Serving`]), never on the pod, so that answering a request writes no object.
+//! chat and text completions, Prometheus metrics; SGLang also its native `/generate`)
+//! with completions that are a function of the served model and the prompt, so tests can
+//! assert on them; any other pod is a plain server that knows no path. A completion takes
+//! its decode time on the sim's clock, [`DECODE_SECS_PER_TOKEN`] per generated token,
+//! which the answer carries as when each part of its body is due ([`Answer::due`]) for
+//! the proxy to wait out, so that load builds up as it does on real servers. The sim runs
+//! no process: what a pod serves follows from its command line alone, and what it has
+//! served and has in flight is counted beside the store ([`Serving`]), never on the pod,
+//! so that answering a request writes no object.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use super::sglang_router;
 use super::store::{Store, meta};
 use crate::world::fnv1a;
 
 /// The context length a server reports when its command line sets none.
 pub const DEFAULT_MAX_MODEL_LEN: u64 = 4096;
+/// Sim seconds a server takes per token it generates (about 50 tokens a second for one
+/// request, a mid-sized model on one GPU).
+pub const DECODE_SECS_PER_TOKEN: f64 = 0.02;
+/// What SGLang's `/generate` generates when its sampling parameters set no
+/// `max_new_tokens`.
+const SGLANG_MAX_NEW_TOKENS: u64 = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
@@ -46,10 +57,15 @@ pub struct ModelServer {
     pub max_model_len: u64,
 }
 
-/// The model server `pod`'s first container starts, if it starts one: from its
-/// `command` and `args` as the container runtime joins them (no `command`: the image's
-/// [`entrypoint`]), and through `sh -c LINE` (or bash) as the shell would split LINE.
+/// The model server `pod`'s first container starts, if it starts one (see [`commands`]).
 pub fn of(pod: &Value) -> Option<ModelServer> {
+    commands(pod).iter().find_map(|c| server(c))
+}
+
+/// The simple commands `pod`'s first container runs: its `command` and `args` as the
+/// container runtime joins them (no `command`: the image's [`entrypoint`]), and through
+/// `sh -c LINE` (or bash) the commands of LINE as the shell would split it.
+pub(super) fn commands(pod: &Value) -> Vec<Vec<String>> {
     let container = &pod["spec"]["containers"][0];
     let words = |k: &str| -> Vec<String> {
         container[k]
@@ -65,7 +81,7 @@ pub fn of(pod: &Value) -> Option<ModelServer> {
         command = entrypoint(image).iter().map(|w| (*w).to_owned()).collect();
     }
     let words: Vec<String> = command.into_iter().chain(words("args")).collect();
-    let commands = match words.as_slice() {
+    match words.as_slice() {
         [sh, flags, line, ..]
             if matches!(basename(sh), "sh" | "bash" | "dash" | "ash" | "zsh")
                 && flags.starts_with('-')
@@ -74,8 +90,7 @@ pub fn of(pod: &Value) -> Option<ModelServer> {
             shell_commands(line)
         }
         _ => vec![words],
-    };
-    commands.iter().find_map(|c| server(c))
+    }
 }
 
 /// The ENTRYPOINT of the serving images the sim knows, by repository (registry and tag
@@ -100,7 +115,7 @@ pub fn entrypoint(image: &str) -> &'static [&'static str] {
     }
 }
 
-fn basename(path: &str) -> &str {
+pub(super) fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
@@ -242,17 +257,20 @@ fn server(command: &[String]) -> Option<ModelServer> {
     })
 }
 
-/// What a pod's server has answered, by pod UID, and whose turn it is behind each
+/// What a pod's server has answered and is decoding, by pod UID, what each gateway has
+/// in flight and has learnt, by the gateway pod's UID, and whose turn it is behind each
 /// Service: kept beside the cluster's store, not in it, so that serving changes no
-/// object.
+/// object. Requests in flight share it ([`InFlight`]): a streamed answer outlives the
+/// API server's handler.
 #[derive(Default)]
-pub struct Serving(Mutex<Ledger>);
+pub struct Serving(Arc<Mutex<Ledger>>);
 
 #[derive(Default)]
 struct Ledger {
     pods: HashMap<String, Served>,
     /// By namespace and Service name.
     turns: HashMap<(String, String), usize>,
+    gateways: HashMap<String, sglang_router::Ledger>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -261,11 +279,17 @@ struct Served {
     cut: u64,
     prompt_tokens: u64,
     generation_tokens: u64,
+    /// Completions being decoded now.
+    running: u64,
+}
+
+fn lock(ledger: &Mutex<Ledger>) -> MutexGuard<'_, Ledger> {
+    ledger.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Serving {
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.0)
     }
 
     /// Which of the `n` endpoints of Service `ns/name` the next request goes to: each
@@ -299,14 +323,46 @@ impl Serving {
         self.ledger().pods.get(uid).copied().unwrap_or_default()
     }
 
+    /// A completion pod `uid` starts decoding, counted until it is dropped.
+    pub(super) fn decoding(&self, uid: &str) -> InFlight {
+        self.ledger()
+            .pods
+            .entry(uid.to_owned())
+            .or_default()
+            .running += 1;
+        InFlight {
+            ledger: self.0.clone(),
+            what: Counted::Decoding(uid.to_owned()),
+        }
+    }
+
+    /// `f` on the ledger of the gateway pod `uid` (a new one if it has none yet).
+    pub(super) fn gateway<T>(
+        &self,
+        uid: &str,
+        f: impl FnOnce(&mut sglang_router::Ledger) -> T,
+    ) -> T {
+        f(self.ledger().gateways.entry(uid.to_owned()).or_default())
+    }
+
+    /// A request the gateway pod `uid` took (and sent to `worker`, by URL), which its
+    /// ledger counted in: counted out when dropped.
+    pub(super) fn through_gateway(&self, uid: &str, worker: Option<String>) -> InFlight {
+        InFlight {
+            ledger: self.0.clone(),
+            what: Counted::Routed(uid.to_owned(), worker),
+        }
+    }
+
     /// Forgets the pods and Services that are gone.
     pub fn forget_gone(&self, store: &Store) {
         let mut ledger = self.ledger();
-        if ledger.pods.is_empty() && ledger.turns.is_empty() {
+        if ledger.pods.is_empty() && ledger.turns.is_empty() && ledger.gateways.is_empty() {
             return;
         }
         let pods: HashSet<String> = store.list("/pods", None).map(|p| meta(p, "uid")).collect();
         ledger.pods.retain(|uid, _| pods.contains(uid));
+        ledger.gateways.retain(|uid, _| pods.contains(uid));
         let services: HashSet<(String, String)> = store
             .list("/services", None)
             .map(|s| (meta(s, "namespace"), meta(s, "name")))
@@ -328,19 +384,65 @@ impl Serving {
     }
 }
 
+/// A request in flight, counted from when it was taken until its answer has been sent:
+/// dropping it, also when the client goes away first, counts it out.
+pub struct InFlight {
+    ledger: Arc<Mutex<Ledger>>,
+    what: Counted,
+}
+
+enum Counted {
+    /// A completion decoding on the model server pod of this UID.
+    Decoding(String),
+    /// A request through the gateway pod of this UID, and the worker (URL) it went to.
+    Routed(String, Option<String>),
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut ledger = lock(&self.ledger);
+        match &self.what {
+            Counted::Decoding(uid) => {
+                if let Some(s) = ledger.pods.get_mut(uid) {
+                    s.running = s.running.saturating_sub(1);
+                }
+            }
+            Counted::Routed(uid, worker) => {
+                if let Some(g) = ledger.gateways.get_mut(uid) {
+                    g.finish(worker.as_deref());
+                }
+            }
+        }
+    }
+}
+
 /// An HTTP answer of a pod.
 pub struct Answer {
     pub status: StatusCode,
     pub content_type: &'static str,
     pub body: String,
+    /// When the body is sent, in pieces: the bytes up to each offset once that many sim
+    /// seconds have passed since the request came (offsets and times growing). None:
+    /// all of it at once.
+    pub due: Vec<(usize, f64)>,
+    /// The completion being decoded, counted until the answer has been sent.
+    pub decoding: Option<InFlight>,
 }
 
-fn json_answer(status: StatusCode, v: &Value) -> Answer {
-    Answer {
-        status,
-        content_type: "application/json",
-        body: v.to_string(),
+impl Answer {
+    pub fn new(status: StatusCode, content_type: &'static str, body: String) -> Self {
+        Self {
+            status,
+            content_type,
+            body,
+            due: Vec::new(),
+            decoding: None,
+        }
     }
+}
+
+pub(super) fn json_answer(status: StatusCode, v: &Value) -> Answer {
+    Answer::new(status, "application/json", v.to_string())
 }
 
 /// The OpenAI-style error vLLM and SGLang answer with.
@@ -368,32 +470,34 @@ pub fn answer(
     created: i64,
 ) -> Answer {
     let Some(server) = server else {
-        return Answer {
-            status: StatusCode::NOT_FOUND,
-            content_type: "text/plain; charset=utf-8",
-            body: "404 page not found\n".to_owned(),
-        };
+        return Answer::new(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "404 page not found\n".to_owned(),
+        );
     };
     let uid = meta(pod, "uid");
+    let native = server.engine == Engine::Sglang;
     // FastAPI's answers for a path it lacks and a method a path does not take.
     match (path, method.as_str()) {
-        ("/health", "GET") => Answer {
-            status: StatusCode::OK,
-            content_type: "application/json",
-            body: String::new(),
-        },
+        ("/health", "GET") => Answer::new(StatusCode::OK, "application/json", String::new()),
         ("/v1/models", "GET") => models(server, created),
         ("/metrics", "GET") => metrics(server, serving.served(&uid)),
         ("/v1/chat/completions", "POST") => {
             complete(server, serving, &uid, body, created, Kind::Chat)
         }
         ("/v1/completions", "POST") => complete(server, serving, &uid, body, created, Kind::Text),
+        ("/generate", "POST") if native => generate_native(server, serving, &uid, body),
         ("/health" | "/v1/models" | "/metrics" | "/v1/chat/completions" | "/v1/completions", _) => {
             json_answer(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &json!({ "detail": "Method Not Allowed" }),
             )
         }
+        ("/generate", _) if native => json_answer(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({ "detail": "Method Not Allowed" }),
+        ),
         _ => json_answer(StatusCode::NOT_FOUND, &json!({ "detail": "Not Found" })),
     }
 }
@@ -429,7 +533,7 @@ fn metrics(server: &ModelServer, served: Served) -> Answer {
                 "vllm:num_requests_running",
                 "gauge",
                 "Number of requests in model execution batches.",
-                &[(&label, 0)],
+                &[(&label, served.running)],
             );
             metric(
                 "vllm:num_requests_waiting",
@@ -462,7 +566,7 @@ fn metrics(server: &ModelServer, served: Served) -> Answer {
                 "sglang:num_running_reqs",
                 "gauge",
                 "The number of running requests.",
-                &[(&label, 0)],
+                &[(&label, served.running)],
             );
             metric(
                 "sglang:num_queue_reqs",
@@ -490,11 +594,11 @@ fn metrics(server: &ModelServer, served: Served) -> Answer {
             );
         }
     }
-    Answer {
-        status: StatusCode::OK,
-        content_type: "text/plain; version=0.0.4; charset=utf-8",
-        body: out,
-    }
+    Answer::new(
+        StatusCode::OK,
+        "text/plain; version=0.0.4; charset=utf-8",
+        out,
+    )
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -543,19 +647,29 @@ fn reply(name: &str, prompt: &str) -> Vec<&'static str> {
         .collect()
 }
 
-/// One generated text: its words as a sentence, cut at `max` words.
+/// One generated text: its words as a sentence.
 struct Generated {
     text: String,
     tokens: u64,
     stopped: bool,
 }
 
-fn generate(name: &str, prompt: &str, max: Option<u64>) -> Generated {
-    let mut words = reply(name, prompt);
-    let stopped = max.is_none_or(|m| m >= words.len() as u64);
-    if let Some(m) = max {
-        words.truncate(m as usize);
-    }
+/// What a server named `name` generates for `prompt`: its reply cut at `max` tokens,
+/// or with `ignore_eos` exactly `max` of them (`room`, what the context has left, when
+/// there is no `max`), the reply going on past its end as it began.
+fn generate(name: &str, prompt: &str, max: Option<u64>, ignore_eos: bool, room: u64) -> Generated {
+    let reply = reply(name, prompt);
+    let (words, stopped) = if ignore_eos {
+        let n = max.unwrap_or(room) as usize;
+        (reply.iter().copied().cycle().take(n).collect(), false)
+    } else {
+        let stopped = max.is_none_or(|m| m >= reply.len() as u64);
+        let mut words = reply;
+        if let Some(m) = max {
+            words.truncate(m as usize);
+        }
+        (words, stopped)
+    };
     let mut text = words.join(" ");
     if let Some(first) = text.get_mut(..1) {
         first.make_ascii_uppercase();
@@ -568,6 +682,20 @@ fn generate(name: &str, prompt: &str, max: Option<u64>) -> Generated {
         text,
         stopped,
     }
+}
+
+/// The sim seconds a batch takes to decode: its choices are generated together, so as
+/// long as its longest.
+fn decode_secs(generated: &[Generated]) -> f64 {
+    generated.iter().map(|g| g.tokens).max().unwrap_or(0) as f64 * DECODE_SECS_PER_TOKEN
+}
+
+/// `answer` sent whole once `generated` has been decoded, counted meanwhile as
+/// decoding on pod `uid`.
+fn decoded(mut answer: Answer, generated: &[Generated], serving: &Serving, uid: &str) -> Answer {
+    answer.due = vec![(answer.body.len(), decode_secs(generated))];
+    answer.decoding = Some(serving.decoding(uid));
+    answer
 }
 
 /// `/v1/chat/completions` (one choice, from the last user message) or `/v1/completions`
@@ -633,8 +761,8 @@ fn complete(
             _ => return bad_request(format!("max_tokens must be at least 1, got {v}.")),
         },
     };
+    let len = server.max_model_len;
     for (p, _) in &prompts {
-        let len = server.max_model_len;
         match max {
             Some(m) if p + m > len => {
                 return bad_request(format!(
@@ -650,10 +778,12 @@ fn complete(
             _ => {}
         }
     }
+    // The sampling parameter load generators set: no stopping before `max_tokens`.
+    let ignore_eos = req["ignore_eos"] == true;
     let generated: Vec<Generated> = prompts
         .iter()
         // An adapter answers differently from its base model.
-        .map(|(_, p)| generate(&model, p, max))
+        .map(|(p, text)| generate(&model, text, max, ignore_eos, len - p))
         .collect();
     let mut served = 0;
     for ((p, _), g) in prompts.iter().zip(&generated) {
@@ -667,14 +797,14 @@ fn complete(
         Kind::Chat => ("chatcmpl", "chat.completion"),
         Kind::Text => ("cmpl", "text_completion"),
     };
-    let id = format!(
-        "{prefix}-{:016x}{:016x}",
-        fnv1a(&format!("{uid}/{served}")),
-        fnv1a(&format!("{served}/{uid}"))
-    );
+    let id = format!("{prefix}-{}", answer_id(uid, served));
     let finish = |g: &Generated| if g.stopped { "stop" } else { "length" };
     if req["stream"] == true {
-        return stream(&req, &id, object, created, &model, kind, &generated, &usage);
+        let answer = stream(&req, &id, object, created, &model, kind, &generated, &usage);
+        return Answer {
+            decoding: Some(serving.decoding(uid)),
+            ..answer
+        };
     }
     let choices: Vec<Value> = generated
         .iter()
@@ -688,11 +818,42 @@ fn complete(
                                   "finish_reason": finish(g) }),
         })
         .collect();
-    json_answer(
+    let whole = json_answer(
         StatusCode::OK,
         &json!({ "id": id, "object": object, "created": created, "model": model,
                  "choices": choices, "usage": usage }),
+    );
+    decoded(whole, &generated, serving, uid)
+}
+
+/// The id of pod `uid`'s answer after `served` others: 32 hex digits.
+fn answer_id(uid: &str, served: u64) -> String {
+    format!(
+        "{:016x}{:016x}",
+        fnv1a(&format!("{uid}/{served}")),
+        fnv1a(&format!("{served}/{uid}"))
     )
+}
+
+/// Server-sent events, each due once the tokens it follows have been decoded, then
+/// `[DONE]`.
+fn events(mut events: Vec<(u64, Value)>) -> Answer {
+    // The choices of a batch decode together: their chunks interleave by token.
+    events.sort_by_key(|(t, _)| *t);
+    let last = events.last().map_or(0, |(t, _)| *t);
+    let mut body = String::new();
+    let mut due = Vec::with_capacity(events.len() + 1);
+    let at = |t: u64| t as f64 * DECODE_SECS_PER_TOKEN;
+    for (t, e) in &events {
+        body.push_str(&format!("data: {e}\n\n"));
+        due.push((body.len(), at(*t)));
+    }
+    body.push_str("data: [DONE]\n\n");
+    due.push((body.len(), at(last)));
+    Answer {
+        due,
+        ..Answer::new(StatusCode::OK, "text/event-stream; charset=utf-8", body)
+    }
 }
 
 /// The same completion as server-sent events: a chunk per word, the finish reason on
@@ -710,12 +871,16 @@ fn stream(
 ) -> Answer {
     let object = format!("{object}.chunk");
     let chunk = |choices: Value| json!({ "id": id, "object": object, "created": created, "model": model, "choices": choices });
-    let mut events = Vec::new();
+    // Each chunk with the tokens decoded by the time it is sent.
+    let mut chunks = Vec::new();
     for (i, g) in generated.iter().enumerate() {
         if kind == Kind::Chat {
-            events.push(chunk(
-                json!([{ "index": i, "delta": { "role": "assistant", "content": "" },
+            chunks.push((
+                0,
+                chunk(
+                    json!([{ "index": i, "delta": { "role": "assistant", "content": "" },
                                        "logprobs": null, "finish_reason": null }]),
+                ),
             ));
         }
         let words: Vec<&str> = g.text.split(' ').collect();
@@ -727,26 +892,122 @@ fn stream(
             };
             let finish =
                 (w + 1 == words.len()).then_some(if g.stopped { "stop" } else { "length" });
-            events.push(chunk(match kind {
-                Kind::Chat => json!([{ "index": i, "delta": { "content": piece },
-                                       "logprobs": null, "finish_reason": finish }]),
-                Kind::Text => json!([{ "index": i, "text": piece, "logprobs": null,
-                                       "finish_reason": finish }]),
-            }));
+            chunks.push((
+                w as u64 + 1,
+                chunk(match kind {
+                    Kind::Chat => json!([{ "index": i, "delta": { "content": piece },
+                                           "logprobs": null, "finish_reason": finish }]),
+                    Kind::Text => json!([{ "index": i, "text": piece, "logprobs": null,
+                                           "finish_reason": finish }]),
+                }),
+            ));
         }
     }
     if req["stream_options"]["include_usage"] == true {
         let mut last = chunk(json!([]));
         last["usage"] = usage.clone();
-        events.push(last);
+        let tokens = generated.iter().map(|g| g.tokens).max().unwrap_or(0);
+        chunks.push((tokens, last));
     }
-    let mut body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
-    body.push_str("data: [DONE]\n\n");
-    Answer {
-        status: StatusCode::OK,
-        content_type: "text/event-stream; charset=utf-8",
-        body,
+    events(chunks)
+}
+
+/// SGLang's own `/generate`: `text` (one prompt or a list) with `sampling_params`
+/// (`max_new_tokens`, `ignore_eos`), answered with the text and its `meta_info`, whole
+/// (a list for a list) or streamed as server-sent events of the text so far.
+fn generate_native(server: &ModelServer, serving: &Serving, uid: &str, body: &[u8]) -> Answer {
+    let refuse = |message: String| {
+        json_answer(
+            StatusCode::BAD_REQUEST,
+            &json!({ "error": { "message": message } }),
+        )
+    };
+    let req: Value = match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return refuse("the request body must be a JSON object".to_owned()),
+        Err(e) => return refuse(format!("JSON decode error: {e}")),
+    };
+    let (texts, batch): (Vec<String>, bool) = match &req["text"] {
+        Value::String(t) => (vec![t.clone()], false),
+        Value::Array(ts) if !ts.is_empty() && ts.iter().all(Value::is_string) => (
+            ts.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            true,
+        ),
+        _ => {
+            return refuse("Either text, input_ids or input_embeds should be provided.".to_owned());
+        }
+    };
+    let params = &req["sampling_params"];
+    let max = params["max_new_tokens"]
+        .as_u64()
+        .unwrap_or(SGLANG_MAX_NEW_TOKENS);
+    let len = server.max_model_len;
+    for t in &texts {
+        let p = tokens(t);
+        if p + max > len {
+            return refuse(format!(
+                "Requested token count exceeds the model's maximum context length of {len} tokens. You requested a total of {} tokens: {p} tokens from the input messages and {max} tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
+                p + max
+            ));
+        }
     }
+    let ignore_eos = params["ignore_eos"] == true;
+    let name = &server.names[0];
+    let generated: Vec<Generated> = texts
+        .iter()
+        .map(|t| generate(name, t, Some(max), ignore_eos, len - tokens(t)))
+        .collect();
+    let mut infos = Vec::with_capacity(texts.len());
+    for (t, g) in texts.iter().zip(&generated) {
+        let p = tokens(t);
+        let served = serving.record(uid, g.stopped, p, g.tokens);
+        let finish = if g.stopped {
+            json!({ "type": "stop", "matched": null })
+        } else {
+            json!({ "type": "length", "length": g.tokens })
+        };
+        infos.push(
+            json!({ "id": answer_id(uid, served), "finish_reason": finish,
+            "prompt_tokens": p, "completion_tokens": g.tokens, "cached_tokens": 0,
+            "e2e_latency": g.tokens as f64 * DECODE_SECS_PER_TOKEN }),
+        );
+    }
+    if req["stream"] == true {
+        let mut chunks = Vec::new();
+        for (i, (g, info)) in generated.iter().zip(&infos).enumerate() {
+            let words: Vec<&str> = g.text.split(' ').collect();
+            for n in 1..=words.len() {
+                let mut meta_info = info.clone();
+                meta_info["completion_tokens"] = json!(n);
+                if n < words.len() {
+                    meta_info["finish_reason"] = Value::Null;
+                }
+                let mut chunk = json!({ "text": words[..n].join(" "), "meta_info": meta_info });
+                if batch {
+                    chunk["index"] = json!(i);
+                }
+                chunks.push((n as u64, chunk));
+            }
+        }
+        return Answer {
+            decoding: Some(serving.decoding(uid)),
+            ..events(chunks)
+        };
+    }
+    let outputs: Vec<Value> = generated
+        .iter()
+        .zip(infos)
+        .map(|(g, meta_info)| json!({ "text": g.text, "meta_info": meta_info }))
+        .collect();
+    let whole = if batch {
+        json_answer(StatusCode::OK, &Value::Array(outputs))
+    } else {
+        json_answer(StatusCode::OK, &outputs[0])
+    };
+    decoded(whole, &generated, serving, uid)
 }
 
 #[cfg(test)]
@@ -979,5 +1240,131 @@ mod tests {
             0,
         );
         assert_eq!(missing.body, r#"{"detail":"Not Found"}"#);
+    }
+
+    fn post(server: &ModelServer, serving: &Serving, path: &str, body: Value) -> Answer {
+        answer(
+            &json!({ "metadata": { "uid": "u1" } }),
+            Some(server),
+            serving,
+            &Method::POST,
+            path,
+            body.to_string().as_bytes(),
+            0,
+        )
+    }
+
+    fn running(server: &ModelServer, serving: &Serving) -> String {
+        let m = answer(
+            &json!({ "metadata": { "uid": "u1" } }),
+            Some(server),
+            serving,
+            &Method::GET,
+            "/metrics",
+            b"",
+            0,
+        );
+        m.body
+            .lines()
+            .find(|l| l.starts_with("sglang:num_running_reqs{"))
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn completions_take_their_decode_time_and_ignore_eos_runs_to_max_tokens() {
+        let server = of(&pod(
+            json!([
+                "python3",
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "m",
+                "--served-model-name",
+                "qwen"
+            ]),
+            Value::Null,
+        ))
+        .unwrap();
+        let serving = Serving::default();
+        let ask = json!({ "messages": [{ "role": "user", "content": "tell me more" }],
+                          "max_tokens": 50, "ignore_eos": true });
+        let long = post(&server, &serving, "/v1/chat/completions", ask.clone());
+        let body: Value = serde_json::from_str(&long.body).unwrap();
+        assert_eq!(body["usage"]["completion_tokens"], 50);
+        assert_eq!(body["choices"][0]["finish_reason"], "length");
+        let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(tokens(content), 50);
+        assert_eq!(long.due.len(), 1);
+        assert_eq!(long.due[0].0, long.body.len());
+        assert!((long.due[0].1 - 1.0).abs() < 1e-9, "{:?}", long.due);
+        assert_eq!(
+            running(&server, &serving),
+            "1.0",
+            "counted while it decodes"
+        );
+        drop(long);
+        assert_eq!(running(&server, &serving), "0.0");
+
+        // Without it the reply ends where it ends; an error takes no time.
+        let mut short = ask.clone();
+        short["ignore_eos"] = json!(false);
+        let ended = post(&server, &serving, "/v1/chat/completions", short);
+        let body: Value = serde_json::from_str(&ended.body).unwrap();
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
+        let n = body["usage"]["completion_tokens"].as_u64().unwrap();
+        assert!((ended.due[0].1 - n as f64 * DECODE_SECS_PER_TOKEN).abs() < 1e-9);
+        let refused = post(
+            &server,
+            &serving,
+            "/v1/chat/completions",
+            json!({ "messages": [] }),
+        );
+        assert!(refused.due.is_empty() && refused.decoding.is_none());
+
+        // Streamed, each chunk comes due as its token is decoded.
+        let mut streamed = ask;
+        streamed["max_tokens"] = json!(4);
+        streamed["stream"] = json!(true);
+        let s = post(&server, &serving, "/v1/chat/completions", streamed);
+        let times: Vec<f64> = s.due.iter().map(|(_, t)| *t).collect();
+        let step = DECODE_SECS_PER_TOKEN;
+        assert_eq!(
+            times,
+            [0.0, step, 2.0 * step, 3.0 * step, 4.0 * step, 4.0 * step]
+        );
+        assert_eq!(s.due.last().unwrap().0, s.body.len());
+        assert!(s.body.ends_with("data: [DONE]\n\n"));
+
+        // SGLang's own API, with its sampling parameters.
+        let g = post(
+            &server,
+            &serving,
+            "/generate",
+            json!({ "text": "The capital of France is",
+                    "sampling_params": { "max_new_tokens": 6, "ignore_eos": true } }),
+        );
+        let out: Value = serde_json::from_str(&g.body).unwrap();
+        assert_eq!(tokens(out["text"].as_str().unwrap()), 6);
+        assert_eq!(
+            out["meta_info"]["finish_reason"],
+            json!({ "type": "length", "length": 6 })
+        );
+        assert_eq!(out["meta_info"]["prompt_tokens"], 5);
+        let batch = post(
+            &server,
+            &serving,
+            "/generate",
+            json!({ "text": ["a", "b c"] }),
+        );
+        let outs: Value = serde_json::from_str(&batch.body).unwrap();
+        assert_eq!(outs.as_array().unwrap().len(), 2);
+        assert_eq!(outs[0]["meta_info"]["finish_reason"]["type"], "stop");
+        let vllm = of(&pod(json!(["vllm", "serve", "m"]), Value::Null)).unwrap();
+        let none = post(&vllm, &serving, "/generate", json!({ "text": "a" }));
+        assert_eq!(none.status, StatusCode::NOT_FOUND);
     }
 }

@@ -4,25 +4,46 @@
 //! Service's Endpoints that is ready, serves a port of that name, and whose pod still
 //! has it. The sim dials nothing: the pod's answer comes from [`model_server`] and is
 //! relayed with its status unchanged, plus [`POD_HEADER`] naming the pod. A pod that is
-//! an inference router ([`inference_router`]) passes the request on to the worker it
-//! picks, whose answer comes back with [`ROUTER_HEADER`] naming the router. Resolving
-//! reads the store under the cluster's lock; the answer is computed once it is let go.
+//! an inference router ([`inference_router`]) or an SGLang gateway ([`sglang_router`])
+//! passes the request on to the worker it picks, whose answer comes back with
+//! [`ROUTER_HEADER`] naming the router. Resolving reads the store under the cluster's
+//! lock; the answer is computed once it is let go, and a completion's is then sent as
+//! its decode time passes on the sim's clock, with no lock held while it waits. The same
+//! resolution serves what a pod fetches from a Service inside the cluster ([`get`]).
 
-use axum::body::Body;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::api::Status;
 use super::controllers::is_ready;
 use super::inference_router::Router;
-use super::model_server::{self, Serving};
+use super::model_server::{self, Answer, InFlight, Serving};
+use super::sglang_router::{Gateway, Handling};
 use super::store::{Key, Obj, Store, meta};
+use crate::clock::Clock;
 
 /// The response header naming the pod that answered.
 pub const POD_HEADER: &str = "x-hypd-sim-pod";
 /// The response header naming the router a request went through, if it did.
 pub const ROUTER_HEADER: &str = "x-hypd-sim-router";
+/// The longest real time an answer waits between two looks at the clock, whose speed
+/// may change meanwhile.
+const LONGEST_NAP: Duration = Duration::from_millis(100);
+
+/// A request as the proxy passes it on.
+pub struct Call<'a> {
+    pub method: &'a Method,
+    /// What followed `/proxy` in the request's path ("" for nothing).
+    pub path: &'a str,
+    pub body: &'a [u8],
+    pub headers: &'a HeaderMap,
+}
 
 /// Where a proxied request goes: a pod, and the address and port it is reached at.
 pub struct Backend {
@@ -30,6 +51,8 @@ pub struct Backend {
     ip: String,
     port: u64,
     routed: Option<Routed>,
+    /// The request as the gateway it went through counts it.
+    counted: Option<InFlight>,
 }
 
 /// What a router made of a request: the worker it passed it to (the backend's pod), or
@@ -37,6 +60,10 @@ pub struct Backend {
 enum Routed {
     Via(String),
     NoWorker(String),
+    /// A gateway (the backend's pod) answered it.
+    Own(Answer),
+    /// Nothing listens on the gateway's port the request went to.
+    Refused,
 }
 
 fn no_endpoints(what: &str) -> Status {
@@ -47,16 +74,16 @@ fn no_endpoints(what: &str) -> Status {
     )
 }
 
-/// The backend of Service proxy `id` in namespace `ns` for a request with `body` and
-/// `headers`; the endpoints that can answer take turns, and a router among them picks
-/// its worker.
+/// The backend of Service proxy `id` in namespace `ns` for `call`, at sim time `now`
+/// (epoch seconds); the endpoints that can answer take turns, and a router among them
+/// picks its worker.
 pub fn backend(
     store: &Store,
     serving: &Serving,
     ns: &str,
     id: &str,
-    body: &[u8],
-    headers: &HeaderMap,
+    call: &Call,
+    now: f64,
 ) -> Result<Backend, Status> {
     let (scheme, name, port) = match id.split(':').collect::<Vec<_>>().as_slice() {
         [n] => ("", *n, ""),
@@ -129,6 +156,7 @@ pub fn backend(
                         ip: ip.to_owned(),
                         port: number,
                         routed: None,
+                        counted: None,
                     });
                 }
             }
@@ -139,12 +167,66 @@ pub fn backend(
     }
     let turn = serving.turn(ns, name, candidates.len());
     let chosen = candidates.swap_remove(turn);
+    // The API server answers a read of the bare proxy itself (see `answer`).
+    if call.path.is_empty() && matches!(*call.method, Method::GET | Method::HEAD) {
+        return Ok(chosen);
+    }
+    if let Some(gateway) = Gateway::of(&chosen.pod) {
+        return Ok(through_gateway(store, serving, &gateway, chosen, call, now));
+    }
     Ok(match Router::of(&chosen.pod) {
         Some(router) if u64::from(router.port) == chosen.port => {
-            route(store, serving, &router, chosen, body, headers)
+            route(store, serving, &router, chosen, call.body, call.headers)
         }
         _ => chosen,
     })
+}
+
+/// What the SGLang `gateway` (the pod of `via`) makes of `call`.
+fn through_gateway(
+    store: &Store,
+    serving: &Serving,
+    gateway: &Gateway,
+    via: Backend,
+    call: &Call,
+    now: f64,
+) -> Backend {
+    let path = if call.path.is_empty() { "/" } else { call.path };
+    let handling = gateway.handle(
+        &via.pod,
+        via.port,
+        store,
+        serving,
+        call.method,
+        path,
+        call.body,
+        now,
+    );
+    match handling {
+        Handling::Forward {
+            worker,
+            port,
+            counted,
+        } => Backend {
+            ip: worker["status"]["podIP"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            port: u64::from(port),
+            routed: Some(Routed::Via(meta(&via.pod, "name"))),
+            pod: worker,
+            counted: Some(counted),
+        },
+        Handling::Answer(answer, counted) => Backend {
+            routed: Some(Routed::Own(answer)),
+            counted,
+            ..via
+        },
+        Handling::Refused => Backend {
+            routed: Some(Routed::Refused),
+            ..via
+        },
+    }
 }
 
 /// Where `router` (the pod of `via`) sends a request: one of the Ready pods it discovers,
@@ -180,6 +262,7 @@ fn route(
             pod: worker.clone(),
             port: u64::from(router.worker_port),
             routed: Some(Routed::Via(router_name)),
+            counted: None,
         },
         None => Backend {
             routed: Some(Routed::NoWorker(format!(
@@ -191,60 +274,69 @@ fn route(
     }
 }
 
-/// What `backend` answers to `method` on `path` (what followed `/proxy` in
-/// `request_path`), at sim time `created` (epoch seconds).
-#[allow(clippy::too_many_arguments)]
-pub fn answer(
-    backend: &Backend,
+/// A pod's answer to a request, with who gave it and what counts it in flight.
+struct Reply {
+    answer: Answer,
+    pod: String,
+    router: Option<String>,
+    counted: Option<InFlight>,
+}
+
+fn refused(ip: &str, port: u64) -> Status {
+    Status::new(
+        503,
+        "ServiceUnavailable",
+        format!("error trying to reach service: dial tcp {ip}:{port}: connect: connection refused"),
+    )
+}
+
+/// What `backend` answers to `method` on `path` (not empty), at sim time `created`
+/// (epoch seconds), before any decode time passes; the API server's own answer when
+/// nothing listens where the request went.
+fn reply(
+    backend: Backend,
     serving: &Serving,
     method: &Method,
-    request_path: &str,
     path: &str,
-    query: Option<&str>,
     body: &[u8],
     created: i64,
-) -> Response {
-    // The API server sends a read of the bare proxy to its root, as a directory.
-    if path.is_empty() && matches!(*method, Method::GET | Method::HEAD) {
-        let query = query.map(|q| format!("?{q}")).unwrap_or_default();
-        let location = format!("{request_path}/{query}");
-        return (
-            StatusCode::MOVED_PERMANENTLY,
-            [(header::LOCATION, location)],
-        )
-            .into_response();
-    }
-    let path = if path.is_empty() { "/" } else { path };
-    let pod = backend.pod["metadata"]["name"].as_str().unwrap_or_default();
-    if let Some(Routed::NoWorker(message)) = &backend.routed {
-        let body = json!({ "object": "error", "message": message, "type": "ServiceUnavailableError",
-                           "param": null, "code": 503 });
-        let mut response = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Ok(v) = HeaderValue::from_str(pod) {
-            headers.insert(POD_HEADER, v);
+) -> Result<Reply, Status> {
+    let pod = meta(&backend.pod, "name");
+    let (router, counted) = match backend.routed {
+        Some(Routed::NoWorker(message)) => {
+            let body = json!({ "object": "error", "message": message,
+                               "type": "ServiceUnavailableError", "param": null, "code": 503 });
+            let answer = Answer::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application/json",
+                body.to_string(),
+            );
+            return Ok(Reply {
+                answer,
+                pod,
+                router: None,
+                counted: None,
+            });
         }
-        return response;
-    }
+        Some(Routed::Own(answer)) => {
+            return Ok(Reply {
+                answer,
+                pod,
+                router: None,
+                counted: backend.counted,
+            });
+        }
+        Some(Routed::Refused) => return Err(refused(&backend.ip, backend.port)),
+        Some(Routed::Via(router)) => (Some(router), backend.counted),
+        None => (None, backend.counted),
+    };
     let server = model_server::of(&backend.pod);
     if let Some(s) = &server
         && u64::from(s.port) != backend.port
     {
-        return Status::new(
-            503,
-            "ServiceUnavailable",
-            format!(
-                "error trying to reach service: dial tcp {}:{}: connect: connection refused",
-                backend.ip, backend.port
-            ),
-        )
-        .into_response();
+        return Err(refused(&backend.ip, backend.port));
     }
-    let a = model_server::answer(
+    let answer = model_server::answer(
         &backend.pod,
         server.as_ref(),
         serving,
@@ -253,19 +345,153 @@ pub fn answer(
         body,
         created,
     );
-    let mut response = (a.status, Body::from(a.body)).into_response();
+    Ok(Reply {
+        answer,
+        pod,
+        router,
+        counted,
+    })
+}
+
+/// What `backend` answers to `call` (whose full path was `request_path`) at sim time
+/// `created` (epoch seconds): sent as `clock` reaches the time each part of it is due.
+pub async fn answer(
+    backend: Backend,
+    clock: Arc<Clock>,
+    serving: &Serving,
+    call: &Call<'_>,
+    request_path: &str,
+    query: Option<&str>,
+    created: i64,
+) -> Response {
+    // The API server sends a read of the bare proxy to its root, as a directory.
+    if call.path.is_empty() && matches!(*call.method, Method::GET | Method::HEAD) {
+        let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+        let location = format!("{request_path}/{query}");
+        return (
+            StatusCode::MOVED_PERMANENTLY,
+            [(header::LOCATION, location)],
+        )
+            .into_response();
+    }
+    let path = if call.path.is_empty() { "/" } else { call.path };
+    let start = clock.now();
+    match reply(backend, serving, call.method, path, call.body, created) {
+        Ok(r) => send(r, clock, start).await,
+        Err(s) => s.into_response(),
+    }
+}
+
+/// Waits until `clock` reads `at` (sim seconds), however its speed changes meanwhile.
+async fn until(clock: &Clock, at: f64) {
+    loop {
+        let left = at - clock.now();
+        if left <= 0.0 {
+            return;
+        }
+        let nap = clock
+            .real_time_for(left)
+            .map_or(LONGEST_NAP, |d| d.min(LONGEST_NAP));
+        tokio::time::sleep(nap).await;
+    }
+}
+
+/// `reply` as an HTTP response whose body is sent as it comes due, measured from
+/// `start` (sim seconds): whole once decoded, or a streamed answer's events one by one.
+/// What counts the request in flight lives until the last byte is handed on.
+async fn send(reply: Reply, clock: Arc<Clock>, start: f64) -> Response {
+    let Reply {
+        answer,
+        pod,
+        router,
+        counted,
+    } = reply;
+    let Answer {
+        status,
+        content_type,
+        body,
+        due,
+        decoding,
+    } = answer;
+    let body = if due.len() > 1 {
+        let mut pieces = Vec::with_capacity(due.len());
+        let mut from = 0;
+        for (to, at) in due {
+            pieces.push((Bytes::copy_from_slice(&body.as_bytes()[from..to]), at));
+            from = to;
+        }
+        let state = (pieces.into_iter(), clock, (decoding, counted));
+        Body::from_stream(futures_util::stream::unfold(
+            state,
+            move |(mut pieces, clock, held)| async move {
+                let (bytes, at) = pieces.next()?;
+                until(&clock, start + at).await;
+                Some((Ok::<_, Infallible>(bytes), (pieces, clock, held)))
+            },
+        ))
+    } else {
+        if let Some((_, at)) = due.first() {
+            until(&clock, start + at).await;
+        }
+        drop((decoding, counted));
+        Body::from(body)
+    };
+    let mut response = (status, body).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(a.content_type),
-    );
-    if let Ok(v) = HeaderValue::from_str(pod) {
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(v) = HeaderValue::from_str(&pod) {
         headers.insert(POD_HEADER, v);
     }
-    if let Some(Routed::Via(router)) = &backend.routed
-        && let Ok(v) = HeaderValue::from_str(router)
+    if let Some(router) = router
+        && let Ok(v) = HeaderValue::from_str(&router)
     {
         headers.insert(ROUTER_HEADER, v);
     }
     response
+}
+
+/// Why a fetch from inside the cluster got no answer.
+#[derive(Debug, PartialEq)]
+pub enum Unreachable {
+    /// Something at the address refuses the connection (`ip:port`).
+    Refused(String),
+    /// Nothing answers at all: no rule forwards the cluster IP's port.
+    Timeout,
+}
+
+/// What a GET of `path` from a pod answers through Service `svc` on `port`, as its
+/// cluster IP forwards it to a ready endpoint, at sim time `now` (epoch seconds): the
+/// status and body. Nothing a GET asks for takes decode time.
+pub fn get(
+    store: &Store,
+    serving: &Serving,
+    svc: &Value,
+    port: u16,
+    path: &str,
+    now: f64,
+) -> Result<(u16, String), Unreachable> {
+    let ns = meta(svc, "namespace");
+    let name = meta(svc, "name");
+    let ip = svc["spec"]["clusterIP"].as_str().unwrap_or_default();
+    let served = svc["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["port"].as_u64() == Some(u64::from(port)));
+    if !served {
+        return Err(Unreachable::Timeout);
+    }
+    let headers = HeaderMap::new();
+    let call = Call {
+        method: &Method::GET,
+        path,
+        body: b"",
+        headers: &headers,
+    };
+    let refused = || Unreachable::Refused(format!("{ip}:{port}"));
+    let backend = backend(store, serving, &ns, &format!("{name}:{port}"), &call, now)
+        .map_err(|_| refused())?;
+    let reply =
+        reply(backend, serving, &Method::GET, path, b"", now as i64).map_err(|_| refused())?;
+    Ok((reply.answer.status.as_u16(), reply.answer.body))
 }

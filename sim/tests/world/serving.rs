@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 
 use crate::support::{
-    active_cluster, create_hyperpod, eks_client, eks_token, inject, moto, network, register_node,
-    set_time_scale, sim, wait_for,
+    Answer, active_cluster, call, call_in, client_without_retries, create_hyperpod, eks_client,
+    eks_token, inject, moto, network, register_node, set_time_scale, sim, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -21,70 +21,6 @@ use kube::api::{
     PatchParams, PostParams,
 };
 use serde_json::{Value, json};
-
-/// A kube-rs client as hypd builds one for these calls: with kube-rs's own retry layer
-/// off, which would otherwise retry a 503 fifteen times, backing off for minutes.
-fn client_without_retries(endpoint: &str, ca_pem: &str, token: &str) -> kube::Client {
-    use base64::Engine;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .unwrap();
-    let mut config = kube::Config::new(endpoint.parse().unwrap());
-    config.root_cert = Some(vec![der]);
-    config.auth_info.token = Some(token.to_owned().into());
-    config.default_retry = false;
-    kube::Client::try_from(config).unwrap()
-}
-
-struct Answer {
-    status: u16,
-    pod: Option<String>,
-    body: Value,
-}
-
-/// One call through the proxy of `service` (`name[:port]`, in `default`) to `path`.
-async fn call(
-    client: &kube::Client,
-    method: &str,
-    service: &str,
-    path: &str,
-    body: Option<Value>,
-) -> Answer {
-    call_in(client, "default", method, service, path, body).await
-}
-
-/// [`call`] to a Service of namespace `ns`.
-async fn call_in(
-    client: &kube::Client,
-    ns: &str,
-    method: &str,
-    service: &str,
-    path: &str,
-    body: Option<Value>,
-) -> Answer {
-    let request = http::Request::builder()
-        .method(method)
-        .uri(format!(
-            "/api/v1/namespaces/{ns}/services/{service}/proxy{path}"
-        ))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(kube::client::Body::from(
-            body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-        ))
-        .unwrap();
-    let response = client.send(request).await.unwrap();
-    let status = response.status().as_u16();
-    let pod = response
-        .headers()
-        .get("x-hypd-sim-pod")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let raw = response.into_body().collect_bytes().await.unwrap();
-    let body = serde_json::from_slice(&raw)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&raw).into_owned()));
-    Answer { status, pod, body }
-}
 
 fn ask(model: &str) -> Value {
     json!({ "model": model, "messages": [

@@ -637,3 +637,80 @@ pub async fn create_hyperpod(
     .await
     .unwrap();
 }
+
+/// A kube-rs client as hypd builds one for proxy calls: with kube-rs's own retry layer
+/// off, which would otherwise retry a 503 fifteen times, backing off for minutes.
+pub fn client_without_retries(endpoint: &str, ca_pem: &str, token: &str) -> kube::Client {
+    use base64::Engine;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    let mut config = kube::Config::new(endpoint.parse().unwrap());
+    config.root_cert = Some(vec![der]);
+    config.auth_info.token = Some(token.to_owned().into());
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
+
+/// What a call through a Service's proxy got: the status, the pod that answered and the
+/// router it went through (the sim's headers), and the body (JSON, else its text).
+pub struct Answer {
+    pub status: u16,
+    pub pod: Option<String>,
+    pub router: Option<String>,
+    pub body: serde_json::Value,
+}
+
+/// One call through the proxy of `service` (`name[:port]`, in `default`) to `path`.
+pub async fn call(
+    client: &kube::Client,
+    method: &str,
+    service: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Answer {
+    call_in(client, "default", method, service, path, body).await
+}
+
+/// [`call`] to a Service of namespace `ns`.
+pub async fn call_in(
+    client: &kube::Client,
+    ns: &str,
+    method: &str,
+    service: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Answer {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!(
+            "/api/v1/namespaces/{ns}/services/{service}/proxy{path}"
+        ))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(kube::client::Body::from(
+            body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+        ))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    let status = response.status().as_u16();
+    let (pod, router) = {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        (header("x-hypd-sim-pod"), header("x-hypd-sim-router"))
+    };
+    let raw = response.into_body().collect_bytes().await.unwrap();
+    let body = serde_json::from_slice(&raw)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&raw).into_owned()));
+    Answer {
+        status,
+        pod,
+        router,
+        body,
+    }
+}

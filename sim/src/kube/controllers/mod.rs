@@ -4,8 +4,9 @@
 //! run through their phases (those mounting FSx for Lustre once it can be mounted),
 //! LoadBalancer Services get a hostname, Services with a selector get Endpoints listing
 //! their pods, the inference operator deploys InferenceEndpointConfigs, PVCs bind to
-//! PVs, orphans are collected, and HyperPod's managed Karpenter scales instance groups
-//! for pods that found no node. One file per kind; what several share lives here.
+//! PVs, orphans are collected, KEDA scales workloads on what their ScaledObjects'
+//! triggers read, and HyperPod's managed Karpenter scales instance groups for pods that
+//! found no node. One file per kind; what several share lives here.
 //!
 //! Every status is a pure function of the stored objects and the clock (times come from
 //! earlier transitions, never from "now" unless something changed), and an object is
@@ -35,6 +36,7 @@ mod pods;
 mod pytorchjobs;
 mod rayjobs;
 mod replicasets;
+mod scaledobjects;
 mod services;
 
 use std::collections::BTreeMap;
@@ -55,6 +57,7 @@ use crate::world::{Aws, Shared, World};
 
 pub use downloads::of as download_of;
 pub use pods::run_seconds;
+pub use scaledobjects::Autoscalers;
 
 /// The shortest real time between two passes, so that changes that come together (a
 /// client applying many objects, a pass's own writes) are reconciled together.
@@ -290,6 +293,8 @@ fn reconcile(
     if inference {
         inference_endpoints::inference_endpoints(store, &facts.file_systems, &api.region, &now);
     }
+    // Before the workloads, so a target it scales gets its pods in the same pass.
+    scaledobjects::scaledobjects(store, &api.serving, &api.autoscalers, epoch_now, &now);
     deployments::deployments(store, &now);
     replicasets::replicasets(store, &now);
     daemonsets::daemonsets(store, &now);

@@ -1,0 +1,445 @@
+//! An autoscaled SGLang endpoint as hypd deploys one: SGLang workers behind the SGLang
+//! Model Gateway (discovering them by label), and a KEDA ScaledObject (KEDA brought by
+//! the inference operator's add-on) whose `metrics-api` trigger reads the gateway's
+//! requests in flight from its Prometheus port. Completions take their decode time on
+//! the sim's clock, so a load generator's concurrent requests pile up in flight, and the
+//! HPA KEDA drives scales the workers up within the ScaledObject's bounds and back down
+//! once the load has stopped for its stabilization window, as `SuccessfulRescale` events
+//! tell.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Duration;
+
+use crate::support::{
+    active_cluster, call, client_without_retries, eks_client, eks_token, moto, network,
+    register_node, set_time_scale, sim, wait_for, wait_for_within,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use serde_json::{Value, json};
+
+/// Sim seconds a real one while the load runs: a 200-token completion (4 s) takes
+/// 200 ms, long enough for eight clients to keep most of their requests in flight.
+const LOAD_SCALE: f64 = 20.0;
+const MAX_TOKENS: u64 = 200;
+
+fn apply<K>(api: &Api<K>, name: &str, o: Value) -> impl std::future::Future<Output = K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let api = api.clone();
+    let name = name.to_owned();
+    async move {
+        api.patch(&name, &PatchParams::apply("hypd").force(), &Patch::Apply(o))
+            .await
+            .unwrap()
+    }
+}
+
+/// The gateway's `smg_http_connections_active`, through the API server's proxy to its
+/// metrics Service.
+async fn in_flight(client: &kube::Client) -> f64 {
+    let m = call(client, "GET", "qwen-router:29000", "/metrics", None).await;
+    assert_eq!(m.status, 200, "{}", m.body);
+    let text = m.body.as_str().unwrap().to_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("smg_http_connections_active "))
+        .unwrap_or_else(|| panic!("no in-flight gauge in {text}"))
+        .parse()
+        .unwrap()
+}
+
+async fn replicas(deployments: &Api<Deployment>) -> i32 {
+    deployments
+        .get("qwen")
+        .await
+        .unwrap()
+        .spec
+        .replicas
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
+    let (_moto, moto_url) = moto();
+    let net = network(&moto_url).await;
+    let (_sim, sim_url) = sim(&moto_url, 600.0);
+    let eks = eks_client(&sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
+    let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
+    register_node(&client, "cpu-1", "64").await;
+    let config = json!({
+        "executionRoleArn": "arn:aws:iam::123456789012:role/hyperpod-inference",
+        "tlsCertificateS3Bucket": "hypd-tls",
+        "hyperpodClusterArn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/hp-1",
+        "keda": { "enabled": true },
+    });
+    eks.create_addon()
+        .cluster_name("ml-1")
+        .addon_name("amazon-sagemaker-hyperpod-inference")
+        .configuration_values(config.to_string())
+        .send()
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let system: Api<Deployment> = Api::namespaced(client.clone(), "hyperpod-inference-system");
+    wait_for("KEDA up", || async {
+        let ready = |d: Option<Deployment>| {
+            d.and_then(|d| d.status)
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0)
+                >= 1
+        };
+        crds.get_opt("scaledobjects.keda.sh")
+            .await
+            .unwrap()
+            .is_some()
+            && ready(system.get_opt("keda-operator").await.unwrap())
+            && ready(
+                system
+                    .get_opt("keda-operator-metrics-apiserver")
+                    .await
+                    .unwrap(),
+            )
+    })
+    .await;
+
+    // Slow enough to see the gateway up before its worker has loaded.
+    set_time_scale(&sim_url, 5.0).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let worker = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "qwen", "labels": { "hypd.dev/endpoint": "qwen" } },
+        "spec": { "replicas": 1, "selector": { "matchLabels": { "hypd.dev/endpoint": "qwen" } },
+            "template": {
+                "metadata": { "labels": { "hypd.dev/endpoint": "qwen" },
+                              "annotations": { "sim.hypd.dev/ready-seconds": "10" } },
+                "spec": { "containers": [{ "name": "server", "image": "lmsysorg/sglang:v0.5.4",
+                    "command": ["python3", "-m", "sglang.launch_server", "--model-path",
+                                "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "qwen",
+                                "--host", "0.0.0.0", "--port", "30000"],
+                    "ports": [{ "name": "http", "containerPort": 30000 }],
+                    "readinessProbe": { "httpGet": { "path": "/health", "port": 30000 } } }] } } }
+    });
+    apply(&deployments, "qwen", worker).await;
+    apply(
+        &Api::<ServiceAccount>::namespaced(client.clone(), "default"),
+        "qwen-router",
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "qwen-router" } }),
+    )
+    .await;
+    apply(
+        &Api::<Role>::namespaced(client.clone(), "default"),
+        "qwen-router",
+        json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": { "name": "qwen-router" },
+                "rules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"] }] }),
+    )
+    .await;
+    apply(
+        &Api::<RoleBinding>::namespaced(client.clone(), "default"),
+        "qwen-router",
+        json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": { "name": "qwen-router" },
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "qwen-router" },
+                "subjects": [{ "kind": "ServiceAccount", "name": "qwen-router", "namespace": "default" }] }),
+    )
+    .await;
+    let router_labels = json!({ "hypd.dev/endpoint-router": "qwen" });
+    let router = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "qwen-router", "labels": router_labels },
+        "spec": { "replicas": 1, "selector": { "matchLabels": router_labels },
+            "template": { "metadata": { "labels": router_labels },
+                "spec": { "serviceAccountName": "qwen-router",
+                    "containers": [{ "name": "router", "image": "lmsysorg/sglang:v0.5.4",
+                        "command": ["python3", "-m", "sglang_router.launch_router",
+                            "--host", "0.0.0.0", "--port", "30000",
+                            "--service-discovery", "--selector", "hypd.dev/endpoint=qwen",
+                            "--service-discovery-namespace", "default",
+                            "--service-discovery-port", "30000",
+                            "--policy", "cache_aware", "--cache-threshold", "0.3",
+                            "--balance-abs-threshold", "64", "--balance-rel-threshold", "1.5",
+                            "--eviction-interval-secs", "120", "--max-tree-size", "67108864",
+                            "--prometheus-host", "0.0.0.0", "--prometheus-port", "29000"],
+                        "ports": [{ "name": "http", "containerPort": 30000 },
+                                  { "name": "metrics", "containerPort": 29000 }],
+                        "resources": { "requests": { "cpu": "500m", "memory": "512Mi" } },
+                        "readinessProbe": { "httpGet": { "path": "/liveness", "port": "http" } },
+                        "livenessProbe": { "httpGet": { "path": "/liveness", "port": "http" } } }] } } }
+    });
+    apply(&deployments, "qwen-router", router).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    apply(
+        &services,
+        "qwen",
+        json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "qwen" },
+                "spec": { "selector": router_labels,
+                          "ports": [{ "name": "http", "port": 30000, "targetPort": 30000 }] } }),
+    )
+    .await;
+    apply(
+        &services,
+        "qwen-router",
+        json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "qwen-router" },
+                "spec": { "selector": router_labels,
+                          "ports": [{ "name": "metrics", "port": 29000, "targetPort": 29000 }] } }),
+    )
+    .await;
+    let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
+    let scaled_objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let scaled_object = json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": { "name": "qwen", "labels": { "hypd.dev/endpoint": "qwen" } },
+        "spec": {
+            "scaleTargetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen" },
+            "minReplicaCount": 1, "maxReplicaCount": 3, "pollingInterval": 5, "cooldownPeriod": 20,
+            "advanced": { "horizontalPodAutoscalerConfig": { "name": "keda-hpa-qwen",
+                "behavior": { "scaleDown": { "stabilizationWindowSeconds": 20 } } } },
+            "triggers": [{ "type": "metrics-api", "name": "router-requests", "metricType": "AverageValue",
+                "metadata": { "url": "http://qwen-router.default.svc.cluster.local:29000/metrics",
+                    "format": "prometheus", "valueLocation": "smg_http_connections_active",
+                    "targetValue": "2", "activationTargetValue": "0" } }],
+        },
+    });
+    scaled_objects
+        .patch(
+            "qwen",
+            &PatchParams::apply("hypd").force(),
+            &Patch::Apply(scaled_object),
+        )
+        .await
+        .unwrap();
+
+    // The gateway is up before its worker has loaded: it answers for itself.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let ready = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    let count_ready = |selector: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.list(&ListParams::default().labels(selector))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|p| ready(p))
+                .count()
+        }
+    };
+    wait_for("the gateway ready, its worker loading", || async {
+        count_ready("hypd.dev/endpoint-router=qwen").await == 1
+            && count_ready("hypd.dev/endpoint=qwen").await == 0
+    })
+    .await;
+    set_time_scale(&sim_url, 0.0).await;
+    let ask = |content: &str, extra: Value| {
+        let mut body =
+            json!({ "model": "qwen", "messages": [{ "role": "user", "content": content }] });
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        body
+    };
+    let early = call(
+        &client,
+        "POST",
+        "qwen:30000",
+        "/v1/chat/completions",
+        Some(ask("hi", json!({}))),
+    )
+    .await;
+    assert_eq!(early.status, 503, "{}", early.body);
+    assert_eq!(early.body["error"]["code"], "no_available_workers");
+    assert!(early.pod.as_deref().unwrap().starts_with("qwen-router-"));
+    let readiness = call(&client, "GET", "qwen:30000", "/readiness", None).await;
+    assert_eq!(readiness.status, 503, "{}", readiness.body);
+    let liveness = call(&client, "GET", "qwen:30000", "/liveness", None).await;
+    assert_eq!((liveness.status, liveness.body.as_str()), (200, Some("OK")));
+
+    set_time_scale(&sim_url, LOAD_SCALE).await;
+    wait_for("the worker ready", || async {
+        count_ready("hypd.dev/endpoint=qwen").await == 1
+    })
+    .await;
+    let routed = call(
+        &client,
+        "POST",
+        "qwen:30000",
+        "/v1/chat/completions",
+        Some(ask("hello", json!({}))),
+    )
+    .await;
+    assert_eq!(routed.status, 200, "{}", routed.body);
+    assert_eq!(routed.body["model"], "qwen");
+    assert!(routed.pod.as_deref().unwrap().starts_with("qwen-"));
+    assert!(
+        routed
+            .router
+            .as_deref()
+            .unwrap()
+            .starts_with("qwen-router-")
+    );
+    let streamed = call(
+        &client,
+        "POST",
+        "qwen:30000",
+        "/v1/chat/completions",
+        Some(ask(
+            "hello",
+            json!({ "stream": true, "max_tokens": 5, "ignore_eos": true }),
+        )),
+    )
+    .await;
+    let events = streamed.body.as_str().unwrap();
+    assert_eq!(
+        events.matches("\"finish_reason\":\"length\"").count(),
+        1,
+        "{events}"
+    );
+    assert!(events.ends_with("data: [DONE]\n\n"));
+    assert_eq!(in_flight(&client).await, 0.0);
+
+    // Eight clients, each asking again as soon as it is answered: the gateway has about
+    // eight in flight, two a replica are the target, and three the most.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let client = client.clone();
+            let stop = stop.clone();
+            let body = ask(
+                &format!("Write a long story, number {i}."),
+                json!({ "max_tokens": MAX_TOKENS, "ignore_eos": true }),
+            );
+            tokio::spawn(async move {
+                let mut answered = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let a = call(
+                        &client,
+                        "POST",
+                        "qwen:30000",
+                        "/v1/chat/completions",
+                        Some(body.clone()),
+                    )
+                    .await;
+                    assert_eq!(a.status, 200, "{}", a.body);
+                    assert_eq!(a.body["usage"]["completion_tokens"], MAX_TOKENS);
+                    assert_eq!(a.body["choices"][0]["finish_reason"], "length");
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    let most = Arc::new(AtomicI32::new(0));
+    wait_for("six or more in flight through the gateway", || async {
+        in_flight(&client).await >= 6.0
+    })
+    .await;
+    wait_for("three workers", || async {
+        let r = replicas(&deployments).await;
+        most.fetch_max(r, Ordering::Relaxed);
+        r == 3 && count_ready("hypd.dev/endpoint=qwen").await == 3
+    })
+    .await;
+    let workers = call(&client, "GET", "qwen:30000", "/workers", None).await;
+    assert_eq!(workers.body["total"], 3, "{}", workers.body);
+    // Held at three while the load goes on: never more.
+    for _ in 0..10 {
+        let r = replicas(&deployments).await;
+        most.fetch_max(r, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(most.load(Ordering::Relaxed), 3, "maxReplicaCount holds");
+    let so = scaled_objects.get("qwen").await.unwrap();
+    let status = &so.data["status"];
+    let condition = |kind: &str| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .map(|c| c["status"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(condition("Ready").as_deref(), Some("True"), "{status}");
+    assert_eq!(condition("Active").as_deref(), Some("True"), "{status}");
+    assert_eq!(status["hpaName"], "keda-hpa-qwen");
+    assert_eq!(
+        status["externalMetricNames"],
+        json!(["s0-metric-api-smg_http_connections_active"])
+    );
+    assert!(status["lastActiveTime"].is_string(), "{status}");
+
+    // The load stops: back to one once the 20 s window has passed.
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        assert!(c.await.unwrap() >= 1);
+    }
+    assert_eq!(in_flight(&client).await, 0.0);
+    wait_for_within("one worker again", Duration::from_secs(30), || async {
+        replicas(&deployments).await == 1
+    })
+    .await;
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let rescales: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SuccessfulRescale"))
+        .collect();
+    let messages: Vec<&str> = rescales
+        .iter()
+        .filter_map(|e| e.message.as_deref())
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.starts_with(
+            "New size: 3; reason: external metric s0-metric-api-smg_http_connections_active("
+        ) && m.ends_with(") above target")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.contains(&"New size: 1; reason: All metrics below target"),
+        "{messages:?}"
+    );
+    for e in &rescales {
+        let involved = &e.involved_object;
+        assert_eq!(
+            (
+                involved.kind.as_deref(),
+                involved.name.as_deref(),
+                involved.api_version.as_deref()
+            ),
+            (
+                Some("HorizontalPodAutoscaler"),
+                Some("keda-hpa-qwen"),
+                Some("autoscaling/v2")
+            )
+        );
+        assert_eq!(
+            e.source.as_ref().and_then(|s| s.component.as_deref()),
+            Some("horizontal-pod-autoscaler")
+        );
+        assert!(e.first_timestamp.is_some() && e.last_timestamp.is_some());
+    }
+
+    // Without its ScaledObject the Deployment keeps its replicas.
+    scaled_objects
+        .delete("qwen", &Default::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(replicas(&deployments).await, 1);
+}
