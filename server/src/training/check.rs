@@ -12,7 +12,6 @@ use app::api::training::{
 use app::api::values::{InstanceGroupName, ProcessesPerNode};
 use aws_sdk_sagemaker::operation::describe_cluster::DescribeClusterOutput;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ListParams, PatchParams};
 
@@ -210,7 +209,6 @@ pub(crate) async fn check(
         })
     };
 
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
     let ray = r.recipe.object_kind() == RAY_JOB;
     let (crd, operator, feature) = if ray {
         (RAY_CRD, "KubeRay", "kuberay_operator")
@@ -221,7 +219,7 @@ pub(crate) async fn check(
             "training_operator",
         )
     };
-    let served = kubernetes::get(&crds, crd).await?.is_some();
+    let served = kubernetes::crd_served(&client, crd).await?;
     say(
         "feature",
         served,

@@ -7,7 +7,6 @@
 use app::api::ApiError;
 use app::api::training::{NAMESPACE, PYTORCH_JOB, RAY_JOB, RecoveryLedger};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -318,10 +317,9 @@ pub(crate) async fn find(client: &kube::Client, name: &str) -> Result<Lookup, Ap
     // A `get` of a kind nobody serves answers 404 as a missing object does: whether
     // either kind is served at all is the CRDs' to say.
     if served {
-        let crds = Api::<CustomResourceDefinition>::all(client.clone());
         served = false;
         for crd in [PYTORCH_CRD, RAY_CRD] {
-            served |= kubernetes::get(&crds, crd).await?.is_some();
+            served |= kubernetes::crd_served(client, crd).await?;
         }
     }
     Ok(if served {

@@ -1,11 +1,16 @@
 //! Kinds of other projects' CRDs as objects hypd applies. None has a Rust type in
 //! k8s-openapi and kube's `derive` would cost a proc-macro crate on the 2-core builders,
 //! so each is a plain struct with its spec as JSON and a hand-written `kube::Resource`
-//! (version v1); that is what lets [`super::object::Applied`] keep them by server-side
+//! (version v1 unless named); that is what lets [`super::object::Applied`] keep them by server-side
 //! apply with the same diff as every built-in kind.
 
 macro_rules! custom_kind {
     ($(#[$doc:meta])* $name:ident, $group:literal, $kind:literal, $plural:literal, $scope:ty) => {
+        $crate::resources::kube::kind::custom_kind!(
+            $(#[$doc])* $name, $group, "v1", $kind, $plural, $scope
+        );
+    };
+    ($(#[$doc:meta])* $name:ident, $group:literal, $version:literal, $kind:literal, $plural:literal, $scope:ty) => {
         $(#[$doc])*
         #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
         pub struct $name {
@@ -46,7 +51,7 @@ macro_rules! custom_kind {
                 spec: serde_json::Value,
             ) -> Self {
                 Self {
-                    api_version: concat!($group, "/v1").to_owned(),
+                    api_version: concat!($group, "/", $version).to_owned(),
                     kind: $kind.to_owned(),
                     metadata,
                     spec,
@@ -66,7 +71,7 @@ macro_rules! custom_kind {
                 std::borrow::Cow::Borrowed($group)
             }
             fn version(_: &()) -> std::borrow::Cow<'_, str> {
-                std::borrow::Cow::Borrowed("v1")
+                std::borrow::Cow::Borrowed($version)
             }
             fn plural(_: &()) -> std::borrow::Cow<'_, str> {
                 std::borrow::Cow::Borrowed($plural)

@@ -8,6 +8,7 @@
 
 pub mod inference;
 pub mod karpenter;
+pub mod keda;
 pub mod kind;
 pub mod manifest;
 pub mod object;
@@ -233,6 +234,15 @@ pub async fn token(
         "k8s-aws-v1.{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signed.uri().to_string())
     ))
+}
+
+/// Whether the API server serves the kind CRD `name` (`<plural>.<group>`) defines: its
+/// operator is installed. A read of an unserved kind answers 404 like a missing object,
+/// so only the CRD can say which it is.
+pub async fn crd_served(client: &kube::Client, name: &str) -> Result<bool, ApiError> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    Ok(get(&crds, name).await?.is_some())
 }
 
 /// Reads one object; absent is `None`.
