@@ -14,9 +14,9 @@ use super::models::HfToken;
 use super::operations::OperationRef;
 use super::plan::Gated;
 use super::values::{
-    ClusterName, Confirmation, ContainerImage, EndpointName, GpusPerReplica, HfModelId,
-    IdempotencyKey, InstanceGroupName, RedisUrl, ReplicaCount, SecretName, ServeCommand,
-    ServedName, WorkerCount,
+    ClusterName, Confirmation, ContainerImage, CooldownSeconds, EndpointName, GpusPerReplica,
+    HfModelId, IdempotencyKey, InstanceGroupName, PollingSeconds, RedisUrl, ReplicaCount,
+    RequestsPerReplica, SecretName, ServeCommand, ServedName, WorkerCount,
 };
 
 /// The namespace endpoints run in: the shared bucket's claim is there.
@@ -26,15 +26,15 @@ pub const ENDPOINT_LABEL: &str = "hypd.dev/endpoint";
 /// The prefix of the Secret a token given with a deploy is kept in (key `token`).
 pub const TOKEN_SECRET: &str = "hypd-hf-token";
 
-/// The serving program a model server runs.
+// The serving program a model server runs: vllm (`vllm serve <model> [flags]`), sglang
+// (`python3 -m sglang.launch_server --model-path <model> [flags]`), or custom (any image
+// and command serving OpenAI's chat completions API). Plain comments, not docs: the
+// tools' descriptions say it once, and the schema lists the names only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Engine {
-    /// `vllm serve <model> [flags]`.
     Vllm,
-    /// `python3 -m sglang.launch_server --model-path <model> [flags]`.
     Sglang,
-    /// Any image and command serving OpenAI's chat completions API.
     Custom,
 }
 
@@ -74,17 +74,17 @@ impl Engine {
     }
 }
 
-/// How the endpoint is reached.
+// How the endpoint is reached: cluster_ip (an in-cluster Service, reached with
+// invoke_endpoint through the API server), load_balancer (an internet-facing Network Load
+// Balancer, its address reported when ready), model_pool (warm workers no Service
+// reaches until assign_pool_workers binds some to one of the names they serve, by one
+// label: no restart). Plain comments: deploy_model_server's description says it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ServiceShape {
-    /// An in-cluster Service (reach it with invoke_endpoint, through the API server).
     #[default]
     ClusterIp,
-    /// An internet-facing Network Load Balancer; its address is reported when ready.
     LoadBalancer,
-    /// Warm workers no Service reaches until assign_pool_workers binds some to one of
-    /// the names they serve (by one label: no restart).
     ModelPool,
 }
 
@@ -326,6 +326,12 @@ pub struct DeployModelServer {
     // A Secret of yours in default holding key `token`, instead of hf_token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hf_token_secret: Option<SecretName>,
+    // SGLang only: the SGLang router in front of the replicas (the Service reaches it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<SglangRouter>,
+    // KEDA scales the replicas on the router's requests in flight (needs router).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -399,6 +405,241 @@ impl DeployModelServer {
                 "give a token or the Secret that holds one, not both",
             ));
         }
+        if let Some(router) = &self.router {
+            if self.engine != Engine::Sglang {
+                errors.push(FieldError::new(
+                    "router",
+                    format!(
+                        "the SGLang router fronts SGLang workers (engine is {}): deploy_inference_endpoint routes vLLM workers",
+                        self.engine.as_str()
+                    ),
+                ));
+            }
+            if self.service == ServiceShape::ModelPool {
+                errors.push(FieldError::new(
+                    "router",
+                    "a router fronts one endpoint's workers, and a pool's are bound to models by assign_pool_workers: use cluster_ip or load_balancer",
+                ));
+            }
+            errors.extend(router.errors());
+        }
+        if let Some(scaling) = &self.autoscaling {
+            if self.router.is_none() {
+                errors.push(FieldError::new(
+                    "autoscaling",
+                    "KEDA scales the replicas on the SGLang router's requests in flight: give router too",
+                ));
+            }
+            errors.extend(scaling.errors(self.replicas));
+        }
+        errors
+    }
+}
+
+// How the SGLang router picks a worker: cache_aware (the one already holding the prompt's
+// prefix, unless the load is imbalanced), round_robin, random, power_of_two (the less
+// loaded of two). Plain comments: the schema lists the names only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RouterPolicy {
+    #[default]
+    CacheAware,
+    RoundRobin,
+    Random,
+    PowerOfTwo,
+}
+
+impl RouterPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouterPolicy::CacheAware => "cache_aware",
+            RouterPolicy::RoundRobin => "round_robin",
+            RouterPolicy::Random => "random",
+            RouterPolicy::PowerOfTwo => "power_of_two",
+        }
+    }
+}
+
+// The SGLang router (SGLang Model Gateway) in front of an endpoint's workers, which it
+// finds by label. Plain comments: deploy_model_server's description says it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SglangRouter {
+    #[serde(default)]
+    pub policy: RouterPolicy,
+    // cache_aware only; unset, the gateway's defaults (see CacheAware::DEFAULT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_threshold: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_abs_threshold: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_rel_threshold: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_interval_seconds: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tree_size: Option<u64>,
+}
+
+/// The cache-aware policy's thresholds as the router runs them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CacheAware {
+    /// The share of a prompt a worker's prefix tree must hold for the prompt to go there.
+    pub cache_threshold: f64,
+    /// Load differences (requests in flight) below which the cache decides alone...
+    pub balance_abs_threshold: u32,
+    /// ...and the busiest-to-idlest ratio below which it does.
+    pub balance_rel_threshold: f64,
+    pub eviction_interval_seconds: u32,
+    pub max_tree_size: u64,
+}
+
+impl CacheAware {
+    /// The SGLang Model Gateway's own defaults (newer and more load-tolerant than the
+    /// first router's 0.5 / 32 / 1.0001 / 60 s / 2^24).
+    pub const DEFAULT: CacheAware = CacheAware {
+        cache_threshold: 0.3,
+        balance_abs_threshold: 64,
+        balance_rel_threshold: 1.5,
+        eviction_interval_seconds: 120,
+        max_tree_size: 1 << 26,
+    };
+}
+
+impl SglangRouter {
+    /// The cache-aware thresholds, defaults filled in; `None` for another policy.
+    pub fn cache_aware(&self) -> Option<CacheAware> {
+        let d = CacheAware::DEFAULT;
+        (self.policy == RouterPolicy::CacheAware).then(|| CacheAware {
+            cache_threshold: self.cache_threshold.unwrap_or(d.cache_threshold),
+            balance_abs_threshold: self
+                .balance_abs_threshold
+                .unwrap_or(d.balance_abs_threshold),
+            balance_rel_threshold: self
+                .balance_rel_threshold
+                .unwrap_or(d.balance_rel_threshold),
+            eviction_interval_seconds: self
+                .eviction_interval_seconds
+                .unwrap_or(d.eviction_interval_seconds),
+            max_tree_size: self.max_tree_size.unwrap_or(d.max_tree_size),
+        })
+    }
+
+    fn errors(&self) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let given = [
+            ("cache_threshold", self.cache_threshold.is_some()),
+            (
+                "balance_abs_threshold",
+                self.balance_abs_threshold.is_some(),
+            ),
+            (
+                "balance_rel_threshold",
+                self.balance_rel_threshold.is_some(),
+            ),
+            (
+                "eviction_interval_seconds",
+                self.eviction_interval_seconds.is_some(),
+            ),
+            ("max_tree_size", self.max_tree_size.is_some()),
+        ];
+        if self.policy != RouterPolicy::CacheAware {
+            for (field, _) in given.iter().filter(|(_, g)| *g) {
+                errors.push(FieldError::new(
+                    format!("router.{field}"),
+                    format!(
+                        "only the cache_aware policy uses it (policy is {})",
+                        self.policy.as_str()
+                    ),
+                ));
+            }
+            return errors;
+        }
+        if let Some(t) = self.cache_threshold
+            && !(0.0..=1.0).contains(&t)
+        {
+            errors.push(FieldError::new(
+                "router.cache_threshold",
+                format!("the share of a prompt already cached on a worker: from 0 to 1 (got {t})"),
+            ));
+        }
+        if let Some(r) = self.balance_rel_threshold
+            && !(r >= 1.0 && r.is_finite())
+        {
+            errors.push(FieldError::new(
+                "router.balance_rel_threshold",
+                format!("the busiest worker's load over the idlest's: at least 1 (got {r})"),
+            ));
+        }
+        if self.eviction_interval_seconds == Some(0) {
+            errors.push(FieldError::new(
+                "router.eviction_interval_seconds",
+                "at least 1 second",
+            ));
+        }
+        if self.max_tree_size == Some(0) {
+            errors.push(FieldError::new("router.max_tree_size", "at least 1 node"));
+        }
+        errors
+    }
+}
+
+// KEDA scales the workers between min and max replicas on the requests in flight at the
+// router: ceil(in flight / target_requests_per_replica), at once on the way up, after
+// cooldown_seconds without load on the way down. Plain comments: the tool's description
+// says it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Autoscaling {
+    #[serde(default = "one_replica")]
+    pub min_replicas: ReplicaCount,
+    pub max_replicas: ReplicaCount,
+    #[serde(default = "four_requests")]
+    pub target_requests_per_replica: RequestsPerReplica,
+    // In flight above this wakes the scaler (KEDA's activation threshold).
+    #[serde(default)]
+    pub activation_requests: u32,
+    #[serde(default = "fifteen_seconds")]
+    pub polling_interval_seconds: PollingSeconds,
+    #[serde(default = "five_minutes")]
+    pub cooldown_seconds: CooldownSeconds,
+}
+
+fn four_requests() -> RequestsPerReplica {
+    RequestsPerReplica::new(4).expect("in range")
+}
+
+fn fifteen_seconds() -> PollingSeconds {
+    PollingSeconds::new(15).expect("in range")
+}
+
+fn five_minutes() -> CooldownSeconds {
+    CooldownSeconds::new(300).expect("in range")
+}
+
+impl Autoscaling {
+    fn errors(&self, replicas: ReplicaCount) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let (min, max) = (self.min_replicas.get(), self.max_replicas.get());
+        if min == 0 {
+            errors.push(FieldError::new(
+                "autoscaling.min_replicas",
+                "at least 1: the router refuses requests while no worker runs, so the requests it counts could never wake workers scaled to zero (without autoscaling, scale_endpoint 0 scales to zero by hand)",
+            ));
+        }
+        if max < min {
+            errors.push(FieldError::new(
+                "autoscaling.max_replicas",
+                format!("at least min_replicas ({min}) (got {max})"),
+            ));
+        } else if !(min..=max).contains(&replicas.get()) {
+            errors.push(FieldError::new(
+                "replicas",
+                format!(
+                    "an autoscaled endpoint starts within its bounds: from {min} to {max} (got {})",
+                    replicas.get()
+                ),
+            ));
+        }
         errors
     }
 }
@@ -408,7 +649,7 @@ impl Command for DeployModelServer {
     const SPEC: CommandSpec = CommandSpec {
         name: "deploy_model_server",
         summary: "Deploy a vLLM, SGLang or custom model server behind a Service",
-        description: "A Deployment of `replicas` pods running `command` (parsed and checked against `engine`) with `gpus_per_replica` GPUs on a HyperPod group's nodes, the shared bucket at /s3, behind a cluster_ip Service, an internet-facing NLB (load_balancer), or none (model_pool: warm workers for assign_pool_workers). Ask the user for the model, GPUs and replicas; a token is kept only in a Secret in the cluster. Returns an operation: follow it with wait_operation.",
+        description: "A Deployment of `replicas` pods running `command` (parsed and checked against `engine`) with `gpus_per_replica` GPUs on a HyperPod group's nodes, the shared bucket at /s3, behind a cluster_ip Service, an internet-facing NLB (load_balancer), or none (model_pool: warm workers for assign_pool_workers). SGLang may have the SGLang router in front (`router`), and KEDA sizing the replicas on its requests in flight (`autoscaling`). Ask the user for the model, GPUs and replicas; a token is kept only in a Secret in the cluster. Returns an operation: follow it with wait_operation.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -566,6 +807,8 @@ impl DeployInferenceEndpoint {
             service: ServiceShape::ClusterIp,
             hf_token: self.hf_token.clone(),
             hf_token_secret: self.hf_token_secret.clone(),
+            router: None,
+            autoscaling: None,
             idempotency_key: None,
             dry_run: self.dry_run,
         }
@@ -671,9 +914,12 @@ pub struct EndpointSummary {
     /// The slowest replica's start, pod scheduled → ready, in seconds.
     pub cold_start_seconds: Option<f64>,
     pub created_at: Option<String>,
-    /// The operator's router strategy (inference endpoints).
+    /// The router's strategy: the operator's, or the SGLang router's policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<String>,
+    /// KEDA's sizing of the replicas, on an autoscaled endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingState>,
     /// The KV cache tiers (inference endpoints), e.g. `l1_cpu+redis`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache: Option<String>,
@@ -717,6 +963,34 @@ pub struct Endpoint {
     /// Why it is not serving, when something holds it back (a pod's waiting reason).
     pub waiting: Option<String>,
     pub pods: Vec<EndpointPod>,
+    /// The replica counts the autoscaler set, oldest first (as long as the cluster keeps
+    /// its events, an hour on EKS).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replica_history: Vec<ReplicaChange>,
+}
+
+/// An autoscaled endpoint's bounds and what KEDA says of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AutoscalingState {
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub target_requests_per_replica: u32,
+    pub cooldown_seconds: u32,
+    /// Whether the router's load is above the activation threshold (KEDA's `Active`).
+    pub active: Option<bool>,
+    /// Why KEDA cannot scale it, when it says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// One change of an autoscaled endpoint's replica count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplicaChange {
+    /// RFC 3339.
+    pub at: String,
+    pub replicas: u32,
+    /// The autoscaler's reason, e.g. "All metrics below target".
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

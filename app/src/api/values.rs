@@ -1258,6 +1258,18 @@ bounded_int!(
     /// Workers of a model pool moved in one change.
     WorkerCount, 1, 64, "a number of workers"
 );
+bounded_int!(
+    /// Requests in flight at the router that one worker replica is sized for.
+    RequestsPerReplica, 1, 10000, "a number of requests in flight per replica"
+);
+bounded_int!(
+    /// Seconds between two looks at the router's metrics.
+    PollingSeconds, 1, 3600, "a polling interval in seconds"
+);
+bounded_int!(
+    /// Seconds without load before replicas are taken away.
+    CooldownSeconds, 0, 86400, "a cooldown in seconds"
+);
 
 fn check_served_name(s: &str) -> Result<(), String> {
     let ok = (1..=20).contains(&s.len())

@@ -154,7 +154,16 @@ fn Endpoints(
                     .collect();
                 format!("pool · {} · free {}", bound.join(", "), pool.unassigned)
             } else {
-                e.service
+                [
+                    Some(e.service),
+                    e.routing.map(|r| format!("router {r}")),
+                    e.autoscaling
+                        .map(|a| format!("KEDA {}–{}", a.min_replicas, a.max_replicas)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" · ")
             };
             let cluster = across.then(|| {
                 let href = format!("/clusters/{}/inference", e.name);
@@ -226,6 +235,12 @@ fn Deploy(cluster: String) -> impl IntoView {
     let kv = RwSignal::new(String::new());
     let redis = RwSignal::new(String::new());
     let routing = RwSignal::new(String::new());
+    // SGLang's router and KEDA's bounds (self-managed SGLang only).
+    let router = RwSignal::new(String::new());
+    let min = RwSignal::new(String::new());
+    let max = RwSignal::new(String::new());
+    let target = RwSignal::new(String::new());
+    let cooldown = RwSignal::new(String::new());
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let mut inputs = vec![
@@ -242,6 +257,20 @@ fn Deploy(cluster: String) -> impl IntoView {
         ];
         if !managed.get_untracked() {
             inputs.push(text("service", service.get_untracked()));
+            inputs.push(text("router.policy", router.get_untracked()));
+            // Bounds without a maximum are no autoscaling: the request needs one.
+            if !max.get_untracked().is_empty() {
+                inputs.push(integer("autoscaling.min_replicas", min.get_untracked()));
+                inputs.push(integer("autoscaling.max_replicas", max.get_untracked()));
+                inputs.push(integer(
+                    "autoscaling.target_requests_per_replica",
+                    target.get_untracked(),
+                ));
+                inputs.push(integer(
+                    "autoscaling.cooldown_seconds",
+                    cooldown.get_untracked(),
+                ));
+            }
             gate.start::<DeployModelServer>(&inputs);
             return;
         }
@@ -319,6 +348,24 @@ fn Deploy(cluster: String) -> impl IntoView {
                         <option value="load_balancer">"Network load balancer"</option>
                         <option value="model_pool">"Model pool (warm, bound later)"</option>
                     </select></label>
+                    <fieldset class="router" disabled=move || engine.get() != "sglang">
+                        <legend>"SGLang router and KEDA autoscaling"</legend>
+                        <label>"Router "<select name="router.policy" on:change=choice(router)>
+                            <option value="" selected=true>"None"</option>
+                            <option value="cache_aware">"Cache-aware"</option>
+                            <option value="round_robin">"Round-robin"</option>
+                            <option value="random">"Random"</option>
+                            <option value="power_of_two">"Power of two"</option>
+                        </select></label>
+                        <label>"Min replicas "<input type="number" name="autoscaling.min_replicas" min="1" placeholder="1"
+                            prop:value=move || min.get() on:input=gate.edit(min)/></label>
+                        <label>"Max replicas "<input type="number" name="autoscaling.max_replicas" min="1" placeholder="no autoscaling"
+                            prop:value=move || max.get() on:input=gate.edit(max)/></label>
+                        <label>"Requests in flight a replica "<input type="number" name="autoscaling.target_requests_per_replica" min="1" placeholder="4"
+                            prop:value=move || target.get() on:input=gate.edit(target)/></label>
+                        <label>"Cooldown (s) "<input type="number" name="autoscaling.cooldown_seconds" min="0" placeholder="300"
+                            prop:value=move || cooldown.get() on:input=gate.edit(cooldown)/></label>
+                    </fieldset>
                 }
                 .into_any()
             }}
@@ -480,6 +527,20 @@ fn EndpointDetail(cluster: String) -> impl IntoView {
                     Some(format!("{} · {}", e.summary.kind, e.summary.service)),
                     e.summary.routing.clone().map(|r| format!("routing {r}")),
                     e.summary.kv_cache.clone().map(|k| format!("KV cache {k}")),
+                    e.summary.autoscaling.as_ref().map(|a| {
+                        format!(
+                            "KEDA {}–{} replicas at {} requests in flight each, cooldown {} s{}",
+                            a.min_replicas,
+                            a.max_replicas,
+                            a.target_requests_per_replica,
+                            a.cooldown_seconds,
+                            match (a.active, &a.problem) {
+                                (_, Some(p)) => format!(" ({p})"),
+                                (Some(true), None) => " (active)".to_owned(),
+                                _ => String::new(),
+                            }
+                        )
+                    }),
                     e.instance_group.clone().map(|g| format!("group {g}")),
                     Some(format!("{} GPU a replica, port {}", e.gpus_per_replica, e.port)),
                 ]
@@ -512,6 +573,9 @@ fn EndpointDetail(cluster: String) -> impl IntoView {
                         <p class="muted options">{options}</p>
                         <p class="mono">{e.image}" "{e.command.join(" ")}</p>
                         {e.waiting.map(|w| view! { <p class="waiting">{w}</p> })}
+                        {e.summary.autoscaling.as_ref().map(|a| {
+                            replica_chart(&e.replica_history, e.summary.replicas, a.max_replicas)
+                        })}
                         <Table class="pod-table" caption="Pods" columns>{pods}</Table>
                     </div>
                 })
@@ -531,6 +595,62 @@ fn EndpointDetail(cluster: String) -> impl IntoView {
         </form>
     }
     .into_any()
+}
+
+/// Replicas over time as KEDA set them: a step line from the first change to now, on a
+/// scale up to the maximum. Drawn as one SVG path, so it costs no chart library.
+fn replica_chart(
+    history: &[crate::api::inference::ReplicaChange],
+    now: u32,
+    max: u32,
+) -> impl IntoView + use<> {
+    const W: f64 = 320.0;
+    const H: f64 = 80.0;
+    let seconds = |at: &str| crate::time::parse_millis(at).map(|ms| ms as f64 / 1000.0);
+    let points: Vec<(f64, u32)> = history
+        .iter()
+        .filter_map(|c| Some((seconds(&c.at)?, c.replicas)))
+        .collect();
+    let summary = match points.first() {
+        None => format!("No change of replicas in the cluster's events; {now} now."),
+        Some(_) => format!(
+            "{} changes: {}; {now} now.",
+            points.len(),
+            history
+                .iter()
+                .map(|c| c.replicas.to_string())
+                .collect::<Vec<_>>()
+                .join(" → ")
+        ),
+    };
+    let (start, end) = match (points.first(), points.last()) {
+        (Some(a), Some(b)) => (a.0, (b.0 + 1.0).max(a.0 + 1.0)),
+        _ => (0.0, 1.0),
+    };
+    // The last change holds until now: a last step a tenth of the width long.
+    let span = (end - start) * 1.1;
+    let x = |t: f64| (t - start) / span * W;
+    let y = |n: u32| H - f64::from(n) / f64::from(max.max(1)) * (H - 4.0);
+    let mut d = String::new();
+    for (i, (t, n)) in points.iter().enumerate() {
+        if i == 0 {
+            d.push_str(&format!("M{:.1},{:.1}", x(*t), y(*n)));
+        } else {
+            d.push_str(&format!("H{:.1}V{:.1}", x(*t), y(*n)));
+        }
+    }
+    if !points.is_empty() {
+        d.push_str(&format!("H{W:.1}"));
+    }
+    view! {
+        <figure class="replica-chart">
+            <svg viewBox=format!("0 0 {W} {H}") role="img" aria-label=summary.clone()>
+                <line x1="0" x2=W y1=y(max) y2=y(max) class="max"/>
+                <path d=d/>
+            </svg>
+            <figcaption class="muted">{format!("Replicas over time (max {max}). ")}{summary}</figcaption>
+        </figure>
+    }
 }
 
 /// The test panel: one user message to an endpoint, its answer, token counts and the

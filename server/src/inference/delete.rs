@@ -1,5 +1,6 @@
 //! `delete_endpoint`: the Service goes first (clients stop reaching the replicas), then
-//! the Deployment (its pods stop) or the InferenceEndpointConfig (the operator removes
+//! the autoscaler and the router (KEDA stops resizing what is being deleted), then the
+//! Deployment (its pods stop) or the InferenceEndpointConfig (the operator removes
 //! what it made of it), then the token's Secret if hypd made it, then the pods are
 //! waited for until gone. Only objects carrying hypd's label are deleted: a Secret of
 //! the user's that the endpoint read stays, and so does anything the operator made.
@@ -30,6 +31,7 @@ use crate::resources::kube::{self as kubernetes};
 stages! {
     pub enum Stage {
         Service = "service", "The endpoint's Service deleted (its load balancer goes with it), and a pool's models' Services", false;
+        Router = "router", "The endpoint's autoscaler (KEDA's ScaledObject) and SGLang router deleted, if it has them", false;
         Workload = "workload", "The Deployment, or the InferenceEndpointConfig, deleted (its replicas stop)", false;
         Secret = "secret", "The Secret hypd kept the endpoint's token in deleted, if it has one", false;
         Pods = "pods", "Every replica gone", false;
@@ -113,6 +115,10 @@ impl Pipeline for DeleteEndpoint {
                     };
                     converge(&Applied::namespaced(&client, service).absent()).await?;
                 }
+                Ok(Progress::Done)
+            }
+            Stage::Router => {
+                super::router::remove(&client, endpoint).await?;
                 Ok(Progress::Done)
             }
             Stage::Workload => {

@@ -1,8 +1,9 @@
 //! `deploy_model_server`: the pre-flight refuses what could never serve (a group without
 //! the GPUs a replica asks for, a model that is not where the command says, a name
 //! taken), then the Deployment and the Service are applied and the replicas followed
-//! until they answer their readiness probe (and a load balancer has its address). The
-//! objects are applied by server-side apply, so a step run again changes nothing; an
+//! until they answer their readiness probe (and a load balancer has its address); SGLang
+//! workers may get the SGLang router in front and KEDA's ScaledObject after them
+//! ([`super::router`]). The objects are applied by server-side apply, so a step run again changes nothing; an
 //! object of that name made by anyone else is a conflict, never taken over.
 //!
 //! A token never reaches hypd's store: [`Pipeline::keep_secrets`] puts it in the Secret
@@ -28,7 +29,7 @@ use serde_json::json;
 use super::workload::{self, COLD_START_ANNOTATION, OPERATION_ANNOTATION, Placement};
 use crate::aws::SdkResultExt;
 use crate::cluster::managed::{Where, locate};
-use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
+use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, Stage as _, stages};
 use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::object::{Applied, made_by_hypd};
 use crate::resources::kube::{self as kubernetes};
@@ -39,7 +40,9 @@ stages! {
     pub enum Stage {
         Workload = "workload", "The Deployment applied: replicas of the serving container with their GPUs on the group's nodes, the model's storage mounted", true;
         Service = "service", "The Service applied (in-cluster, or an internet-facing NLB)", true;
-        Ready = "ready", "Every replica ready (its model loaded and answering /health), and the load balancer's address known", true;
+        Router = "router", "The SGLang router applied in front of the replicas, with the pod-reading account it discovers them with", true;
+        Ready = "ready", "Every replica ready (its model loaded and answering /health), the router too, and the load balancer's address known", true;
+        Autoscaling = "autoscaling", "The KEDA ScaledObject applied: from now on KEDA sizes the replicas on the router's requests in flight", true;
     }
 }
 
@@ -186,8 +189,35 @@ pub(crate) async fn check(
     if let Some(secret) = &r.hf_token_secret {
         crate::model::token::check_secret(client, cluster, secret).await?;
     }
+    if r.router.is_some() {
+        let name = super::router::name(endpoint);
+        if kubernetes::get(&deployments, &name).await?.is_some()
+            || kubernetes::get(&services, &name).await?.is_some()
+        {
+            return Err(ApiError::field(
+                "endpoint",
+                format!(
+                    "{cluster} already has a Deployment or Service named {name} in {NAMESPACE}, the name the endpoint's router takes: choose another endpoint name"
+                ),
+            ));
+        }
+    }
+    if r.autoscaling.is_some() {
+        if !kubernetes::crd_served(client, KEDA_CRD).await? {
+            return Err(ApiError::Conflict {
+                message: format!(
+                    "{cluster} does not run KEDA (ScaledObject is not served): turn it on with update_features (keda: true), or deploy without autoscaling"
+                ),
+                operation_id: None,
+                field: Some("autoscaling".into()),
+            });
+        }
+    }
     Ok(group)
 }
+
+/// The CRD that says KEDA is installed (by the keda feature or the inference operator's).
+const KEDA_CRD: &str = "scaledobjects.keda.sh";
 
 /// Before the object endpoint `endpoint` is made of (kind `K`) is applied: one already
 /// there must be this operation's (a step run again), never one made by anyone since the
@@ -265,6 +295,16 @@ impl Pipeline for DeployModelServer {
         self.idempotency_key.as_ref()
     }
 
+    /// The router's and the autoscaler's stages only when the request asks for them.
+    fn plan(&self) -> Vec<Stage> {
+        let asked = |s: &Stage| match s {
+            Stage::Router => self.router.is_some(),
+            Stage::Autoscaling => self.autoscaling.is_some(),
+            _ => true,
+        };
+        Stage::ALL.iter().copied().filter(asked).collect()
+    }
+
     async fn preflight(mut self, cx: &Preflight<'_>) -> Result<Self, ApiError> {
         let at = locate(cx.store, self.name.as_str(), "to deploy model servers").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
@@ -338,10 +378,48 @@ impl Pipeline for DeployModelServer {
                 .await?;
                 Ok(Progress::Done)
             }
+            Stage::Router => {
+                let Some(router) = &self.router else {
+                    return Ok(Progress::Done);
+                };
+                let name = super::router::name(endpoint);
+                claim::<Deployment>(&client, &name, &cx.operation_id, false).await?;
+                let (account, role, binding) = super::router::access(endpoint)?;
+                converge(&Applied::namespaced(&client, account)).await?;
+                converge(&Applied::namespaced(&client, role)).await?;
+                converge(&Applied::namespaced(&client, binding)).await?;
+                let deployment = super::router::deployment(self, router, &serve, &cx.operation_id)?;
+                converge(&Applied::namespaced(&client, deployment)).await?;
+                let metrics = super::router::metrics_service(endpoint)?;
+                converge(&Applied::namespaced(&client, metrics)).await?;
+                Ok(Progress::Done)
+            }
             Stage::Ready => {
+                if self.router.is_some() && !is_planning() {
+                    let name = super::router::name(endpoint);
+                    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+                    let ready = kubernetes::get(&deployments, &name)
+                        .await?
+                        .and_then(|d| d.status)
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0);
+                    if ready < 1 {
+                        return Ok(Progress::wait(
+                            POLL,
+                            format!("the router {NAMESPACE}/{name} is not ready yet"),
+                        ));
+                    }
+                }
                 let at = (self.name.as_str(), endpoint);
                 let kind = "k8s:apps/v1/Deployment";
                 ready(&client, at, kind, self.replicas.get(), self.service, out).await
+            }
+            Stage::Autoscaling => {
+                let Some(object) = super::router::scaled_object(self) else {
+                    return Ok(Progress::Done);
+                };
+                converge(&Applied::namespaced(&client, object)).await?;
+                Ok(Progress::Done)
             }
         }
     }

@@ -75,6 +75,7 @@ impl Handler<InvokeEndpoint> for Service {
             record,
             pods: Vec::new(),
             service: None,
+            scaler: None,
         };
         if live.replicas() == 0 {
             return Err(waking(&live, endpoint));

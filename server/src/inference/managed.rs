@@ -13,7 +13,6 @@ use app::api::inference::{DeployInferenceEndpoint, KvCache, L2Cache, NAMESPACE};
 use app::api::storage::{SHARED_CLAIM, SHARED_MOUNT};
 use app::api::values::IdempotencyKey;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::ListParams;
 
@@ -92,19 +91,6 @@ pub(crate) async fn pods(
     .await?;
     pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     Ok(pods)
-}
-
-/// Every InferenceEndpointConfig hypd made (none where the operator is not installed).
-pub(crate) async fn configs(
-    client: &kube::Client,
-) -> Result<Vec<InferenceEndpointConfig>, ApiError> {
-    let api = Api::<InferenceEndpointConfig>::namespaced(client.clone(), NAMESPACE);
-    let params = ListParams::default().labels(app::api::inference::ENDPOINT_LABEL);
-    match api.list(&params).await {
-        Ok(list) => Ok(list.items),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
-        Err(e) => Err(kubernetes::upstream("list InferenceEndpointConfig", e)),
-    }
 }
 
 /// The storages a model path can be read from: each mount path and what it is.
@@ -187,8 +173,7 @@ impl Pipeline for DeployInferenceEndpoint {
         let endpoint = self.endpoint.as_str();
         let at = locate(cx.store, cluster, "to deploy inference endpoints").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        let crds = Api::<CustomResourceDefinition>::all(client.clone());
-        if kubernetes::get(&crds, IEC_CRD).await?.is_none() {
+        if !kubernetes::crd_served(&client, IEC_CRD).await? {
             return Err(ApiError::Conflict {
                 message: format!(
                     "{cluster} does not run the HyperPod inference operator (InferenceEndpointConfig is not served): turn it on with update_features (inference_operator: true), or use deploy_model_server"

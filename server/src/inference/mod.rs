@@ -14,6 +14,7 @@ pub mod endpoint_config;
 pub mod invoke;
 pub mod managed;
 pub mod pool;
+pub mod router;
 pub mod scale;
 pub mod workload;
 
@@ -31,10 +32,11 @@ use kube::api::ListParams;
 
 use self::workload::{
     COLD_START_ANNOTATION, ENGINE_LABEL, GROUP_ANNOTATION, MODEL_ANNOTATION, PORT_ANNOTATION,
-    SECRET_ANNOTATION, SHAPE_ANNOTATION,
+    ROUTER_ANNOTATION, SECRET_ANNOTATION, SHAPE_ANNOTATION,
 };
 use crate::auth::Actor;
 use crate::resources::kube::inference::InferenceEndpointConfig;
+use crate::resources::kube::keda::ScaledObject;
 use crate::resources::kube::{self as kubernetes};
 use crate::service::{Handler, Service};
 use crate::storage::region_of;
@@ -58,11 +60,13 @@ pub(crate) enum Record {
     Managed(Box<InferenceEndpointConfig>),
 }
 
-/// An endpoint as the cluster holds it: its record, pods and Service.
+/// An endpoint as the cluster holds it: its record, pods and Service (and the
+/// ScaledObject that sizes it, when KEDA does).
 pub(crate) struct Live {
     pub record: Record,
     pub pods: Vec<Pod>,
     pub service: Option<KubeService>,
+    pub scaler: Option<ScaledObject>,
 }
 
 /// The namespace of the inference operator's routers.
@@ -316,7 +320,11 @@ impl Live {
             address: self.address(),
             cold_start_seconds: self.cold_start_seconds(),
             created_at: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-            routing: self.routing().map(|r| r.as_str().to_owned()),
+            routing: self
+                .routing()
+                .map(|r| r.as_str().to_owned())
+                .or_else(|| self.annotation(ROUTER_ANNOTATION).map(str::to_owned)),
+            autoscaling: self.scaler.as_ref().map(router::state),
             kv_cache,
             pool: self.pool(),
         }
@@ -382,21 +390,41 @@ pub(crate) async fn record(
 /// The pods and Service of an endpoint made of `record`.
 async fn live(client: &kube::Client, record: Record) -> Result<Live, ApiError> {
     let name = record.meta().name.clone().unwrap_or_default();
-    let (pods, service) = match &record {
+    let (pods, service, scaler) = match &record {
         Record::Server(_) => {
             let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
-            (
-                find_pods(client, &name).await?,
-                kubernetes::get(&services, &name).await?,
-            )
+            futures_util::try_join!(
+                find_pods(client, &name),
+                kubernetes::get(&services, &name),
+                router::scaler(client, &name),
+            )?
         }
-        Record::Managed(c) => (managed::pods(client, c).await?, None),
+        Record::Managed(c) => (managed::pods(client, c).await?, None, None),
     };
     Ok(Live {
         record,
         pods,
         service,
+        scaler,
     })
+}
+
+/// Every object of kind `K` in the endpoints' namespace with hypd's endpoint label; none
+/// where the kind is not served (its operator is not installed).
+pub(crate) async fn labelled_if_served<K>(client: &kube::Client) -> Result<Vec<K>, ApiError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api = Api::<K>::namespaced(client.clone(), NAMESPACE);
+    let params = ListParams::default().labels(ENDPOINT_LABEL);
+    match api.list(&params).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(kubernetes::upstream(&format!("list {}", K::kind(&())), e)),
+    }
 }
 
 /// Endpoint `endpoint` of the cluster `client` reaches, if hypd made one of that name.
@@ -428,12 +456,13 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     let pod_api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
     let service_api = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
-    // Four reads at once: one round trip's wait instead of four.
-    let (_, _, _, configs) = futures_util::try_join!(
+    // Five reads at once: one round trip's wait instead of five.
+    let (_, _, _, configs, scalers) = futures_util::try_join!(
         kubernetes::each_listed(&deployments, labelled(), |d| found.push(d)),
         kubernetes::each_listed(&pod_api, labelled(), |p| pods.push(p)),
         kubernetes::each_listed(&service_api, labelled(), |s| services.push(s)),
-        managed::configs(client),
+        labelled_if_served::<InferenceEndpointConfig>(client),
+        labelled_if_served::<ScaledObject>(client),
     )?;
     let label = |m: &ObjectMeta| {
         m.labels
@@ -453,6 +482,7 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
                     .cloned()
                     .collect(),
                 service: services.iter().find(|s| s.metadata.name == name).cloned(),
+                scaler: scalers.iter().find(|s| s.metadata.name == name).cloned(),
                 record: Record::Server(Box::new(deployment)),
             };
             live.summary(cluster)
@@ -542,6 +572,10 @@ impl Handler<GetEndpoint> for Service {
             instance_group: live.annotation(GROUP_ANNOTATION).map(str::to_owned),
             hf_token_secret: live.annotation(SECRET_ANNOTATION).map(str::to_owned),
             waiting: live.waiting(),
+            replica_history: match &live.scaler {
+                Some(_) => router::history(&client, r.endpoint.as_str()).await?,
+                None => Vec::new(),
+            },
             pods: live
                 .pods
                 .iter()

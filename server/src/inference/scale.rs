@@ -59,13 +59,21 @@ impl Pipeline for ScaleEndpoint {
         let cluster = self.name.as_str();
         let at = locate(cx.store, cluster, "to scale endpoints").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        if super::find(&client, self.endpoint.as_str())
-            .await?
-            .is_none()
-        {
+        let Some(live) = super::find(&client, self.endpoint.as_str()).await? else {
             return Err(ApiError::field(
                 "endpoint",
                 format!("{cluster} has no endpoint {}", self.endpoint),
+            ));
+        };
+        // KEDA would undo a count set by hand at its next look.
+        if let Some(scaler) = &live.scaler {
+            let bounds = super::router::state(scaler);
+            return Err(ApiError::field(
+                "replicas",
+                format!(
+                    "KEDA sizes {} between {} and {} replicas on its router's requests in flight, and would undo a count set here: deploy it again without autoscaling to size it by hand",
+                    self.endpoint, bounds.min_replicas, bounds.max_replicas
+                ),
             ));
         }
         Ok(self)

@@ -30,6 +30,8 @@ pub const GROUP_ANNOTATION: &str = "hypd.dev/instance-group";
 pub const SECRET_ANNOTATION: &str = "hypd.dev/hf-token-secret";
 /// A model pool's models: every name its workers serve, comma-separated.
 pub const SERVED_NAMES_ANNOTATION: &str = "hypd.dev/served-names";
+/// The SGLang router's policy, on an endpoint behind one.
+pub const ROUTER_ANNOTATION: &str = "hypd.dev/router-policy";
 /// The slowest replica's cold start the last time the endpoint came up, in seconds.
 pub const COLD_START_ANNOTATION: &str = "hypd.dev/cold-start-seconds";
 pub use crate::training::OPERATION_ANNOTATION;
@@ -104,6 +106,9 @@ pub fn deployment(
     if r.service == ServiceShape::ModelPool {
         annotations[SERVED_NAMES_ANNOTATION] = json!(serve.served_names.join(","));
     }
+    if let Some(router) = &r.router {
+        annotations[ROUTER_ANNOTATION] = json!(router.policy.as_str());
+    }
     let mut node_selector = json!({});
     if !placement.target.group.is_empty() {
         node_selector = json!({
@@ -147,10 +152,15 @@ pub fn deployment(
     serde_json::from_value(object).map_err(ApiError::internal)
 }
 
-/// The Service in front of the replicas: in-cluster, or an internet-facing NLB made by
+/// The Service in front of the replicas (or of their router): in-cluster, or an internet-facing NLB made by
 /// the AWS Load Balancer Controller (targets are the pods' IPs, so traffic skips the
 /// nodes' ports).
 pub fn service(r: &DeployModelServer, serve: &Serve) -> Result<Service, ApiError> {
+    // Behind a router, clients reach the router, which reaches the replicas.
+    let selector = match r.router {
+        Some(_) => super::router::ROUTER_LABEL,
+        None => ENDPOINT_LABEL,
+    };
     let mut object = json!({
         "apiVersion": "v1",
         "kind": "Service",
@@ -161,7 +171,7 @@ pub fn service(r: &DeployModelServer, serve: &Serve) -> Result<Service, ApiError
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": { ENDPOINT_LABEL: r.endpoint.as_str() },
+            "selector": { selector: r.endpoint.as_str() },
             "ports": [{ "name": "http", "port": serve.port, "targetPort": "http", "protocol": "TCP" }],
         },
     });

@@ -518,14 +518,17 @@ mod tests {
             of("create_mlflow_tracking_server"),
             ["role", "server", "available"]
         );
-        assert_eq!(of("deploy_model_server"), ["workload", "service", "ready"]);
+        assert_eq!(
+            of("deploy_model_server"),
+            ["workload", "service", "router", "ready", "autoscaling"]
+        );
         assert_eq!(of("deploy_inference_endpoint"), ["config", "ready"]);
         assert_eq!(of("assign_pool_workers"), ["service", "workers"]);
         assert_eq!(of("release_pool_workers"), ["workers"]);
         assert_eq!(of("scale_endpoint"), ["replicas", "ready"]);
         assert_eq!(
             of("delete_endpoint"),
-            ["service", "workload", "secret", "pods"]
+            ["service", "router", "workload", "secret", "pods"]
         );
         assert_eq!(names.len(), 25, "a new pipeline: add its stored names here");
     }
