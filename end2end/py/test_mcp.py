@@ -335,6 +335,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(managed_inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(pool_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(router_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
     # The training and inference operators and tiered checkpointing were on: their roles
     # and the inference operator's TLS bucket went with the cluster's.
@@ -965,6 +966,59 @@ async def pool_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
     left = json.loads(kubectl(sim, name, "get", "deployments,services", "-o", "json"))["items"]
     assert not [o for o in left if o["metadata"]["name"].startswith("pool")], left
+
+
+async def router_through_mcp(server, hypd, sim):
+    """SGLang behind the SGLang router, sized by KEDA (which the inference operator
+    brings): a router before vLLM, a threshold of another policy and a minimum of zero
+    refused alike on REST and MCP; the plan lists the router's objects and the
+    ScaledObject, which validates against KEDA's CRD; the router finds the workers by
+    label; invoked through it; listed with its policy and bounds; deleted with all it
+    made."""
+    import jsonschema
+
+    name = "mcp-gpu"
+    request = {"name": name, "endpoint": "sg", "engine": "sglang", "instance_group": "gpu",
+               "command": "python3 -m sglang.launch_server --model-path /s3/models/Qwen/Qwen2.5-0.5B --served-model-name sg",
+               "router": {"policy": "cache_aware", "cache_threshold": 0.5},
+               "autoscaling": {"min_replicas": 1, "max_replicas": 1, "cooldown_seconds": 60}}
+    vllm = {**request, "engine": "vllm", "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B"}
+    async with Client(server) as client:
+        for bad, field in ((vllm, "router"),
+                           ({**request, "router": {"policy": "round_robin", "cache_threshold": 0.5}}, "router.cache_threshold"),
+                           ({**request, "autoscaling": {"min_replicas": 0, "max_replicas": 1}}, "autoscaling.min_replicas")):
+            refused = await client.call_tool("deploy_model_server", bad)
+            assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
+            status, rest = rest_call(hypd, "deploy_model_server", bad)
+            assert status == 422 and rest["error"] == refused.structured_content["error"], (rest, refused.structured_content)
+        dry = structured(await client.call_tool("deploy_model_server", {**request, "dry_run": True}))
+        planned = {(s["stage"], c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]}
+        assert {("router", "create", "k8s:v1/ServiceAccount"), ("router", "create", "k8s:rbac.authorization.k8s.io/v1/Role"),
+                ("router", "create", "k8s:apps/v1/Deployment"),
+                ("autoscaling", "create", "k8s:keda.sh/v1alpha1/ScaledObject")} <= planned, dry["plan"]
+        waited = await finished(client, structured(await client.call_tool("deploy_model_server", request))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+
+        scaled = json.loads(kubectl(sim, name, "get", "scaledobject", "sg", "-o", "json"))
+        jsonschema.validate(scaled, crd_schema("keda.sh_scaledobjects.yaml"))
+        assert scaled["spec"]["triggers"][0]["metadata"]["url"] == "http://sg-router.default.svc.cluster.local:29000/metrics", scaled
+        router = json.loads(kubectl(sim, name, "get", "deployment", "sg-router", "-o", "json"))
+        command = router["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert command[command.index("--selector") + 1] == "hypd.dev/endpoint=sg", command
+        assert command[command.index("--cache-threshold") + 1] == "0.5", command
+        answer = structured(await client.call_tool("invoke_endpoint", {
+            "name": name, "endpoint": "sg", "messages": [{"role": "user", "content": "Say hello to the router"}]}))
+        assert answer["model"] == "sg" and answer["answer"], answer
+        listed = structured(await client.call_tool("list_endpoints", {"name": name}))
+        assert [(e["endpoint"], e.get("routing"), e["autoscaling"]["max_replicas"]) for e in listed["endpoints"]] == [
+            ("sg", "cache_aware", 1)], listed
+
+        first = structured(await client.call_tool("delete_endpoint", {"name": name, "endpoint": "sg"}))
+        waited = await finished(client, structured(await client.call_tool(
+            "delete_endpoint", {"name": name, "endpoint": "sg", "confirmation": first["confirmation"]}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+    left = json.loads(kubectl(sim, name, "get", "deployments,services,scaledobjects,roles,serviceaccounts", "-o", "json"))["items"]
+    assert not [o for o in left if o["metadata"]["name"].startswith("sg")], left
 
 
 async def fsx_through_mcp(server, hypd, sim):

@@ -825,7 +825,7 @@ test('an operator makes the MLflow server, checks a PyTorch job, reviews its pla
   assert.deepEqual(errors, []);
 });
 
-test('an operator is refused the inference operator\'s path where it cannot run, deploys a vLLM model server from the Inference tab, reviews its plan, sends it a message, and deletes it, then binds a model pool\'s worker to an adapter', async () => {
+test('an operator is refused the inference operator\'s path where it cannot run, deploys a vLLM model server from the Inference tab, reviews its plan, sends it a message, and deletes it, then binds a model pool\'s worker to an adapter, then puts SGLang behind its router with KEDA', async () => {
   const { page, errors } = await newPage();
   await signIn(page, admin, '/clusters/e2e-ml/inference');
   await page.waitForSelector('.endpoints .empty-endpoints');
@@ -932,6 +932,47 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.fill('form.scale-endpoint input[name="endpoint"]', 'console-pool');
   await page.click('form.scale-endpoint button.delete-endpoint');
   await page.waitForSelector('form.scale-endpoint .plan li[data-kind="k8s:v1/Service"][data-action="delete"]');
+  await page.click('form.scale-endpoint button.delete-endpoint');
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  // SGLang behind its router, sized by KEDA: refused while the cluster runs no KEDA
+  // (the conflict names the feature); with KEDA on, the plan lists the router's account
+  // and the ScaledObject, the table the policy and bounds, the detail the replicas chart.
+  await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
+  await hydrated(page);
+  await settled(page);
+  await page.fill(`${form} input[name="endpoint"]`, 'console-sg');
+  await page.fill(`${form} input[name="instance_group"]`, 'spot-1');
+  await page.selectOption(`${form} select[name="engine"]`, 'sglang');
+  await page.fill(`${form} input[name="command"]`, 'python3 -m sglang.launch_server --model-path /s3/models/Qwen/Qwen2.5-0.5B --served-model-name sg');
+  await page.selectOption(`${form} select[name="router.policy"]`, 'round_robin');
+  await page.fill(`${form} input[name="autoscaling.max_replicas"]`, '1');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForFunction((f) => /does not run KEDA/.test(document.querySelector(f).textContent), form);
+  const [kedaStatus, keda] = await rest(server, admin, 'POST', '/api/v1/clusters/e2e-ml/features', { keda: true });
+  assert.equal(kedaStatus, 200, JSON.stringify(keda));
+  await waitForOperation(server, admin, keda.operation_id, (op) => op.state === 'succeeded');
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:keda.sh/v1alpha1/ScaledObject"][data-action="create"]`);
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:v1/ServiceAccount"][data-action="create"]`);
+  await page.click(`${form} button[type="submit"]`);
+  await page.waitForURL(/\/operations\/[^/]+$/);
+  await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
+  await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
+  await hydrated(page);
+  const routed = '.endpoint-table tr[data-endpoint="console-sg"]';
+  await page.waitForSelector(`${routed} .state-in_service`);
+  assert.match(await page.textContent(routed), /cluster_ip · router round_robin · KEDA 1–1/);
+  await settled(page);
+  await page.fill('form.endpoint-details input[name="endpoint"]', 'console-sg');
+  await page.click('form.endpoint-details button[type="submit"]');
+  await page.waitForSelector('form.endpoint-details .replica-chart figcaption');
+  assert.match(await page.textContent('form.endpoint-details .options'), /KEDA 1–1 replicas at 4 requests in flight each, cooldown 300 s/);
+  assert.match(await page.textContent('form.endpoint-details .replica-chart figcaption'), /Replicas over time \(max 1\)/);
+  assert.equal(await page.locator('form.endpoint-details .pod-table tbody tr').count(), 1, 'the router is no replica');
+  await page.fill('form.scale-endpoint input[name="endpoint"]', 'console-sg');
+  await page.click('form.scale-endpoint button.delete-endpoint');
+  await page.waitForSelector('form.scale-endpoint .plan li[data-kind="k8s:keda.sh/v1alpha1/ScaledObject"][data-action="delete"]');
   await page.click('form.scale-endpoint button.delete-endpoint');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });

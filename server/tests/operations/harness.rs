@@ -634,6 +634,21 @@ pub const CASES: &[Case] = &[
         ],
     },
     Case {
+        command: "deploy_model_server",
+        given: keda_ready,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/endpoints");
+            (Method::POST, path, routed_server())
+        },
+        check: routed_endpoint,
+        calls: &[
+            call("workload", "kubernetes", "patch Deployment"),
+            call("router", "kubernetes", "patch ServiceAccount"),
+            call("ready", "kubernetes", "list Pod"),
+            call("autoscaling", "kubernetes", "patch ScaledObject"),
+        ],
+    },
+    Case {
         command: "deploy_inference_endpoint",
         given: operator_ready,
         request: |_, _, name| {
@@ -705,6 +720,62 @@ pub const CASES: &[Case] = &[
 fn model_server() -> Value {
     json!({"endpoint": "serve", "engine": "vllm", "hf_token": "hf_harnessToken0123456789",
         "command": "vllm serve /s3/models/qwen --served-model-name qwen"})
+}
+
+/// SGLang workers `serve` behind the SGLang router, autoscaled by KEDA.
+fn routed_server() -> Value {
+    json!({"endpoint": "serve", "engine": "sglang", "router": {"policy": "round_robin"},
+        "command": "python3 -m sglang.launch_server --model-path /s3/models/qwen --served-model-name qwen",
+        "autoscaling": {"min_replicas": 1, "max_replicas": 2}})
+}
+
+/// [`model_ready`] with KEDA installed.
+fn keda_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    model_ready(world, hypd, token, name);
+    let path = format!("/api/v1/clusters/{name}/features");
+    crate::inference::run_op(hypd, token, &path, json!({ "keda": true }));
+}
+
+/// Cluster `name` serves [`routed_server`]: one ready worker, and each object once — the
+/// workers' and the router's Deployments and Services, the router's Role and the
+/// ScaledObject.
+fn routed_endpoint(world: &World, hypd: &Hypd, token: &str, name: &str) {
+    let (status, got) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/endpoints/serve"),
+        None,
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(
+        (got["phase"].as_str(), got["routing"].as_str()),
+        (Some("in_service"), Some("round_robin")),
+        "{got:#}"
+    );
+    assert_eq!(got["autoscaling"]["max_replicas"], 2, "{got:#}");
+    let counts = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use crate::inference::{names, scaled_objects};
+        let client = crate::common::cluster::kube_client(world, name).await;
+        let serve = |n: Vec<String>| -> Vec<String> {
+            n.into_iter().filter(|n| n.starts_with("serve")).collect()
+        };
+        [
+            serve(names::<k8s_openapi::api::apps::v1::Deployment>(&client).await),
+            serve(names::<k8s_openapi::api::core::v1::Service>(&client).await),
+            serve(names::<k8s_openapi::api::rbac::v1::Role>(&client).await),
+            serve(scaled_objects(&client).await),
+        ]
+    });
+    assert_eq!(
+        counts,
+        [
+            vec!["serve", "serve-router"],
+            vec!["serve", "serve-router"],
+            vec!["serve-router"],
+            vec!["serve"],
+        ]
+        .map(|v| v.into_iter().map(str::to_owned).collect::<Vec<_>>())
+    );
 }
 
 /// [`created`] with a model in the shared bucket.

@@ -5,8 +5,9 @@
 //! chat completions through the API server's service proxy; a load-balanced one with
 //! its NLB address; both listed across clusters, scaled to zero, and deleted in two
 //! steps with their token's Secret; a model pool whose warm workers are bound to its
-//! models and released by a label, never restarted; the token nowhere hypd keeps or
-//! says anything.
+//! models and released by a label, never restarted; SGLang behind its router, scaled by
+//! KEDA on the router's requests in flight up to its maximum and back; the token nowhere
+//! hypd keeps or says anything.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
@@ -19,6 +20,49 @@ use crate::common::cluster::{kube_client, small, world_with_cluster};
 use crate::common::{Hypd, World};
 
 const TOKEN: &str = "hf_iNfErEnCeSeCrEt0123456789abcd";
+
+/// The names of the objects of kind `K` in `default`, sorted.
+pub async fn names<K>(client: &kube::Client) -> Vec<String>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let listed = Api::<K>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut names: Vec<String> = listed
+        .items
+        .iter()
+        .filter_map(|o| o.meta().name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The names of KEDA's ScaledObjects in `default`, sorted.
+pub async fn scaled_objects(client: &kube::Client) -> Vec<String> {
+    let kind = kube::api::ApiResource {
+        group: "keda.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "keda.sh/v1alpha1".into(),
+        kind: "ScaledObject".into(),
+        plural: "scaledobjects".into(),
+    };
+    let listed = Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), "default", &kind)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut names: Vec<String> = listed
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
 
 /// Runs `body` as an operation at `path` and waits until it succeeds.
 pub fn run_op(hypd: &Hypd, token: &str, path: &str, body: Value) -> Value {
@@ -301,6 +345,7 @@ fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
         assert_eq!(op["state"], "succeeded", "{op:#}");
     }
     model_pool(&hypd, &token, name);
+    router_and_autoscaling(&world, &hypd, &token, name, &rt);
 
     let left = rt.block_on(async {
         let client = kube_client(&world, name).await;
@@ -327,7 +372,7 @@ fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
         assert!(
             !kind
                 .iter()
-                .any(|n| n.starts_with("qwen") || n.starts_with("pool")),
+                .any(|n| ["qwen", "pool", "sg"].iter().any(|p| n.starts_with(p))),
             "{left:?}"
         );
     }
@@ -484,4 +529,186 @@ fn model_pool(hypd: &Hypd, token: &str, name: &str) {
     assert_eq!(status, 200, "{started}");
     let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
     assert_eq!(op["state"], "succeeded", "{op:#}");
+}
+
+/// SGLang workers behind the SGLang router, sized by KEDA on the requests in flight at
+/// the router: load through the API server's proxy takes them to the maximum (never
+/// beyond), its end back to the minimum after the cooldown; the history of that is the
+/// endpoint's; the router and the ScaledObject go with the endpoint.
+fn router_and_autoscaling(
+    world: &World,
+    hypd: &Hypd,
+    token: &str,
+    name: &str,
+    rt: &tokio::runtime::Runtime,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    let endpoints = format!("/api/v1/clusters/{name}/endpoints");
+    let sg = json!({"endpoint": "sg", "engine": "sglang", "replicas": 1,
+        "command": "python3 -m sglang.launch_server --model-path /s3/models/qwen --served-model-name sg",
+        "router": {"policy": "cache_aware", "balance_abs_threshold": 4},
+        "autoscaling": {"min_replicas": 1, "max_replicas": 2, "target_requests_per_replica": 2,
+            "polling_interval_seconds": 5, "cooldown_seconds": 120}});
+    // KEDA is not installed yet: said by field, with the feature that brings it.
+    let (status, refused) = hypd.call(token, Method::POST, &endpoints, Some(sg.clone()));
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.to_string().contains("keda"), "{refused}");
+    let (status, started) = hypd.call(
+        token,
+        Method::POST,
+        &format!("/api/v1/clusters/{name}/features"),
+        Some(json!({"keda": true})),
+    );
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+
+    let op = run_op(hypd, token, &endpoints, sg);
+    let stages: Vec<&str> = op["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        ["workload", "service", "router", "ready", "autoscaling"]
+    );
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/sg"), None);
+    assert_eq!(got["routing"], "cache_aware", "{got:#}");
+    assert_eq!(got["autoscaling"]["max_replicas"], 2, "{got:#}");
+    assert_eq!(
+        got["pods"].as_array().unwrap().len(),
+        1,
+        "the router is no replica: {got:#}"
+    );
+    // The Service reaches the router, which reaches a worker.
+    let (status, answer) = hypd.call(
+        token,
+        Method::POST,
+        &format!("{endpoints}/sg/invoke"),
+        Some(json!({"messages": [{"role": "user", "content": "hello"}]})),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["model"], "sg", "{answer}");
+
+    let client = rt.block_on(kube_client(world, name));
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "default");
+    let replicas = || {
+        rt.block_on(deployments.get("sg"))
+            .unwrap()
+            .spec
+            .replicas
+            .unwrap_or(1) as u32
+    };
+    // Load: requests that generate to max_tokens (ignore_eos, as load generators ask)
+    // keep several in flight at the router at every look KEDA takes.
+    // Set when this function ends, however it ends: a load task left running would keep
+    // the runtime (and the test) from ever finishing.
+    struct Stop(Arc<AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let _stop = Stop(stop.clone());
+    let most = Arc::new(AtomicU32::new(0));
+    let load: Vec<_> = (0..8)
+        .map(|i| {
+            let (client, stop) = (client.clone(), stop.clone());
+            rt.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let body = json!({"model": "sg", "max_tokens": 2000, "ignore_eos": true,
+                        "messages": [{"role": "user", "content": format!("load {i}")}]});
+                    let request = http::Request::post(
+                        "/api/v1/namespaces/default/services/sg:30000/proxy/v1/chat/completions",
+                    )
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&body).unwrap())
+                    .unwrap();
+                    let _ = client.request_text(request).await;
+                }
+            })
+        })
+        .collect();
+    let metrics = rt
+        .block_on(
+            client.request_text(
+                http::Request::get(
+                    "/api/v1/namespaces/default/services/sg-router:29000/proxy/metrics",
+                )
+                .body(Vec::new())
+                .unwrap(),
+            ),
+        )
+        .unwrap();
+    assert!(metrics.contains("smg_http_connections_active"), "{metrics}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let now = replicas();
+        most.fetch_max(now, Ordering::Relaxed);
+        if now == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never scaled up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/sg"), None);
+    assert_eq!(got["autoscaling"]["active"], true, "{got:#}");
+    // Held at the maximum while the load lasts, though it asks for four.
+    for _ in 0..20 {
+        most.fetch_max(replicas(), Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        rt.block_on(task).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while replicas() != 1 {
+        most.fetch_max(replicas(), Ordering::Relaxed);
+        assert!(std::time::Instant::now() < deadline, "never scaled down");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(most.load(Ordering::Relaxed), 2, "never beyond max_replicas");
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/sg"), None);
+    let sizes: Vec<u64> = got["replica_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["replicas"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes.first(), Some(&2), "{got:#}");
+    assert_eq!(sizes.last(), Some(&1), "{got:#}");
+
+    // KEDA owns the count now: a count by hand is refused, by field.
+    let (status, refused) = hypd.call(
+        token,
+        Method::POST,
+        &format!("{endpoints}/sg/scale"),
+        Some(json!({"replicas": 2})),
+    );
+    assert_eq!(
+        (status, field_of(&refused).0),
+        (422, "replicas"),
+        "{refused}"
+    );
+
+    let path = format!("{endpoints}/sg");
+    let (status, started) = hypd.confirmed(token, Method::DELETE, &path, Some(json!({})));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let left = rt.block_on(async {
+        let roles = names::<k8s_openapi::api::rbac::v1::Role>(&client).await;
+        (scaled_objects(&client).await.len(), roles.len())
+    });
+    assert_eq!(
+        left,
+        (0, 0),
+        "the ScaledObject and the router's Role go too"
+    );
 }
