@@ -10,7 +10,7 @@
 use axum::http::HeaderMap;
 use serde_json::Value;
 
-use super::model_server::content_text;
+use super::model_server::{content_text, flag};
 use super::store::Obj;
 use crate::world::fnv1a;
 
@@ -65,12 +65,6 @@ pub struct Router {
     pub logic: Logic,
     /// The request header that names a session (session routing).
     pub session_key: Option<String>,
-}
-
-/// `--name VALUE` in `args`.
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    let i = args.iter().position(|w| w == name)?;
-    args.get(i + 1).map(String::as_str)
 }
 
 impl Router {

@@ -169,8 +169,8 @@ fn shell_commands(line: &str) -> Vec<Vec<String>> {
     commands
 }
 
-/// `--name VALUE` or `--name=VALUE`.
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+/// `--name VALUE` or `--name=VALUE` (the SGLang router's command line is read with it too).
+pub(super) fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter().enumerate().find_map(|(i, w)| {
         if w == name {
             args.get(i + 1).map(String::as_str)

@@ -18,7 +18,9 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use super::controllers::is_ready;
-use super::model_server::{self, Answer, InFlight, Serving, basename, content_text, json_answer};
+use super::model_server::{
+    self, Answer, InFlight, Serving, basename, content_text, flag, json_answer,
+};
 use super::store::{Obj, Store, meta};
 use crate::world::fnv1a;
 
@@ -93,17 +95,6 @@ pub struct Gateway {
     /// Where it serves its metrics.
     pub prometheus_host: String,
     pub prometheus_port: u16,
-}
-
-/// `--name VALUE` or `--name=VALUE`.
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter().enumerate().find_map(|(i, w)| {
-        if w == name {
-            args.get(i + 1).map(String::as_str)
-        } else {
-            w.strip_prefix(name)?.strip_prefix('=')
-        }
-    })
 }
 
 /// The words after `--name` up to the next flag (the first may be `--name=WORD`).

@@ -595,6 +595,12 @@ pub async fn wait_pod_running(pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
 
 /// A kube-rs client (rustls) for an emulated cluster, as hypd builds one.
 pub fn kube_client(endpoint: &str, ca_pem: &str, token: &str) -> kube::Client {
+    kube::Client::try_from(kube_config(endpoint, ca_pem, token)).unwrap()
+}
+
+/// What a kube-rs client of an emulated cluster is configured with: its endpoint, its CA
+/// and the token.
+fn kube_config(endpoint: &str, ca_pem: &str, token: &str) -> kube::Config {
     use base64::Engine;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
@@ -604,7 +610,7 @@ pub fn kube_client(endpoint: &str, ca_pem: &str, token: &str) -> kube::Client {
     let mut config = kube::Config::new(endpoint.parse().unwrap());
     config.root_cert = Some(vec![der]);
     config.auth_info.token = Some(token.to_owned().into());
-    kube::Client::try_from(config).unwrap()
+    config
 }
 
 /// A HyperPod cluster of one instance group ("gpu") orchestrated by EKS cluster `eks_name`.
@@ -641,15 +647,7 @@ pub async fn create_hyperpod(
 /// A kube-rs client as hypd builds one for proxy calls: with kube-rs's own retry layer
 /// off, which would otherwise retry a 503 fifteen times, backing off for minutes.
 pub fn client_without_retries(endpoint: &str, ca_pem: &str, token: &str) -> kube::Client {
-    use base64::Engine;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let body: String = ca_pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .unwrap();
-    let mut config = kube::Config::new(endpoint.parse().unwrap());
-    config.root_cert = Some(vec![der]);
-    config.auth_info.token = Some(token.to_owned().into());
+    let mut config = kube_config(endpoint, ca_pem, token);
     config.default_retry = false;
     kube::Client::try_from(config).unwrap()
 }

@@ -813,60 +813,37 @@ fn changed_within(events: &[(f64, i64)], period: f64, now: f64) -> i64 {
         .sum()
 }
 
-/// The most replicas the scale-up rules allow from `current`.
-fn up_limit(
-    current: i64,
-    ups: &[(f64, i64)],
-    downs: &[(f64, i64)],
-    rules: &Rules,
-    now: f64,
-) -> i64 {
-    let pick = match rules.select {
-        Select::Disabled => return current,
-        Select::Min => i64::min,
-        Select::Max => i64::max,
-    };
-    let mut result = if rules.select == Select::Min {
-        i64::MAX
-    } else {
-        i64::MIN
-    };
-    for (change, value, period) in &rules.policies {
-        let start =
-            current - changed_within(ups, *period, now) + changed_within(downs, *period, now);
-        let proposed = match change {
-            Change::Pods => start + value,
-            Change::Percent => (start as f64 * (1.0 + *value as f64 / 100.0)).ceil() as i64,
-        };
-        result = pick(result, proposed);
-    }
-    result
-}
+/// Replicas changed (when, how many), for the rate policies.
+type Changes = [(f64, i64)];
 
-/// The fewest replicas the scale-down rules allow from `current`.
-fn down_limit(
+/// The bound the scale-up (`up`) or scale-down rules put on the replicas from `current`:
+/// the most they allow up, the fewest down. Each policy starts from the replicas at the
+/// start of its period (what changed within it taken back).
+fn limit(
     current: i64,
-    ups: &[(f64, i64)],
-    downs: &[(f64, i64)],
+    (ups, downs): (&Changes, &Changes),
     rules: &Rules,
     now: f64,
+    up: bool,
 ) -> i64 {
-    let pick = match rules.select {
+    // `Min` picks the policy that changes least: the lowest bound up, the highest down.
+    let least = match rules.select {
         Select::Disabled => return current,
-        Select::Min => i64::max,
-        Select::Max => i64::min,
+        select => (select == Select::Min) == up,
     };
-    let mut result = if rules.select == Select::Min {
-        i64::MIN
+    let (pick, mut result): (fn(i64, i64) -> i64, i64) = if least {
+        (i64::min, i64::MAX)
     } else {
-        i64::MAX
+        (i64::max, i64::MIN)
     };
     for (change, value, period) in &rules.policies {
         let start =
             current - changed_within(ups, *period, now) + changed_within(downs, *period, now);
-        let proposed = match change {
-            Change::Pods => start - value,
-            Change::Percent => (start as f64 * (1.0 - *value as f64 / 100.0)) as i64,
+        let proposed = match (change, up) {
+            (Change::Pods, true) => start + value,
+            (Change::Pods, false) => start - value,
+            (Change::Percent, true) => (start as f64 * (1.0 + *value as f64 / 100.0)).ceil() as i64,
+            (Change::Percent, false) => (start as f64 * (1.0 - *value as f64 / 100.0)) as i64,
         };
         result = pick(result, proposed);
     }
@@ -915,10 +892,10 @@ impl Loop {
             .fold(desired, better);
         keep(recs, (now, desired), now - up.window.max(down.window));
         if stabilized > current {
-            let limit = up_limit(current, &self.ups, &self.downs, up, now).max(current);
+            let limit = limit(current, (&self.ups, &self.downs), up, now, true).max(current);
             stabilized.min(max.min(limit))
         } else if stabilized < current {
-            let limit = down_limit(current, &self.ups, &self.downs, down, now).min(current);
+            let limit = limit(current, (&self.ups, &self.downs), down, now, false).min(current);
             stabilized.max(min.max(limit))
         } else {
             stabilized
