@@ -89,14 +89,14 @@ const DEPS_FIRST: &str =
 const MODULE_FIRST: &str =
     "const instantiate = fetcher();\n        const parallelStuff = deps.map(d => d());";
 
+/// Each module's pack: own module → pack stem and the slices (module, start, end) of
+/// every module in it.
+type PackIndex = BTreeMap<String, (String, Vec<(String, usize, usize)>)>;
+
 /// Rewrites wasm-split's loader: every module comes from `packed(name)`, and a split
 /// point's own module opens its pack (`index`: own module → pack stem and the slices of
 /// every module in it).
-fn rewrite_loader(
-    js: &str,
-    index: &BTreeMap<String, (String, Vec<(String, usize, usize)>)>,
-    chunks: usize,
-) -> Result<String> {
+fn rewrite_loader(js: &str, index: &PackIndex, chunks: usize) -> Result<String> {
     ensure!(
         js.matches(DEPS_FIRST).count() == 1,
         "the split loader's makeLoad is not the one this build knows (wasm_split_cli_support changed?)"

@@ -202,16 +202,14 @@ pub(crate) async fn check(
             ));
         }
     }
-    if r.autoscaling.is_some() {
-        if !kubernetes::crd_served(client, KEDA_CRD).await? {
-            return Err(ApiError::Conflict {
-                message: format!(
-                    "{cluster} does not run KEDA (ScaledObject is not served): turn it on with update_features (keda: true), or deploy without autoscaling"
-                ),
-                operation_id: None,
-                field: Some("autoscaling".into()),
-            });
-        }
+    if r.autoscaling.is_some() && !kubernetes::crd_served(client, KEDA_CRD).await? {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "{cluster} does not run KEDA (ScaledObject is not served): turn it on with update_features (keda: true), or deploy without autoscaling"
+            ),
+            operation_id: None,
+            field: Some("autoscaling".into()),
+        });
     }
     Ok(group)
 }
