@@ -130,20 +130,32 @@ pub(crate) async fn check(
     let cluster = r.name.as_str();
     let endpoint = r.endpoint.as_str();
     let serve = r.serve().map_err(|why| ApiError::field("command", why))?;
-    // The name is free: neither hypd's endpoint nor anyone's Deployment or Service.
+    // The name is free: neither hypd's endpoint nor anyone's Deployment or Service;
+    // nor is the router's, when the request asks for one.
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
-    let taken = match kubernetes::get(&deployments, endpoint).await? {
-        Some(_) => Some("Deployment"),
-        None => kubernetes::get(&services, endpoint)
-            .await?
-            .map(|_| "Service"),
+    let taken = async |name: &str| -> Result<Option<&'static str>, ApiError> {
+        Ok(match kubernetes::get(&deployments, name).await? {
+            Some(_) => Some("Deployment"),
+            None => kubernetes::get(&services, name).await?.map(|_| "Service"),
+        })
     };
-    if let Some(kind) = taken {
+    if let Some(kind) = taken(endpoint).await? {
         return Err(ApiError::field(
             "endpoint",
             format!(
                 "{cluster} already has a {kind} named {endpoint} in {NAMESPACE}: choose another name, or delete_endpoint first"
+            ),
+        ));
+    }
+    let router = r.router.as_ref().map(|_| super::router::name(endpoint));
+    if let Some(router) = &router
+        && let Some(kind) = taken(router).await?
+    {
+        return Err(ApiError::field(
+            "endpoint",
+            format!(
+                "{cluster} already has a {kind} named {router} in {NAMESPACE}, the name the endpoint's router takes: choose another endpoint name"
             ),
         ));
     }
@@ -188,19 +200,6 @@ pub(crate) async fn check(
     }
     if let Some(secret) = &r.hf_token_secret {
         crate::model::token::check_secret(client, cluster, secret).await?;
-    }
-    if r.router.is_some() {
-        let name = super::router::name(endpoint);
-        if kubernetes::get(&deployments, &name).await?.is_some()
-            || kubernetes::get(&services, &name).await?.is_some()
-        {
-            return Err(ApiError::field(
-                "endpoint",
-                format!(
-                    "{cluster} already has a Deployment or Service named {name} in {NAMESPACE}, the name the endpoint's router takes: choose another endpoint name"
-                ),
-            ));
-        }
     }
     if r.autoscaling.is_some() && !kubernetes::crd_served(client, KEDA_CRD).await? {
         return Err(ApiError::Conflict {

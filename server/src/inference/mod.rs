@@ -367,10 +367,16 @@ pub(crate) async fn config(
         .filter(|c| labelled(&c.metadata, endpoint)))
 }
 
-fn labelled(meta: &ObjectMeta, endpoint: &str) -> bool {
+/// Whether an object is hypd's for endpoint `endpoint`: its label `label` (the
+/// endpoint's, or its router's) names it.
+pub(crate) fn labelled_by(meta: &ObjectMeta, label: &str, endpoint: &str) -> bool {
     meta.labels
         .as_ref()
-        .is_some_and(|l| l.get(ENDPOINT_LABEL).map(String::as_str) == Some(endpoint))
+        .is_some_and(|l| l.get(label).map(String::as_str) == Some(endpoint))
+}
+
+fn labelled(meta: &ObjectMeta, endpoint: &str) -> bool {
+    labelled_by(meta, ENDPOINT_LABEL, endpoint)
 }
 
 /// What endpoint `endpoint` was made of, if hypd made it: its Deployment or its

@@ -244,12 +244,9 @@ pub async fn scaler(
     endpoint: &str,
 ) -> Result<Option<ScaledObject>, ApiError> {
     let api = Api::<ScaledObject>::namespaced(client.clone(), NAMESPACE);
-    Ok(kubernetes::get(&api, endpoint).await?.filter(|s| {
-        s.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.get(ENDPOINT_LABEL).map(String::as_str) == Some(endpoint))
-    }))
+    Ok(kubernetes::get(&api, endpoint)
+        .await?
+        .filter(|s| super::labelled_by(&s.metadata, ENDPOINT_LABEL, endpoint)))
 }
 
 /// Endpoint `endpoint`'s ScaledObject and router objects deleted, those hypd made
@@ -270,12 +267,7 @@ pub async fn remove(client: &kube::Client, endpoint: &str) -> Result<(), ApiErro
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     let ours = kubernetes::get(&deployments, &name(endpoint))
         .await?
-        .is_some_and(|d| {
-            d.metadata
-                .labels
-                .as_ref()
-                .is_some_and(|l| l.get(ROUTER_LABEL).map(String::as_str) == Some(endpoint))
-        });
+        .is_some_and(|d| super::labelled_by(&d.metadata, ROUTER_LABEL, endpoint));
     if !ours {
         return Ok(());
     }
