@@ -1,6 +1,7 @@
 //! What a pod answers over HTTP when the service proxy reaches it. A pod whose first
 //! container starts vLLM or SGLang serves their OpenAI-compatible API (health, models,
-//! chat and text completions, Prometheus metrics; SGLang also its native `/generate`)
+//! chat and text completions, Prometheus metrics; vLLM also SageMaker's `/invocations`,
+//! SGLang its native `/generate`)
 //! with completions that are a function of the served model and the prompt, so tests can
 //! assert on them; any other pod is a plain server that knows no path. A completion takes
 //! its decode time on the sim's clock, [`DECODE_SECS_PER_TOKEN`] per generated token,
@@ -487,6 +488,7 @@ pub fn answer(
             complete(server, serving, &uid, body, created, Kind::Chat)
         }
         ("/v1/completions", "POST") => complete(server, serving, &uid, body, created, Kind::Text),
+        ("/invocations", "POST") if !native => invocations(server, serving, &uid, body, created),
         ("/generate", "POST") if native => generate_native(server, serving, &uid, body),
         ("/health" | "/v1/models" | "/metrics" | "/v1/chat/completions" | "/v1/completions", _) => {
             json_answer(
@@ -494,6 +496,10 @@ pub fn answer(
                 &json!({ "detail": "Method Not Allowed" }),
             )
         }
+        ("/invocations", _) if !native => json_answer(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({ "detail": "Method Not Allowed" }),
+        ),
         ("/generate", _) if native => json_answer(
             StatusCode::METHOD_NOT_ALLOWED,
             &json!({ "detail": "Method Not Allowed" }),
@@ -824,6 +830,37 @@ fn complete(
                  "choices": choices, "usage": usage }),
     );
     decoded(whole, &generated, serving, uid)
+}
+
+/// vLLM's `/invocations`, which SageMaker calls (JumpStart's containers are invoked
+/// there): the body says which OpenAI request it is, `messages` a chat completion and
+/// `prompt` a text completion, each answered as its own path answers it.
+fn invocations(
+    server: &ModelServer,
+    serving: &Serving,
+    uid: &str,
+    body: &[u8],
+    created: i64,
+) -> Answer {
+    let req: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        // FastAPI's HTTPException, raised before any request type is tried.
+        Err(e) => {
+            return json_answer(
+                StatusCode::BAD_REQUEST,
+                &json!({ "detail": format!("JSON decode error: {e}") }),
+            );
+        }
+    };
+    if req.get("messages").is_some() {
+        complete(server, serving, uid, body, created, Kind::Chat)
+    } else if req.get("prompt").is_some() {
+        complete(server, serving, uid, body, created, Kind::Text)
+    } else {
+        bad_request(
+            "Cannot find suitable handler for request. Expected one of: ['ChatCompletionRequest', 'CompletionRequest']",
+        )
+    }
 }
 
 /// The id of pod `uid`'s answer after `served` others: 32 hex digits.
@@ -1240,6 +1277,90 @@ mod tests {
             0,
         );
         assert_eq!(missing.body, r#"{"detail":"Not Found"}"#);
+    }
+
+    #[test]
+    fn vllm_answers_sagemakers_invocations_as_the_request_its_body_is() {
+        let server = of(&pod(
+            json!([
+                "vllm",
+                "serve",
+                "/opt/ml/model",
+                "--served-model-name",
+                "qwen"
+            ]),
+            Value::Null,
+        ))
+        .unwrap();
+        let serving = Serving::default();
+        let ask = json!({ "messages": [{ "role": "user", "content": "Say hello" }] });
+        let chat = post(&server, &serving, "/invocations", ask.clone());
+        let direct = post(&server, &serving, "/v1/chat/completions", ask);
+        let (chat, direct): (Value, Value) = (
+            serde_json::from_str(&chat.body).unwrap(),
+            serde_json::from_str(&direct.body).unwrap(),
+        );
+        assert_eq!(chat["object"], "chat.completion");
+        assert_eq!(chat["model"], "qwen");
+        assert_eq!(
+            chat["choices"][0]["message"]["content"],
+            direct["choices"][0]["message"]["content"]
+        );
+        let text = post(
+            &server,
+            &serving,
+            "/invocations",
+            json!({ "prompt": "Once upon a time", "max_tokens": 3 }),
+        );
+        let text: Value = serde_json::from_str(&text.body).unwrap();
+        assert_eq!(text["object"], "text_completion");
+        assert_eq!(text["usage"]["completion_tokens"], 3);
+
+        let neither = post(&server, &serving, "/invocations", json!({ "inputs": "hi" }));
+        assert_eq!(neither.status, StatusCode::BAD_REQUEST);
+        let body: Value = serde_json::from_str(&neither.body).unwrap();
+        assert_eq!(
+            (&body["object"], &body["type"], &body["code"]),
+            (&json!("error"), &json!("BadRequestError"), &json!(400))
+        );
+        assert!(
+            neither.due.is_empty() && neither.decoding.is_none(),
+            "a refusal takes no time"
+        );
+        let garbled = answer(
+            &json!({ "metadata": { "uid": "u1" } }),
+            Some(&server),
+            &serving,
+            &Method::POST,
+            "/invocations",
+            b"{",
+            0,
+        );
+        assert_eq!(garbled.status, StatusCode::BAD_REQUEST);
+        assert!(
+            garbled.body.contains("JSON decode error"),
+            "{}",
+            garbled.body
+        );
+        let get = answer(
+            &json!({ "metadata": { "uid": "u1" } }),
+            Some(&server),
+            &serving,
+            &Method::GET,
+            "/invocations",
+            b"",
+            0,
+        );
+        assert_eq!(get.status, StatusCode::METHOD_NOT_ALLOWED);
+
+        // SGLang serves no such path.
+        let sglang = of(&pod(
+            json!(["python3", "-m", "sglang.launch_server", "--model-path", "m"]),
+            Value::Null,
+        ))
+        .unwrap();
+        let none = post(&sglang, &serving, "/invocations", json!({ "prompt": "a" }));
+        assert_eq!(none.status, StatusCode::NOT_FOUND);
     }
 
     fn post(server: &ModelServer, serving: &Serving, path: &str, body: Value) -> Answer {

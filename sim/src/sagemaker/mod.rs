@@ -7,9 +7,9 @@
 //! with its cluster role, tiered storage) are checked together (`settings`), since AWS
 //! ties them to each other and to the orchestrator. Node actions and software updates
 //! (`nodes`), managed Karpenter's calls (`autoscaling`), what the Kubernetes emulator
-//! reads (`kubernetes`), training plans, MLflow tracking servers and the instance-type
-//! table live in submodules. The data types live here, so every submodule reads them
-//! the same way.
+//! reads (`kubernetes`), training plans, MLflow tracking servers, the public model hub's
+//! JumpStart catalogue (`hub_contents`) and the instance-type table live in submodules.
+//! The data types live here, so every submodule reads them the same way.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +24,7 @@ use crate::world::{Aws, AwsError, Phase, Shared, region_of};
 mod autoscaling;
 mod clusters;
 mod groups;
+pub mod hub_contents;
 pub mod instance_types;
 mod instances;
 mod kubernetes;
@@ -252,6 +253,8 @@ pub async fn dispatch(State(state): State<Shared>, headers: HeaderMap, body: Byt
         "UpdateMlflowTrackingServer" => mlflow::update(w, &body),
         "DeleteMlflowTrackingServer" => mlflow::delete(w, &body),
         "CreatePresignedMlflowTrackingServerUrl" => mlflow::presigned_url(w, &body),
+        "DescribeHubContent" => hub_contents::describe(&region, &body),
+        "ListHubContents" => hub_contents::list(&region, &body),
         other => Err(AwsError::new(
             400,
             "UnknownOperationException",

@@ -10,6 +10,7 @@ mod fsx;
 mod hyperpod;
 mod hyperpod_autoscaling;
 mod hyperpod_nodes;
+mod jumpstart;
 mod keda;
 mod kube;
 mod kubectl;

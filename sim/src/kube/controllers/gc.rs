@@ -8,6 +8,7 @@
 use serde_json::Value;
 
 use super::inference_endpoints::IEC_GR;
+use super::jumpstart_models::JSM_GR;
 use super::pytorchjobs::PYTORCHJOB_GR;
 use crate::kube::store::{Key, Store, meta};
 
@@ -22,6 +23,7 @@ pub(super) fn collect_garbage(store: &mut Store) {
         ("RayJob", "ray.io/rayjobs"),
         ("HyperPodPyTorchJob", PYTORCHJOB_GR),
         ("InferenceEndpointConfig", IEC_GR),
+        ("JumpStartModel", JSM_GR),
     ];
     let mut orphans = Vec::new();
     for gr in [

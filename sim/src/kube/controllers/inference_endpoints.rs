@@ -9,6 +9,10 @@
 //! IEC asking for them with any other server is refused in its status, as is turning
 //! routing on or off on an existing deployment. The status goes through the CRD's
 //! schema, as a write to the status subresource would, and is written only on change.
+//! The same operator's JumpStartModel controller
+//! ([`jumpstart_models`](super::jumpstart_models)) deploys and reports through this one's
+//! worker shape, [`deploy`] and [`write_statuses`], so the two kinds' workers and
+//! statuses cannot drift apart.
 
 use serde_json::{Value, json};
 
@@ -25,8 +29,6 @@ use crate::kube::{discovery, schema};
 
 use super::pods::{MODEL_LOAD_SECS, READY_ANNOTATION};
 
-const GROUP: &str = "inference.sagemaker.aws.amazon.com";
-const PLURAL: &str = "inferenceendpointconfigs";
 pub const IEC_GR: &str = "inference.sagemaker.aws.amazon.com/inferenceendpointconfigs";
 /// Where the operator runs, and its routers with it.
 pub const ROUTER_NS: &str = "hyperpod-inference-system";
@@ -54,33 +56,49 @@ const HF_DOWNLOAD_IMAGE: &str = "public.ecr.aws/docker/library/python:3.12-slim"
 /// The size the model volumes claim: Mountpoint and FSx ignore it, claims need one.
 const MODEL_VOLUME_SIZE: &str = "1200Gi";
 
-/// Why the operator will not (or no longer) deploy an IEC as asked.
+/// Why the operator will not (or no longer) deploy an IEC (or a JumpStartModel) as asked.
 #[derive(Debug, PartialEq)]
-struct Refusal {
-    reason: &'static str,
-    message: String,
+pub(super) struct Refusal {
+    pub(super) reason: &'static str,
+    pub(super) message: String,
 }
 
-fn refuse<T>(reason: &'static str, message: impl Into<String>) -> Result<T, Refusal> {
+pub(super) fn refuse<T>(reason: &'static str, message: impl Into<String>) -> Result<T, Refusal> {
     Err(Refusal {
         reason,
         message: message.into(),
     })
 }
 
-/// What the operator deploys for one IEC.
+/// What the operator deploys for one IEC (or JumpStartModel, which has neither router
+/// nor volume).
 #[derive(Debug)]
-struct Plan {
-    routing: bool,
+pub(super) struct Plan {
+    pub(super) routing: bool,
     /// The worker Deployment's spec.
-    worker: Value,
+    pub(super) worker: Value,
     /// The worker Service's spec.
-    service: Value,
+    pub(super) service: Value,
     /// The router Deployment's and Service's specs.
-    router: Option<(Value, Value)>,
+    pub(super) router: Option<(Value, Value)>,
     /// The model's PersistentVolume and claim specs (S3 and FSx).
-    volume: Option<(Value, Value)>,
+    pub(super) volume: Option<(Value, Value)>,
 }
+
+/// The labels that tie what the operator makes to the object it made it for (see
+/// [`OWNER_NAME`]): each kind has its own, so that one kind's sweep never takes what
+/// another's object made.
+pub(super) struct OwnerLabels {
+    pub(super) name: &'static str,
+    pub(super) namespace: &'static str,
+    pub(super) uid: &'static str,
+}
+
+const IEC_OWNER: OwnerLabels = OwnerLabels {
+    name: OWNER_NAME,
+    namespace: OWNER_NS,
+    uid: OWNER_UID,
+};
 
 fn router_name(name: &str, ns: &str) -> String {
     format!("{name}-{ns}-router")
@@ -99,7 +117,7 @@ fn volume_names(name: &str, ns: &str) -> (String, String) {
 }
 
 /// A container name from an object name (container names are DNS labels).
-fn container_name(name: &str) -> String {
+pub(super) fn container_name(name: &str) -> String {
     let n: String = name.replace('.', "-").chars().take(63).collect();
     n.trim_end_matches('-').to_owned()
 }
@@ -364,6 +382,45 @@ fn model_volume(
     }
 }
 
+/// The readiness probe of a worker that sets none: vLLM and SGLang answer `/health`
+/// once the model is loaded.
+pub(super) fn health_probe(port: u64) -> Value {
+    json!({ "httpGet": { "path": "/health", "port": port },
+            "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3 })
+}
+
+/// The replicas an IEC or JumpStartModel asks for (the CRDs' default: one).
+pub(super) fn replicas(spec: &Value) -> u64 {
+    spec["replicas"].as_u64().unwrap_or(1)
+}
+
+/// The worker Deployment's and Service's specs for `name`: `replicas` pods `app=<name>`
+/// running `pod`, ready once their model has loaded, behind a ClusterIP Service on the
+/// invocation port.
+pub(super) fn worker_specs(
+    name: &str,
+    pod: Value,
+    replicas: u64,
+    port_name: &str,
+    port: u64,
+) -> (Value, Value) {
+    let labels = json!({ "app": name });
+    let worker = json!({
+        "replicas": replicas,
+        "selector": { "matchLabels": labels },
+        "template": {
+            "metadata": { "labels": labels, "annotations": { READY_ANNOTATION: MODEL_LOAD_SECS.to_string() } },
+            "spec": pod,
+        },
+    });
+    let service = json!({
+        "type": "ClusterIP",
+        "selector": labels,
+        "ports": [{ "name": port_name, "protocol": "TCP", "port": port, "targetPort": port }],
+    });
+    (worker, service)
+}
+
 /// What the operator deploys for `iec`, or why it will not.
 fn plan(
     store: &Store,
@@ -453,9 +510,7 @@ fn plan(
         }
     }
     if container["readinessProbe"].is_null() {
-        // vLLM and SGLang answer there once the model is loaded.
-        container["readinessProbe"] = json!({ "httpGet": { "path": "/health", "port": port },
-            "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3 });
+        container["readinessProbe"] = health_probe(port);
     }
 
     let mut pod = json!({ "containers": [container] });
@@ -467,20 +522,7 @@ fn plan(
             None => pod["initContainers"] = json!([extra]),
         }
     }
-    let labels = json!({ "app": name });
-    let worker = json!({
-        "replicas": spec["replicas"].as_u64().unwrap_or(1),
-        "selector": { "matchLabels": labels },
-        "template": {
-            "metadata": { "labels": labels, "annotations": { READY_ANNOTATION: MODEL_LOAD_SECS.to_string() } },
-            "spec": pod,
-        },
-    });
-    let service = json!({
-        "type": "ClusterIP",
-        "selector": labels,
-        "ports": [{ "name": port_name, "protocol": "TCP", "port": port, "targetPort": port }],
-    });
+    let (worker, service) = worker_specs(&name, pod, replicas(spec), port_name, port);
     let router = routing.then(|| {
         let logic = spec["intelligentRoutingSpec"]["routingStrategy"]
             .as_str()
@@ -604,93 +646,100 @@ pub(super) fn inference_endpoints(
         let Ok(plan) = plan(store, &iec, file_systems, region) else {
             continue;
         };
-        let name = meta(&iec, "name");
-        let ns = meta(&iec, "namespace");
-        let refs = owner_ref(&iec);
-        let tied = json!({ OWNER_NAME: name, OWNER_NS: ns, OWNER_UID: meta(&iec, "uid") });
-        let mut labels = json!({ "app": name });
-        if let Some(l) = labels.as_object_mut() {
-            l.extend(tied.as_object().cloned().unwrap_or_default());
-        }
-        let owned = Owner {
-            labels: labels.clone(),
-            refs: Some(&refs),
-        };
-        if let Some((pv, pvc)) = plan.volume {
-            let (pv_name, claim) = volume_names(&name, &ns);
-            let unowned = Owner {
-                labels: tied.clone(),
-                refs: None,
-            };
-            put_once(
-                store,
-                &Key::new("/persistentvolumes", "", &pv_name),
-                "PersistentVolume",
-                &unowned,
-                pv,
-                now,
-            );
-            put_once(
-                store,
-                &Key::new("/persistentvolumeclaims", &ns, &claim),
-                "PersistentVolumeClaim",
-                &owned,
-                pvc,
-                now,
-            );
-        }
-        put(
-            store,
-            &Key::new("apps/deployments", &ns, &name),
-            "apps/v1",
-            "Deployment",
-            &owned,
-            Some(json!({ ROUTING_ANNOTATION: plan.routing.to_string() })),
-            plan.worker,
-            now,
-        );
-        put(
-            store,
-            &Key::new("/services", &ns, &worker_service_name(&name)),
-            "v1",
-            "Service",
-            &owned,
-            None,
-            plan.service,
-            now,
-        );
-        if let Some((deployment, service)) = plan.router {
-            let ns_key = Key::new("/namespaces", "", ROUTER_NS);
-            if store.get(&ns_key).is_none() {
-                let o = namespace(store, ROUTER_NS, now);
-                store.put(ns_key, o);
-            }
-            let mut labels = tied.clone();
-            labels["app"] = json!(router_name(&name, &ns));
-            let router = Owner { labels, refs: None };
-            put(
-                store,
-                &Key::new("apps/deployments", ROUTER_NS, &router_name(&name, &ns)),
-                "apps/v1",
-                "Deployment",
-                &router,
-                None,
-                deployment,
-                now,
-            );
-            put(
-                store,
-                &Key::new("/services", ROUTER_NS, &routing_service_name(&name, &ns)),
-                "v1",
-                "Service",
-                &router,
-                None,
-                service,
-                now,
-            );
-        }
+        deploy(store, &iec, plan, &IEC_OWNER, now);
     }
     sweep(store);
+}
+
+/// Makes what `plan` says for `o` (an IEC or a JumpStartModel), or brings it back to
+/// that: what lives in `o`'s namespace is owned by it, what lives elsewhere is tied to
+/// it by the `keys` labels.
+pub(super) fn deploy(store: &mut Store, o: &Value, plan: Plan, keys: &OwnerLabels, now: &str) {
+    let name = meta(o, "name");
+    let ns = meta(o, "namespace");
+    let refs = owner_ref(o);
+    let tied = json!({ keys.name: name, keys.namespace: ns, keys.uid: meta(o, "uid") });
+    let mut labels = json!({ "app": name });
+    if let Some(l) = labels.as_object_mut() {
+        l.extend(tied.as_object().cloned().unwrap_or_default());
+    }
+    let owned = Owner {
+        labels: labels.clone(),
+        refs: Some(&refs),
+    };
+    if let Some((pv, pvc)) = plan.volume {
+        let (pv_name, claim) = volume_names(&name, &ns);
+        let unowned = Owner {
+            labels: tied.clone(),
+            refs: None,
+        };
+        put_once(
+            store,
+            &Key::new("/persistentvolumes", "", &pv_name),
+            "PersistentVolume",
+            &unowned,
+            pv,
+            now,
+        );
+        put_once(
+            store,
+            &Key::new("/persistentvolumeclaims", &ns, &claim),
+            "PersistentVolumeClaim",
+            &owned,
+            pvc,
+            now,
+        );
+    }
+    put(
+        store,
+        &Key::new("apps/deployments", &ns, &name),
+        "apps/v1",
+        "Deployment",
+        &owned,
+        Some(json!({ ROUTING_ANNOTATION: plan.routing.to_string() })),
+        plan.worker,
+        now,
+    );
+    put(
+        store,
+        &Key::new("/services", &ns, &worker_service_name(&name)),
+        "v1",
+        "Service",
+        &owned,
+        None,
+        plan.service,
+        now,
+    );
+    if let Some((deployment, service)) = plan.router {
+        let ns_key = Key::new("/namespaces", "", ROUTER_NS);
+        if store.get(&ns_key).is_none() {
+            let created = namespace(store, ROUTER_NS, now);
+            store.put(ns_key, created);
+        }
+        let mut labels = tied.clone();
+        labels["app"] = json!(router_name(&name, &ns));
+        let router = Owner { labels, refs: None };
+        put(
+            store,
+            &Key::new("apps/deployments", ROUTER_NS, &router_name(&name, &ns)),
+            "apps/v1",
+            "Deployment",
+            &router,
+            None,
+            deployment,
+            now,
+        );
+        put(
+            store,
+            &Key::new("/services", ROUTER_NS, &routing_service_name(&name, &ns)),
+            "v1",
+            "Service",
+            &router,
+            None,
+            service,
+            now,
+        );
+    }
 }
 
 /// Removes the routers and volumes whose IEC is gone (or is another by now).
@@ -807,7 +856,7 @@ fn condition(
             "lastTransitionTime": since, "observedGeneration": generation })
 }
 
-/// The status of `iec` at `epoch_now`, from what its objects show.
+/// The status of `iec` (or a JumpStartModel) at `epoch_now`, from what its objects show.
 fn status_of(
     store: &Store,
     iec: &Value,
@@ -819,7 +868,7 @@ fn status_of(
     let ns = meta(iec, "namespace");
     let uid = meta(iec, "uid");
     let generation = iec["metadata"]["generation"].clone();
-    let desired = iec["spec"]["replicas"].as_u64().unwrap_or(1);
+    let desired = replicas(&iec["spec"]);
     let old = &iec["status"];
     let deployment = store
         .get(&Key::new("apps/deployments", &ns, &name))
@@ -1017,26 +1066,46 @@ pub(super) fn inference_statuses(
     epoch_now: f64,
     now: &str,
 ) {
-    let Some(schema) = discovery::find(store, GROUP, "v1", PLURAL).and_then(|r| r.schema) else {
+    write_statuses(
+        store,
+        IEC_GR,
+        |store, iec| plan(store, iec, file_systems, region),
+        epoch_now,
+        now,
+    );
+}
+
+/// The status of every object of `gr` (IECs, JumpStartModels: `v1` of their CRD) from
+/// what `plan` makes of it, checked against the CRD's schema as the status subresource
+/// would check it, and written only when it changed.
+pub(super) fn write_statuses(
+    store: &mut Store,
+    gr: &str,
+    plan: impl Fn(&Store, &Value) -> Result<Plan, Refusal>,
+    epoch_now: f64,
+    now: &str,
+) {
+    let (group, plural) = gr.split_once('/').unwrap_or_default();
+    let Some(schema) = discovery::find(store, group, "v1", plural).and_then(|r| r.schema) else {
         return;
     };
-    for iec in snapshot(store, IEC_GR) {
-        if iec["metadata"]["deletionTimestamp"].is_string() {
+    for o in snapshot(store, gr) {
+        if o["metadata"]["deletionTimestamp"].is_string() {
             continue;
         }
-        let planned = plan(store, &iec, file_systems, region);
-        let mut new = iec.clone();
-        new["status"] = status_of(store, &iec, planned, epoch_now, now);
-        if new["status"] == iec["status"] {
+        let planned = plan(store, &o);
+        let mut new = o.clone();
+        new["status"] = status_of(store, &o, planned, epoch_now, now);
+        if new["status"] == o["status"] {
             continue;
         }
-        let out = schema::validate(&schema, &mut new, Some(&iec));
+        let out = schema::validate(&schema, &mut new, Some(&o));
         if !out.errors.is_empty() {
             let errors: Vec<String> = out.errors.iter().map(schema::FieldError::render).collect();
-            tracing::warn!(iec = %meta(&iec, "name"), "status refused by the CRD schema: {}", errors.join(", "));
+            tracing::warn!(kind = o["kind"].as_str().unwrap_or_default(), name = %meta(&o, "name"), "status refused by the CRD schema: {}", errors.join(", "));
             continue;
         }
-        let key = Key::new(IEC_GR, &meta(&iec, "namespace"), &meta(&iec, "name"));
+        let key = Key::new(gr, &meta(&o, "namespace"), &meta(&o, "name"));
         upsert(store, key, new);
     }
 }

@@ -3,10 +3,10 @@
 //! HyperPodPyTorchJobs get Pods, Pods are bound by the [`scheduler`](super::scheduler) and
 //! run through their phases (those mounting FSx for Lustre once it can be mounted),
 //! LoadBalancer Services get a hostname, Services with a selector get Endpoints listing
-//! their pods, the inference operator deploys InferenceEndpointConfigs, PVCs bind to
-//! PVs, orphans are collected, KEDA scales workloads on what their ScaledObjects'
-//! triggers read, and HyperPod's managed Karpenter scales instance groups for pods that
-//! found no node. One file per kind; what several share lives here.
+//! their pods, the inference operator deploys InferenceEndpointConfigs and JumpStart
+//! models, PVCs bind to PVs, orphans are collected, KEDA scales workloads on what their
+//! ScaledObjects' triggers read, and HyperPod's managed Karpenter scales instance groups
+//! for pods that found no node. One file per kind; what several share lives here.
 //!
 //! Every status is a pure function of the stored objects and the clock (times come from
 //! earlier transitions, never from "now" unless something changed), and an object is
@@ -28,6 +28,7 @@ mod endpoints;
 mod gc;
 mod inference_endpoints;
 mod jobs;
+mod jumpstart_models;
 mod karpenter;
 mod mlflow_reports;
 mod mounts;
@@ -292,6 +293,7 @@ fn reconcile(
         .any(|(a, _)| a == addons::INFERENCE_OPERATOR);
     if inference {
         inference_endpoints::inference_endpoints(store, &facts.file_systems, &api.region, &now);
+        jumpstart_models::jumpstart_models(store, &api.region, &now);
     }
     // Before the workloads, so a target it scales gets its pods in the same pass.
     scaledobjects::scaledobjects(store, &api.serving, &api.autoscalers, epoch_now, &now);
@@ -314,6 +316,7 @@ fn reconcile(
             epoch_now,
             &now,
         );
+        jumpstart_models::jumpstart_statuses(store, &api.region, epoch_now, &now);
     }
     // What gone pods served, and gone Services' turns, go with them.
     api.serving.forget_gone(store);

@@ -1,0 +1,478 @@
+//! The HyperPod inference operator's JumpStartModel controller, which runs exactly when
+//! its InferenceEndpointConfig controller does: for each JumpStartModel `X` in `N` it
+//! looks the model up in the SageMaker public hub (the sim's catalogue,
+//! [`hub_contents`](crate::sagemaker::hub_contents), as the real operator asks
+//! DescribeHubContent) and deploys it as the IEC controller deploys a vLLM worker —
+//! Deployment `N/X` (pods `app=X`) of the hub's vLLM container on one GPU of the asked
+//! instance type, and Service `N/X-service` on port 8080 — with no router, cache or
+//! volume. A model the hub lacks, a gated model whose EULA is not accepted and an
+//! instance type the model does not support are refused in the status. Deploying and
+//! the status are the IEC controller's own code, so a JumpStartModel reads exactly as an
+//! IEC does.
+
+use serde_json::{Value, json};
+
+use super::inference_endpoints::{
+    OwnerLabels, Plan, Refusal, container_name, deploy, health_probe, refuse, replicas,
+    worker_specs, write_statuses,
+};
+use super::snapshot;
+use crate::kube::store::{Store, meta};
+use crate::sagemaker::hub_contents::{self, PUBLIC_HUB};
+
+pub const JSM_GR: &str = "inference.sagemaker.aws.amazon.com/jumpstartmodels";
+/// The port the hub's vLLM container serves on (SageMaker's model-serving port).
+pub const JSM_PORT: u64 = 8080;
+/// Where the container reads the model's prepacked weights.
+const MODEL_DIR: &str = "/opt/ml/model";
+/// What ties the worker objects to their JumpStartModel, apart from the IEC's labels so
+/// neither kind's sweep ever takes the other's objects.
+const JSM_OWNER: OwnerLabels = OwnerLabels {
+    name: "inference.sagemaker.aws.amazon.com/jumpstart-model",
+    namespace: "inference.sagemaker.aws.amazon.com/jumpstart-model-namespace",
+    uid: "inference.sagemaker.aws.amazon.com/jumpstart-model-uid",
+};
+
+/// What the operator deploys for `jsm` in a cluster of `region` (whose hub it reads),
+/// or why it will not.
+fn plan(jsm: &Value, region: &str) -> Result<Plan, Refusal> {
+    let name = meta(jsm, "name");
+    let spec = &jsm["spec"];
+    let model = &spec["model"];
+    // The CRD requires both; a stored object that lacks them still gets a status.
+    let Some(id) = model["modelId"].as_str() else {
+        return refuse("InvalidSpec", "model.modelId is required");
+    };
+    let Some(instance_type) = spec["server"]["instanceType"].as_str() else {
+        return refuse("InvalidSpec", "server.instanceType is required");
+    };
+    let hub = model["modelHubName"].as_str().unwrap_or(PUBLIC_HUB);
+    if !hub_contents::is_public_hub(hub, region) {
+        return refuse(
+            "ModelNotFound",
+            format!("model hub {hub} does not exist: JumpStart models come from {PUBLIC_HUB}"),
+        );
+    }
+    // The HyperPod CLI writes an empty version for "the latest".
+    let version = model["modelVersion"].as_str().filter(|v| !v.is_empty());
+    let Some(m) = hub_contents::model(id, version) else {
+        let versions = hub_contents::versions(id);
+        return refuse(
+            "ModelNotFound",
+            match version {
+                Some(v) if !versions.is_empty() => format!(
+                    "model {id} has no version {v} in hub {PUBLIC_HUB}: its versions are {}",
+                    versions.join(", ")
+                ),
+                _ => format!("model {id} is not in hub {PUBLIC_HUB}"),
+            },
+        );
+    };
+    if m.gated && model["acceptEula"] != true {
+        return refuse(
+            "EulaNotAccepted",
+            format!(
+                "model {id} {} is gated: accept its end-user license agreement ({}) by setting spec.model.acceptEula to true",
+                m.version,
+                m.eula_uri(region).unwrap_or_default()
+            ),
+        );
+    }
+    if !m.supports(instance_type) {
+        return refuse(
+            "UnsupportedInstanceType",
+            format!(
+                "instance type {instance_type} is not supported by model {id} {}: use one of {}",
+                m.version,
+                m.supported_instance_types.join(", ")
+            ),
+        );
+    }
+    let container = json!({
+        "name": container_name(&name),
+        "image": m.hosting_ecr_uri(region),
+        "command": ["vllm", "serve", MODEL_DIR, "--served-model-name", id,
+                    "--port", JSM_PORT.to_string()],
+        "ports": [{ "name": "http", "containerPort": JSM_PORT, "protocol": "TCP" }],
+        "resources": { "limits": { "nvidia.com/gpu": "1" } },
+        "readinessProbe": health_probe(JSM_PORT),
+    });
+    let pod = json!({
+        "containers": [container],
+        "nodeSelector": { "node.kubernetes.io/instance-type": instance_type },
+    });
+    let (worker, service) = worker_specs(&name, pod, replicas(spec), "http", JSM_PORT);
+    Ok(Plan {
+        routing: false,
+        worker,
+        service,
+        router: None,
+        volume: None,
+    })
+}
+
+/// The worker objects of every JumpStartModel the hub can serve as asked; those refused
+/// keep what they have, as refused IECs do.
+pub(super) fn jumpstart_models(store: &mut Store, region: &str, now: &str) {
+    for jsm in snapshot(store, JSM_GR) {
+        if jsm["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        if let Ok(plan) = plan(&jsm, region) {
+            deploy(store, &jsm, plan, &JSM_OWNER, now);
+        }
+    }
+}
+
+/// Every JumpStartModel's status, as IECs' are written.
+pub(super) fn jumpstart_statuses(store: &mut Store, region: &str, epoch_now: f64, now: &str) {
+    write_statuses(store, JSM_GR, |_, jsm| plan(jsm, region), epoch_now, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::recording;
+    use crate::kube::admission::{bootstrap, crd_status};
+    use crate::kube::controllers::inference_endpoints::CAPACITY_GRACE_SECS;
+    use crate::kube::controllers::{deployments, endpoints, gc, pods, replicasets};
+    use crate::kube::discovery::CRD_GR;
+    use crate::kube::model_server::{self, Engine};
+    use crate::kube::store::Key;
+    use crate::kube::time::{parse_rfc3339, rfc3339};
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+    const REGION: &str = "us-east-1";
+    const QWEN: &str = "huggingface-llm-qwen2-5-7b-instruct";
+    const LLAMA: &str = "meta-textgeneration-llama-3-1-8b-instruct";
+
+    fn cluster(nodes: &[(&str, &str)]) -> Store {
+        let mut store = Store::new();
+        bootstrap(&mut store, T0);
+        let mut crd: Value = serde_yaml::from_str(include_str!(
+            "../../../crds/inference.sagemaker.aws.amazon.com_jumpstartmodels.yaml"
+        ))
+        .unwrap();
+        crd["metadata"]["uid"] = json!("crd");
+        crd["status"] = crd_status(&crd, T0);
+        store.put(
+            Key::new(
+                CRD_GR,
+                "",
+                "jumpstartmodels.inference.sagemaker.aws.amazon.com",
+            ),
+            crd,
+        );
+        for (name, instance_type) in nodes {
+            let node = json!({ "apiVersion": "v1", "kind": "Node",
+                "metadata": { "name": name, "labels": { "node.kubernetes.io/instance-type": instance_type } },
+                "spec": {}, "status": { "allocatable": { "nvidia.com/gpu": "1", "cpu": "32" },
+                    "addresses": [{ "type": "InternalIP", "address": "10.0.0.9" }],
+                    "conditions": [{ "type": "Ready", "status": "True" }] } });
+            store.put(Key::new("/nodes", "", name), node);
+        }
+        store
+    }
+
+    fn jsm(name: &str, model: Value, instance_type: &str) -> Value {
+        json!({
+            "apiVersion": "inference.sagemaker.aws.amazon.com/v1", "kind": "JumpStartModel",
+            "metadata": { "name": name, "namespace": "ml", "uid": format!("uid-{name}"), "generation": 1,
+                          "creationTimestamp": T0 },
+            "spec": { "model": model, "server": { "instanceType": instance_type }, "replicas": 1 },
+        })
+    }
+
+    fn put_jsm(store: &mut Store, o: Value) {
+        let key = Key::new(JSM_GR, "ml", &meta(&o, "name"));
+        store.put(key, o);
+    }
+
+    fn get(store: &Store, gr: &str, ns: &str, name: &str) -> Option<Value> {
+        store.get(&Key::new(gr, ns, name)).map(|o| (**o).clone())
+    }
+
+    /// One controller pass at `t` seconds after T0, in `reconcile`'s order; when due next.
+    fn step(store: &mut Store, t: f64) -> f64 {
+        let epoch = parse_rfc3339(T0).unwrap() + t;
+        let now = rfc3339(epoch);
+        let ((), due) = recording(|| {
+            gc::collect_garbage(store);
+            jumpstart_models(store, REGION, &now);
+            deployments::deployments(store, &now);
+            replicasets::replicasets(store, &now);
+            pods::pods(store, &[], epoch, &now);
+            endpoints::endpoints(store, &now);
+            jumpstart_statuses(store, REGION, epoch, &now);
+        });
+        due
+    }
+
+    /// Passes from `t` as `run` makes them (again at once after a pass that wrote, else
+    /// when due) until nothing is due; the time reached.
+    fn settle(store: &mut Store, mut t: f64) -> f64 {
+        for _ in 0..100 {
+            let rv = store.rv();
+            let due = step(store, t);
+            if store.rv() != rv {
+                continue;
+            }
+            if due.is_infinite() {
+                return t;
+            }
+            t += due;
+        }
+        panic!("the controllers keep writing");
+    }
+
+    fn state(store: &Store, name: &str) -> (String, Value) {
+        let o = get(store, JSM_GR, "ml", name).unwrap();
+        (
+            o["status"]["state"].as_str().unwrap_or_default().to_owned(),
+            o["status"]["conditions"][0].clone(),
+        )
+    }
+
+    #[test]
+    fn a_jumpstart_model_deploys_the_hubs_vllm_container_completes_and_then_writes_nothing() {
+        let mut store = cluster(&[("gpu-1", "ml.g5.8xlarge")]);
+        put_jsm(
+            &mut store,
+            jsm(
+                "qwen",
+                json!({ "modelId": QWEN, "acceptEula": false }),
+                "ml.g5.8xlarge",
+            ),
+        );
+        step(&mut store, 0.0);
+        assert_eq!(state(&store, "qwen").0, "DeploymentInProgress");
+        let worker = get(&store, "apps/deployments", "ml", "qwen").unwrap();
+        assert_eq!(
+            worker["metadata"]["ownerReferences"][0]["kind"],
+            "JumpStartModel"
+        );
+        assert_eq!(worker["metadata"]["ownerReferences"][0]["uid"], "uid-qwen");
+        assert_eq!(worker["metadata"]["labels"][JSM_OWNER.name], "qwen");
+        let pod = &worker["spec"]["template"];
+        assert_eq!(pod["metadata"]["labels"], json!({ "app": "qwen" }));
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(c["name"], "qwen");
+        assert_eq!(
+            c["image"],
+            "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.11.0-gpu-py312"
+        );
+        assert_eq!(
+            c["command"],
+            json!([
+                "vllm",
+                "serve",
+                "/opt/ml/model",
+                "--served-model-name",
+                QWEN,
+                "--port",
+                "8080"
+            ])
+        );
+        assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1");
+        assert_eq!(
+            pod["spec"]["nodeSelector"],
+            json!({ "node.kubernetes.io/instance-type": "ml.g5.8xlarge" })
+        );
+        assert!(pod["spec"]["volumes"].is_null(), "no model volume");
+        let server = model_server::of(&json!({ "spec": pod["spec"] })).unwrap();
+        assert_eq!(
+            (server.engine, server.names.as_slice(), server.port),
+            (Engine::Vllm, &[QWEN.to_owned()][..], 8080)
+        );
+        let service = get(&store, "/services", "ml", "qwen-service").unwrap();
+        assert_eq!(service["spec"]["selector"], json!({ "app": "qwen" }));
+        assert_eq!(service["spec"]["ports"][0]["port"], 8080);
+        assert_eq!(service["metadata"]["ownerReferences"][0]["uid"], "uid-qwen");
+
+        let t = settle(&mut store, 0.0);
+        let (s, c) = state(&store, "qwen");
+        assert_eq!(
+            (s.as_str(), &c["reason"]),
+            ("DeploymentComplete", &json!("DeploymentComplete"))
+        );
+        // START_SECS and the 20 s load.
+        assert!((25.0..=26.0).contains(&t), "{t}");
+        let status = get(&store, JSM_GR, "ml", "qwen").unwrap()["status"].clone();
+        assert_eq!(
+            (&status["selector"], &status["replicas"]),
+            (&json!("app=qwen"), &json!(1))
+        );
+        assert_eq!(
+            status["deploymentStatus"]["deploymentObjectOverallState"],
+            "Available"
+        );
+        assert_eq!(status["deploymentStatus"]["status"]["readyReplicas"], 1);
+        assert_eq!(status["conditions"][1]["type"], "InstanceTypeAvailable");
+        let rv = store.rv();
+        step(&mut store, t + 30.0);
+        assert_eq!(store.rv(), rv, "a settled model writes nothing");
+    }
+
+    #[test]
+    fn what_the_hub_lacks_or_forbids_fails_in_the_status_and_deploys_nothing() {
+        let mut store = cluster(&[("gpu-1", "ml.g5.2xlarge")]);
+        let llama70 = "meta-textgeneration-llama-3-3-70b-instruct";
+        let cases = [
+            (
+                "unknown",
+                json!({ "modelId": "no-such-model", "acceptEula": true }),
+                "ml.g5.2xlarge",
+                "ModelNotFound",
+                "model no-such-model is not in hub SageMakerPublicHub".to_owned(),
+            ),
+            (
+                "version",
+                json!({ "modelId": QWEN, "modelVersion": "9.9.9", "acceptEula": false }),
+                "ml.g5.2xlarge",
+                "ModelNotFound",
+                format!(
+                    "model {QWEN} has no version 9.9.9 in hub SageMakerPublicHub: its versions are 1.0.0, 1.2.0"
+                ),
+            ),
+            (
+                "hub",
+                json!({ "modelId": QWEN, "modelHubName": "my-hub", "acceptEula": false }),
+                "ml.g5.2xlarge",
+                "ModelNotFound",
+                "model hub my-hub does not exist: JumpStart models come from SageMakerPublicHub"
+                    .to_owned(),
+            ),
+            (
+                "gated",
+                json!({ "modelId": LLAMA, "acceptEula": false }),
+                "ml.g5.2xlarge",
+                "EulaNotAccepted",
+                format!(
+                    "model {LLAMA} 2.8.0 is gated: accept its end-user license agreement (s3://jumpstart-cache-prod-us-east-1/fmhMetadata/eula/llama3_1Eula.txt) by setting spec.model.acceptEula to true"
+                ),
+            ),
+            (
+                "small",
+                json!({ "modelId": llama70, "acceptEula": true }),
+                "ml.g5.2xlarge",
+                "UnsupportedInstanceType",
+                format!(
+                    "instance type ml.g5.2xlarge is not supported by model {llama70} 1.0.0: use one of ml.g5.48xlarge, ml.p4d.24xlarge, ml.p5.48xlarge"
+                ),
+            ),
+        ];
+        for (name, model, instance_type, _, _) in &cases {
+            put_jsm(&mut store, jsm(name, model.clone(), instance_type));
+        }
+        step(&mut store, 0.0);
+        for (name, _, _, reason, message) in &cases {
+            let (s, c) = state(&store, name);
+            assert_eq!(
+                (s.as_str(), &c["reason"], &c["message"]),
+                ("DeploymentFailed", &json!(reason), &json!(message)),
+                "{name}"
+            );
+            assert_eq!(c["status"], "False");
+            assert!(
+                get(&store, "apps/deployments", "ml", name).is_none(),
+                "{name}: nothing deployed"
+            );
+            assert!(get(&store, "/services", "ml", &format!("{name}-service")).is_none());
+        }
+        // Accepting the EULA lets the gated model deploy.
+        let mut gated = get(&store, JSM_GR, "ml", "gated").unwrap();
+        gated["spec"]["model"]["acceptEula"] = json!(true);
+        gated["metadata"]["generation"] = json!(2);
+        put_jsm(&mut store, gated);
+        step(&mut store, 1.0);
+        assert_eq!(state(&store, "gated").0, "DeploymentInProgress");
+        assert!(get(&store, "apps/deployments", "ml", "gated").is_some());
+    }
+
+    #[test]
+    fn a_new_replica_count_resizes_the_deployment() {
+        let mut store = cluster(&[("gpu-1", "ml.g5.2xlarge"), ("gpu-2", "ml.g5.2xlarge")]);
+        put_jsm(
+            &mut store,
+            jsm(
+                "qwen",
+                json!({ "modelId": QWEN, "modelVersion": "1.0.0", "acceptEula": false }),
+                "ml.g5.2xlarge",
+            ),
+        );
+        let t = settle(&mut store, 0.0);
+        assert_eq!(state(&store, "qwen").0, "DeploymentComplete");
+        // The scale subresource's write.
+        let mut scaled = get(&store, JSM_GR, "ml", "qwen").unwrap();
+        scaled["spec"]["replicas"] = json!(2);
+        scaled["metadata"]["generation"] = json!(2);
+        put_jsm(&mut store, scaled);
+        step(&mut store, t + 1.0);
+        let worker = get(&store, "apps/deployments", "ml", "qwen").unwrap();
+        assert_eq!(worker["spec"]["replicas"], 2);
+        assert_eq!(state(&store, "qwen").0, "DeploymentInProgress");
+        settle(&mut store, t + 1.0);
+        let status = get(&store, JSM_GR, "ml", "qwen").unwrap()["status"].clone();
+        assert_eq!(
+            (
+                &status["state"],
+                &status["replicas"],
+                &status["observedGeneration"]
+            ),
+            (&json!("DeploymentComplete"), &json!(2), &json!(2))
+        );
+        assert_eq!(store.list("/pods", Some("ml")).count(), 2);
+    }
+
+    #[test]
+    fn without_a_node_of_its_type_a_model_waits_then_fails() {
+        let mut store = cluster(&[("cpu-1", "ml.m5.xlarge")]);
+        put_jsm(
+            &mut store,
+            jsm(
+                "qwen",
+                json!({ "modelId": QWEN, "acceptEula": false }),
+                "ml.g6.2xlarge",
+            ),
+        );
+        let due = step(&mut store, 0.0);
+        let (s, c) = state(&store, "qwen");
+        assert_eq!(
+            (s.as_str(), &c["reason"]),
+            ("DeploymentPending", &json!("WaitingForCapacity"))
+        );
+        assert_eq!(due, CAPACITY_GRACE_SECS, "due when the grace ends");
+        step(&mut store, CAPACITY_GRACE_SECS);
+        let (s, c) = state(&store, "qwen");
+        assert_eq!(
+            (s.as_str(), &c["reason"]),
+            ("DeploymentFailed", &json!("InsufficientCapacity"))
+        );
+        assert_eq!(
+            c["message"],
+            "the cluster has had no node of instance type ml.g6.2xlarge for 60s: the worker pods cannot be scheduled; add an instance group of that type"
+        );
+    }
+
+    #[test]
+    fn what_a_model_made_goes_when_it_goes() {
+        let mut store = cluster(&[("gpu-1", "ml.g5.2xlarge")]);
+        put_jsm(
+            &mut store,
+            jsm(
+                "qwen",
+                json!({ "modelId": QWEN, "acceptEula": false }),
+                "ml.g5.2xlarge",
+            ),
+        );
+        let t = settle(&mut store, 0.0);
+        assert_eq!(store.list("/pods", Some("ml")).count(), 1);
+        store.remove(&Key::new(JSM_GR, "ml", "qwen"));
+        for i in 1..6 {
+            step(&mut store, t + f64::from(i));
+        }
+        assert!(get(&store, "apps/deployments", "ml", "qwen").is_none());
+        assert!(get(&store, "/services", "ml", "qwen-service").is_none());
+        assert_eq!(store.list("/pods", None).count(), 0, "and the pods");
+    }
+}
