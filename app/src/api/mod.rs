@@ -10,6 +10,7 @@ pub mod features;
 pub mod inference;
 pub mod inspect;
 pub mod instance_groups;
+pub mod jumpstart;
 pub mod listing;
 pub mod mlflow;
 pub mod models;
@@ -71,6 +72,8 @@ macro_rules! for_each_command {
             $crate::api::mlflow::CreateMlflowTrackingServer,
             $crate::api::inference::DeployModelServer,
             $crate::api::inference::DeployInferenceEndpoint,
+            $crate::api::jumpstart::ListJumpstartModels,
+            $crate::api::jumpstart::DeployJumpstartModel,
             $crate::api::inference::ListEndpoints,
             $crate::api::inference::GetEndpoint,
             $crate::api::inference::InvokeEndpoint,

@@ -1112,6 +1112,50 @@ string_value!(
     schema: { "type": "string", "minLength": 1, "maxLength": 40, "pattern": "^[a-z]([a-z0-9-]*[a-z0-9])?$", "examples": ["qwen-chat"] }
 );
 
+fn check_hub_model_id(s: &str) -> Result<(), String> {
+    // SageMaker's HubContentName: letters and digits, single words joined by '-'.
+    let ok = (1..=63).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a catalogue model id is 1-63 letters, digits and '-', starting and ending with a letter or digit, as list_jumpstart_models shows it (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A model of the SageMaker public hub (JumpStart), e.g. `huggingface-llm-qwen2-5-7b-instruct`.
+    HubModelId, check_hub_model_id,
+    schema: { "type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[a-zA-Z0-9](-*[a-zA-Z0-9])*$" }
+);
+
+fn check_hub_model_version(s: &str) -> Result<(), String> {
+    let parts: Vec<&str> = s.split('.').collect();
+    let ok = parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| (1..=4).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a catalogue model version is major.minor.patch, e.g. 1.2.0 (got {})",
+            shown(s)
+        ))
+    }
+}
+
+string_value!(
+    /// A version of a catalogue model, as the hub numbers them.
+    HubModelVersion, check_hub_model_version,
+    schema: { "type": "string", "pattern": "^\\d{1,4}\\.\\d{1,4}\\.\\d{1,4}$", "examples": ["1.2.0"] }
+);
+
 fn check_redis_url(s: &str) -> Result<(), String> {
     let rest = s
         .strip_prefix("redis://")

@@ -24,7 +24,7 @@ use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
 use crate::resources::converge;
 use crate::resources::is_planning;
-use crate::resources::kube::inference::InferenceEndpointConfig;
+use crate::resources::kube::inference::{InferenceEndpointConfig, JumpStartModel};
 use crate::resources::kube::object::{Applied, made_by_hypd};
 use crate::resources::kube::{self as kubernetes};
 
@@ -32,7 +32,7 @@ stages! {
     pub enum Stage {
         Service = "service", "The endpoint's Service deleted (its load balancer goes with it), and a pool's models' Services", false;
         Router = "router", "The endpoint's autoscaler (KEDA's ScaledObject) and SGLang router deleted, if it has them", false;
-        Workload = "workload", "The Deployment, or the InferenceEndpointConfig, deleted (its replicas stop)", false;
+        Workload = "workload", "The Deployment, or the operator's InferenceEndpointConfig or JumpStartModel, deleted (its replicas stop)", false;
         Secret = "secret", "The Secret hypd kept the endpoint's token in deleted, if it has one", false;
         Pods = "pods", "Every replica gone", false;
     }
@@ -143,6 +143,10 @@ impl Pipeline for DeleteEndpoint {
                     Record::Managed(_) => {
                         let config = InferenceEndpointConfig::new(named(endpoint), Value::Null);
                         converge(&Applied::namespaced(&client, config).absent()).await?;
+                    }
+                    Record::JumpStart(_) => {
+                        let model = JumpStartModel::new(named(endpoint), Value::Null);
+                        converge(&Applied::namespaced(&client, model).absent()).await?;
                     }
                 }
                 Ok(Progress::Done)

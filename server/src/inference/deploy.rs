@@ -22,7 +22,6 @@ use app::api::values::{ClusterName, EndpointName, IdempotencyKey, InstanceGroupN
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -30,7 +29,6 @@ use super::workload::{self, COLD_START_ANNOTATION, OPERATION_ANNOTATION, Placeme
 use crate::aws::SdkResultExt;
 use crate::cluster::managed::{Where, locate};
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, Stage as _, stages};
-use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::object::{Applied, made_by_hypd};
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::{converge, is_planning, planned};
@@ -117,6 +115,33 @@ pub(crate) async fn placement(
     })
 }
 
+/// What already has name `name` in the endpoints' namespace: a Deployment or a Service.
+async fn taken(client: &kube::Client, name: &str) -> Result<Option<&'static str>, ApiError> {
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
+    Ok(match kubernetes::get(&deployments, name).await? {
+        Some(_) => Some("Deployment"),
+        None => kubernetes::get(&services, name).await?.map(|_| "Service"),
+    })
+}
+
+/// Endpoint name `endpoint` is free on `cluster`, or refused by field `endpoint`.
+pub(crate) async fn free(
+    client: &kube::Client,
+    cluster: &str,
+    endpoint: &str,
+) -> Result<(), ApiError> {
+    match taken(client, endpoint).await? {
+        Some(kind) => Err(ApiError::field(
+            "endpoint",
+            format!(
+                "{cluster} already has a {kind} named {endpoint} in {NAMESPACE}: choose another name, or delete_endpoint first"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// What deploy_model_server and deploy_inference_endpoint both refuse, by the same
 /// fields: a name taken, no group with room for a replica, a model not where the command
 /// says, a named token Secret without a token. The group chosen is stored with the
@@ -132,25 +157,10 @@ pub(crate) async fn check(
     let serve = r.serve().map_err(|why| ApiError::field("command", why))?;
     // The name is free: neither hypd's endpoint nor anyone's Deployment or Service;
     // nor is the router's, when the request asks for one.
-    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-    let services = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
-    let taken = async |name: &str| -> Result<Option<&'static str>, ApiError> {
-        Ok(match kubernetes::get(&deployments, name).await? {
-            Some(_) => Some("Deployment"),
-            None => kubernetes::get(&services, name).await?.map(|_| "Service"),
-        })
-    };
-    if let Some(kind) = taken(endpoint).await? {
-        return Err(ApiError::field(
-            "endpoint",
-            format!(
-                "{cluster} already has a {kind} named {endpoint} in {NAMESPACE}: choose another name, or delete_endpoint first"
-            ),
-        ));
-    }
+    free(client, cluster, endpoint).await?;
     let router = r.router.as_ref().map(|_| super::router::name(endpoint));
     if let Some(router) = &router
-        && let Some(kind) = taken(router).await?
+        && let Some(kind) = taken(client, router).await?
     {
         return Err(ApiError::field(
             "endpoint",
@@ -462,13 +472,16 @@ pub(crate) async fn ready(
     out.address = live.address();
     if live.phase() == "failed" {
         let (code, call) = match &live.record {
-            super::Record::Managed(_) => (
-                "DeploymentFailed",
-                format!("InferenceEndpointConfig {NAMESPACE}/{endpoint}"),
-            ),
             super::Record::Server(_) => (
                 "ReplicasFailed",
                 format!("Deployment {NAMESPACE}/{endpoint}"),
+            ),
+            operated => (
+                "DeploymentFailed",
+                format!(
+                    "{} {NAMESPACE}/{endpoint}",
+                    operated.kind().rsplit('/').next().unwrap_or_default()
+                ),
             ),
         };
         return Err(ApiError::Upstream {
@@ -513,21 +526,7 @@ pub(crate) async fn ready(
     out.cold_start_seconds = live.cold_start_seconds();
     if let Some(seconds) = out.cold_start_seconds {
         let patch = json!({ "metadata": { "annotations": { COLD_START_ANNOTATION: format!("{seconds:.1}") } } });
-        let call = format!("patch {}/{endpoint}", live.record.kind());
-        let params = PatchParams::default();
-        let patched = match &live.record {
-            super::Record::Server(_) => Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
-                .patch(endpoint, &params, &Patch::Merge(&patch))
-                .await
-                .map(drop),
-            super::Record::Managed(_) => {
-                Api::<InferenceEndpointConfig>::namespaced(client.clone(), NAMESPACE)
-                    .patch(endpoint, &params, &Patch::Merge(&patch))
-                    .await
-                    .map(drop)
-            }
-        };
-        patched.map_err(|e| kubernetes::upstream(&call, e))?;
+        live.record.patch(client, &patch, false).await?;
     }
     Ok(Progress::Done)
 }

@@ -108,15 +108,15 @@ impl Handler<InvokeEndpoint> for Service {
             body["max_tokens"] = json!(n);
         }
         let (namespace, service) = live.invocation_target(&model);
-        let path =
-            format!("/api/v1/namespaces/{namespace}/services/{service}/proxy/v1/chat/completions");
+        let at = live.invocation_path();
+        let path = format!("/api/v1/namespaces/{namespace}/services/{service}/proxy/{at}");
         let request = http::Request::post(&path)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(kube::client::Body::from(
                 serde_json::to_vec(&body).map_err(ApiError::internal)?,
             ))
             .map_err(ApiError::internal)?;
-        let call = format!("POST services/{service}/proxy/v1/chat/completions");
+        let call = format!("POST services/{service}/proxy/{at}");
         let started = Instant::now();
         let response = client
             .send(request)

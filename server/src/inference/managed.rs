@@ -74,13 +74,13 @@ pub(crate) fn kv_cache(spec: &serde_json::Value) -> Option<String> {
     )
 }
 
-/// The workers of `config`, by the selector its status names (none before the operator
-/// wrote one).
+/// The workers of an object the operator deploys from, by the selector its `status`
+/// names (none before the operator wrote one).
 pub(crate) async fn pods(
     client: &kube::Client,
-    config: &InferenceEndpointConfig,
+    status: &serde_json::Value,
 ) -> Result<Vec<Pod>, ApiError> {
-    let Some(selector) = config.status["selector"].as_str().filter(|s| !s.is_empty()) else {
+    let Some(selector) = status["selector"].as_str().filter(|s| !s.is_empty()) else {
         return Ok(Vec::new());
     };
     let mut pods = Vec::new();
@@ -288,8 +288,9 @@ impl Pipeline for DeployInferenceEndpoint {
     }
 }
 
-impl Record {
-    /// The serving container's image, command and GPUs, as hypd asked for them.
+impl super::Live {
+    /// The serving container's image, command and GPUs, as hypd asked for them (as the
+    /// operator runs them, for a catalogue model: the hub chose them).
     pub fn container(&self) -> (String, Vec<String>, u32) {
         let gpus = |limits: Option<&serde_json::Value>| {
             limits
@@ -302,14 +303,16 @@ impl Record {
                 .and_then(|q| q.parse().ok())
                 .unwrap_or(0)
         };
-        match self {
-            Record::Server(d) => {
-                let c = d
-                    .spec
-                    .template
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.containers.first());
+        let first = |spec: Option<&k8s_openapi::api::core::v1::PodSpec>| {
+            spec.and_then(|s| s.containers.first()).cloned()
+        };
+        match &self.record {
+            Record::Server(_) | Record::JumpStart(_) => {
+                let c = match &self.record {
+                    Record::Server(d) => first(d.spec.template.spec.as_ref()),
+                    _ => first(self.pods.first().and_then(|p| p.spec.as_ref())),
+                };
+                let c = c.as_ref();
                 let limits = c
                     .and_then(|c| c.resources.as_ref()?.limits.as_ref())
                     .map(|l| serde_json::to_value(l).unwrap_or_default());

@@ -12,6 +12,7 @@ pub mod delete;
 pub mod deploy;
 pub mod endpoint_config;
 pub mod invoke;
+pub mod jumpstart;
 pub mod managed;
 pub mod pool;
 pub mod router;
@@ -28,14 +29,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 
 use self::workload::{
     COLD_START_ANNOTATION, ENGINE_LABEL, GROUP_ANNOTATION, MODEL_ANNOTATION, PORT_ANNOTATION,
     ROUTER_ANNOTATION, SECRET_ANNOTATION, SHAPE_ANNOTATION,
 };
 use crate::auth::Actor;
-use crate::resources::kube::inference::InferenceEndpointConfig;
+use crate::resources::kube::inference::{InferenceEndpointConfig, JumpStartModel};
 use crate::resources::kube::keda::ScaledObject;
 use crate::resources::kube::{self as kubernetes};
 use crate::service::{Handler, Service};
@@ -58,6 +59,8 @@ pub(crate) enum Record {
     /// deploy_inference_endpoint's InferenceEndpointConfig (the operator makes the
     /// Deployment).
     Managed(Box<InferenceEndpointConfig>),
+    /// deploy_jumpstart_model's JumpStartModel (the operator makes the Deployment).
+    JumpStart(Box<JumpStartModel>),
 }
 
 /// An endpoint as the cluster holds it: its record, pods and Service (and the
@@ -100,6 +103,7 @@ impl Record {
         match self {
             Record::Server(d) => &d.metadata,
             Record::Managed(c) => &c.metadata,
+            Record::JumpStart(m) => &m.metadata,
         }
     }
 
@@ -108,7 +112,57 @@ impl Record {
         match self {
             Record::Server(_) => "k8s:apps/v1/Deployment",
             Record::Managed(_) => MANAGED_KIND,
+            Record::JumpStart(_) => jumpstart::JUMPSTART_KIND,
         }
+    }
+
+    /// The spec and status of an object the inference operator deploys from.
+    fn operated(&self) -> Option<(&serde_json::Value, &serde_json::Value)> {
+        match self {
+            Record::Server(_) => None,
+            Record::Managed(c) => Some((&c.spec, &c.status)),
+            Record::JumpStart(m) => Some((&m.spec, &m.status)),
+        }
+    }
+
+    /// Merges `patch` into the object (into its scale subresource when `scale`).
+    pub async fn patch(
+        &self,
+        client: &kube::Client,
+        patch: &serde_json::Value,
+        scale: bool,
+    ) -> Result<(), ApiError> {
+        let name = self.meta().name.as_deref().unwrap_or_default();
+        let patched = match self {
+            Record::Server(_) => patch_as::<Deployment>(client, name, patch, scale).await,
+            Record::Managed(_) => {
+                patch_as::<InferenceEndpointConfig>(client, name, patch, scale).await
+            }
+            Record::JumpStart(_) => patch_as::<JumpStartModel>(client, name, patch, scale).await,
+        };
+        let what = if scale { "scale" } else { "patch" };
+        patched.map_err(|e| kubernetes::upstream(&format!("{what} {}/{name}", self.kind()), e))
+    }
+}
+
+async fn patch_as<K>(
+    client: &kube::Client,
+    name: &str,
+    patch: &serde_json::Value,
+    scale: bool,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api = Api::<K>::namespaced(client.clone(), NAMESPACE);
+    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+    if scale {
+        api.patch_scale(name, &params, &patch).await.map(drop)
+    } else {
+        api.patch(name, &params, &patch).await.map(drop)
     }
 }
 
@@ -134,7 +188,10 @@ impl Live {
     pub fn replicas(&self) -> u32 {
         match &self.record {
             Record::Server(d) => d.spec.replicas,
-            Record::Managed(c) => c.spec["replicas"].as_i64().map(|r| r as i32),
+            operated => operated
+                .operated()
+                .and_then(|(spec, _)| spec["replicas"].as_i64())
+                .map(|r| r as i32),
         }
         .map_or(1, |r| r.max(0) as u32)
     }
@@ -158,21 +215,15 @@ impl Live {
 
     /// The operator's state of a managed endpoint (`DeploymentComplete`...).
     pub fn operator_state(&self) -> Option<&str> {
-        match &self.record {
-            Record::Managed(c) => c.status["state"].as_str(),
-            Record::Server(_) => None,
-        }
+        self.record.operated()?.1["state"].as_str()
     }
 
     /// Why the operator failed a managed endpoint, as it says.
     fn operator_failure(&self) -> Option<String> {
-        let Record::Managed(c) = &self.record else {
-            return None;
-        };
+        let (_, status) = self.record.operated()?;
         if self.operator_state() != Some("DeploymentFailed") {
             return None;
         }
-        let status = &c.status;
         let failed = status["conditions"]
             .as_array()
             .into_iter()
@@ -282,10 +333,20 @@ impl Live {
                 OPERATOR_NAMESPACE.to_owned(),
                 format!("https:{}:443", managed::router_service(name)),
             ),
-            Record::Managed(_) => (
+            Record::Managed(_) | Record::JumpStart(_) => (
                 NAMESPACE.to_owned(),
                 format!("{}:{}", managed::service_name(name), self.port()),
             ),
+        }
+    }
+
+    /// The path an OpenAI chat completion is posted to: a catalogue model's server
+    /// answers SageMaker's own `invocations` (whatever its image), every other one the
+    /// OpenAI path.
+    pub fn invocation_path(&self) -> &'static str {
+        match &self.record {
+            Record::JumpStart(_) => app::api::jumpstart::INVOCATION_PATH,
+            _ => endpoint_config::INVOCATION_PATH,
         }
     }
 
@@ -303,6 +364,7 @@ impl Live {
                 "cluster_ip",
                 managed::kv_cache(&c.spec),
             ),
+            Record::JumpStart(_) => ("jumpstart_model", "cluster_ip", None),
         };
         EndpointSummary {
             name: cluster.to_owned(),
@@ -388,9 +450,14 @@ pub(crate) async fn record(
     if let Some(d) = deployment(client, endpoint).await? {
         return Ok(Some(Record::Server(Box::new(d))));
     }
-    Ok(config(client, endpoint)
+    if let Some(c) = config(client, endpoint).await? {
+        return Ok(Some(Record::Managed(Box::new(c))));
+    }
+    let models = Api::<JumpStartModel>::namespaced(client.clone(), NAMESPACE);
+    Ok(kubernetes::get(&models, endpoint)
         .await?
-        .map(|c| Record::Managed(Box::new(c))))
+        .filter(|m| labelled(&m.metadata, endpoint))
+        .map(|m| Record::JumpStart(Box::new(m))))
 }
 
 /// The pods and Service of an endpoint made of `record`.
@@ -405,7 +472,12 @@ async fn live(client: &kube::Client, record: Record) -> Result<Live, ApiError> {
                 router::scaler(client, &name),
             )?
         }
-        Record::Managed(c) => (managed::pods(client, c).await?, None, None),
+        Record::Managed(_) | Record::JumpStart(_) => {
+            let status = record
+                .operated()
+                .map_or(&serde_json::Value::Null, |(_, s)| s);
+            (managed::pods(client, status).await?, None, None)
+        }
     };
     Ok(Live {
         record,
@@ -463,11 +535,12 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
     let pod_api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
     let service_api = Api::<KubeService>::namespaced(client.clone(), NAMESPACE);
     // Five reads at once: one round trip's wait instead of five.
-    let (_, _, _, configs, scalers) = futures_util::try_join!(
+    let (_, _, _, configs, models, scalers) = futures_util::try_join!(
         kubernetes::each_listed(&deployments, labelled(), |d| found.push(d)),
         kubernetes::each_listed(&pod_api, labelled(), |p| pods.push(p)),
         kubernetes::each_listed(&service_api, labelled(), |s| services.push(s)),
         labelled_if_served::<InferenceEndpointConfig>(client),
+        labelled_if_served::<JumpStartModel>(client),
         labelled_if_served::<ScaledObject>(client),
     )?;
     let label = |m: &ObjectMeta| {
@@ -494,13 +567,13 @@ async fn list(client: &kube::Client, cluster: &str) -> Result<Vec<EndpointSummar
             live.summary(cluster)
         })
         .collect();
-    for c in configs {
-        if label(&c.metadata) == c.metadata.name {
-            endpoints.push(
-                live(client, Record::Managed(Box::new(c)))
-                    .await?
-                    .summary(cluster),
-            );
+    let operated = configs
+        .into_iter()
+        .map(|c| Record::Managed(Box::new(c)))
+        .chain(models.into_iter().map(|m| Record::JumpStart(Box::new(m))));
+    for record in operated {
+        if label(record.meta()) == record.meta().name {
+            endpoints.push(live(client, record).await?.summary(cluster));
         }
     }
     endpoints.sort_by(|a, b| a.endpoint.cmp(&b.endpoint));
@@ -568,7 +641,7 @@ impl Handler<GetEndpoint> for Service {
         let region = region_of(&self.store, cluster).await?;
         let client = kubernetes::connect(&self.aws, &region, cluster).await?;
         let live = required(&client, cluster, r.endpoint.as_str()).await?;
-        let (image, command, gpus) = live.record.container();
+        let (image, command, gpus) = live.container();
         Ok(Endpoint {
             summary: live.summary(cluster),
             image,

@@ -7,17 +7,12 @@ use app::api::ApiError;
 use app::api::inference::{NAMESPACE, ScaleEndpoint, ServiceShape};
 use app::api::plan::{Action, Change, FieldChange};
 use app::api::values::IdempotencyKey;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::Record;
 use super::deploy::{self, Outputs as Followed};
 use crate::cluster::managed::locate;
 use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages};
-use crate::resources::kube::inference::InferenceEndpointConfig;
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::planned;
 
@@ -112,21 +107,8 @@ impl Pipeline for ScaleEndpoint {
                 if planned(change) {
                     return Ok(Progress::Done);
                 }
-                let patch = Patch::Merge(json!({ "spec": { "replicas": wanted } }));
-                let params = PatchParams::default();
-                let scaled = match &live.record {
-                    Record::Server(_) => Api::<Deployment>::namespaced(client, NAMESPACE)
-                        .patch_scale(endpoint, &params, &patch)
-                        .await
-                        .map(drop),
-                    Record::Managed(_) => {
-                        Api::<InferenceEndpointConfig>::namespaced(client, NAMESPACE)
-                            .patch_scale(endpoint, &params, &patch)
-                            .await
-                            .map(drop)
-                    }
-                };
-                scaled.map_err(|e| kubernetes::upstream(&format!("scale {kind}/{endpoint}"), e))?;
+                let patch = json!({ "spec": { "replicas": wanted } });
+                live.record.patch(&client, &patch, true).await?;
                 Ok(Progress::Done)
             }
             Stage::Ready => {

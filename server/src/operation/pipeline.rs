@@ -274,6 +274,7 @@ macro_rules! for_each_pipeline {
             app::api::mlflow::CreateMlflowTrackingServer,
             app::api::inference::DeployModelServer,
             app::api::inference::DeployInferenceEndpoint,
+            app::api::jumpstart::DeployJumpstartModel,
             app::api::inference::ScaleEndpoint,
             app::api::inference::DeleteEndpoint,
             app::api::inference::AssignPoolWorkers,
@@ -523,6 +524,7 @@ mod tests {
             ["workload", "service", "router", "ready", "autoscaling"]
         );
         assert_eq!(of("deploy_inference_endpoint"), ["config", "ready"]);
+        assert_eq!(of("deploy_jumpstart_model"), ["model", "ready"]);
         assert_eq!(of("assign_pool_workers"), ["service", "workers"]);
         assert_eq!(of("release_pool_workers"), ["workers"]);
         assert_eq!(of("scale_endpoint"), ["replicas", "ready"]);
@@ -530,7 +532,7 @@ mod tests {
             of("delete_endpoint"),
             ["service", "router", "workload", "secret", "pods"]
         );
-        assert_eq!(names.len(), 25, "a new pipeline: add its stored names here");
+        assert_eq!(names.len(), 26, "a new pipeline: add its stored names here");
     }
 
     #[test]

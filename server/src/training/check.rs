@@ -27,6 +27,7 @@ use crate::service::{Handler, Service};
 use crate::store::Store;
 
 /// One instance group of the cluster and what each of its nodes has.
+#[derive(Debug)]
 pub(crate) struct Group {
     pub name: String,
     pub instance_type: String,

@@ -16,3 +16,13 @@ custom_kind!(
     "inferenceendpointconfigs",
     NamespaceResourceScope
 );
+
+custom_kind!(
+    /// A SageMaker public hub model the operator deploys: the model and version, the
+    /// instance type, whether its licence is accepted; the hub says the rest.
+    JumpStartModel,
+    "inference.sagemaker.aws.amazon.com",
+    "JumpStartModel",
+    "jumpstartmodels",
+    NamespaceResourceScope
+);
