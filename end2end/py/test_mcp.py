@@ -334,6 +334,7 @@ def test_create_cluster_through_mcp(hypd, sim):
     anyio.run(training_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(managed_inference_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
+    anyio.run(jumpstart_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(pool_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(router_through_mcp, http_transport(hypd, hypd.admin_token), hypd, sim)
     anyio.run(delete_in_two_steps, http_transport(hypd, hypd.admin_token), hypd)
@@ -923,6 +924,70 @@ async def managed_inference_through_mcp(server, hypd, sim):
         assert waited["operation"]["state"] == "succeeded", waited
     left = json.loads(kubectl(sim, name, "get", "inferenceendpointconfigs,deployments,services", "-o", "json"))["items"]
     assert not [o for o in left if o["metadata"]["name"].startswith("chat-kv")], left
+
+
+JSM_KIND = "k8s:inference.sagemaker.aws.amazon.com/v1/JumpStartModel"
+LLAMA = "meta-textgeneration-llama-3-1-8b-instruct"
+
+
+async def jumpstart_through_mcp(server, hypd, sim):
+    """A JumpStart catalogue model: the catalogue lists it with its licence and the
+    cluster's groups that can run it; what the hub lacks or forbids (an unknown model or
+    version, a gated model whose licence is not accepted, a group of a type the model
+    does not run on) is refused alike on REST and MCP before anything is made; the plan,
+    then the JumpStartModel, which validates against AWS's CRD with the version pinned;
+    invoked through SageMaker's invocations path; listed; deleted in two steps with what
+    the operator made of it."""
+    import jsonschema
+
+    name = "mcp-gpu"
+    request = {"name": name, "endpoint": "llama", "model_id": LLAMA, "accept_eula": True, "instance_group": "gpu"}
+    async with Client(server) as client:
+        catalogue = structured(await client.call_tool("list_jumpstart_models", {"name": name, "search": "llama"}))
+        models = {m["model_id"]: m for m in catalogue["models"]}
+        assert set(models) == {LLAMA, "meta-textgeneration-llama-3-3-70b-instruct"}, catalogue
+        llama = models[LLAMA]
+        assert (llama["version"], llama["gated"]) == ("2.8.0", True) and llama["eula"].endswith("llama3_1Eula.txt"), llama
+        assert "gpu" in llama["groups"] and "ml.g5.8xlarge" in llama["instance_types"], llama
+        assert models["meta-textgeneration-llama-3-3-70b-instruct"]["groups"] == [], catalogue
+        for bad, field in (({**request, "model_id": "no-such-model"}, "model_id"),
+                           ({**request, "model_version": "9.9.9"}, "model_version"),
+                           ({**request, "accept_eula": False}, "accept_eula"),
+                           ({**request, "model_id": "deepseek-llm-r1-distill-qwen-1-5b"}, "instance_group")):
+            refused = await client.call_tool("deploy_jumpstart_model", bad)
+            assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
+            status, rest = rest_call(hypd, "deploy_jumpstart_model", bad)
+            assert status == 422 and rest["error"] == refused.structured_content["error"], (rest, refused.structured_content)
+        dry = structured(await client.call_tool("deploy_jumpstart_model", {**request, "dry_run": True}))
+        assert [(c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]] == [
+            ("create", JSM_KIND), ("update", JSM_KIND)], dry["plan"]
+        waited = await finished(client, structured(await client.call_tool("deploy_jumpstart_model", request))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+
+        model = json.loads(kubectl(sim, name, "get", "jumpstartmodel", "llama", "-o", "json"))
+        jsonschema.validate(model, crd_schema("inference.sagemaker.aws.amazon.com_jumpstartmodels.yaml"))
+        assert model["spec"]["model"] == {"modelHubName": "SageMakerPublicHub", "modelId": LLAMA,
+                                          "modelVersion": "2.8.0", "acceptEula": True}, model["spec"]
+        assert model["spec"]["server"] == {"instanceType": "ml.g5.8xlarge"}, model["spec"]
+        assert model["status"]["state"] == "DeploymentComplete", model["status"]
+
+        answer = structured(await client.call_tool("invoke_endpoint", {
+            "name": name, "endpoint": "llama", "messages": [{"role": "user", "content": "Say hello to HyperPod"}]}))
+        assert answer["model"] == LLAMA and answer["answer"] and answer["completion_tokens"] > 0, answer
+        listed = structured(await client.call_tool("list_endpoints", {"name": name}))
+        assert [(e["endpoint"], e["kind"], e["engine"], e["phase"]) for e in listed["endpoints"]] == [
+            ("llama", "jumpstart_model", "vllm", "in_service")], listed
+        got = structured(await client.call_tool("get_endpoint", {"name": name, "endpoint": "llama"}))
+        assert "vllm" in got["image"] and got["instance_group"] == "gpu" and len(got["pods"]) == 1, got
+
+        first = structured(await client.call_tool("delete_endpoint", {"name": name, "endpoint": "llama"}))
+        assert [(c["action"], c["kind"]) for s in first["plan"]["stages"] for c in s["changes"]] == [
+            ("delete", JSM_KIND)], first["plan"]
+        waited = await finished(client, structured(await client.call_tool(
+            "delete_endpoint", {"name": name, "endpoint": "llama", "confirmation": first["confirmation"]}))["operation_id"])
+        assert waited["operation"]["state"] == "succeeded", waited
+    left = json.loads(kubectl(sim, name, "get", "jumpstartmodels,deployments,services", "-o", "json"))["items"]
+    assert not [o for o in left if o["metadata"]["name"].startswith("llama")], left
 
 
 async def pool_through_mcp(server, hypd, sim):

@@ -845,6 +845,24 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.fill(`${form} input[name="command"]`, 'vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen');
   await page.click(`${form} button[type="submit"]`);
   await page.waitForFunction((f) => /does not run the HyperPod inference operator/.test(document.querySelector(f).textContent), form);
+  // The JumpStart catalogue, its form's code and the catalogue itself fetched when asked
+  // for: a gated model with its licence and the
+  // groups of a type it runs on; choosing it fills the form, which the server refuses
+  // here for the operator's absence, by its words.
+  const catalogue = 'form.deploy-jumpstart';
+  await page.click('button.open-catalogue');
+  await page.fill(`${catalogue} input[name="search"]`, 'llama-3-1');
+  await page.click(`${catalogue} button.browse-catalogue`);
+  const llama = `${catalogue} tr:has(button:text("meta-textgeneration-llama-3-1-8b-instruct"))`;
+  await page.waitForSelector(llama);
+  assert.match(await page.textContent(llama), /gated \(s3:\/\/.*llama3_1Eula\.txt\)/);
+  assert.match(await page.textContent(llama), /ml\.g5\.8xlarge/);
+  await page.click(`${llama} button`);
+  assert.equal(await page.inputValue(`${catalogue} input[name="model_id"]`), 'meta-textgeneration-llama-3-1-8b-instruct');
+  await page.fill(`${catalogue} input[name="endpoint"]`, 'console-llama');
+  await page.check(`${catalogue} input[name="accept_eula"]`);
+  await page.click(`${catalogue} button[type="submit"]`);
+  await page.waitForFunction((f) => /JumpStartModel is not served/.test(document.querySelector(f).textContent), catalogue);
   await page.selectOption(`${form} select[name="path"]`, 'model_server');
   await page.fill(`${form} input[name="endpoint"]`, 'console-chat');
   // The training jobs hold accelerated-1's GPUs: the server goes on the spot group.

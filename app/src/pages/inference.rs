@@ -20,6 +20,7 @@ use crate::api::inference::{
     DeployModelServer, Endpoint, EndpointList, GetEndpoint, InvokeEndpoint, ListEndpoints,
     ReleasePoolWorkers, ScaleEndpoint,
 };
+use crate::api::jumpstart::{DeployJumpstartModel, ListJumpstartModels};
 use crate::api::values::{ClusterName, EndpointName, ServedName};
 use crate::session::{ErrorPanel, IfRole};
 
@@ -75,6 +76,7 @@ pub fn InferencePanel(
         <IfRole role=Role::Operator>
             <TryEndpoint cluster=cluster.get_value()/>
             <Deploy cluster=cluster.get_value()/>
+            <Catalogue cluster=cluster.get_value()/>
             <Scale cluster=cluster.get_value()/>
             <Pool cluster=cluster.get_value()/>
         </IfRole>
@@ -371,6 +373,144 @@ fn Deploy(cluster: String) -> impl IntoView {
             }}
             <label>"Token "<input type="password" name="hf_token" autocomplete="off" placeholder="for gated models"
                 prop:value=move || token.get() on:input=gate.edit(token)/></label>
+            <div class="actions">
+                <button class="primary" type="submit" disabled=move || gate.busy()>
+                    {move || if gate.reviewing() { "Deploy" } else { "Review plan" }}
+                </button>
+            </div>
+            {gate.view()}
+        </form>
+    }
+    .into_any()
+}
+
+/// A JumpStart catalogue model deployed by the inference operator, behind a button: the
+/// form's code is its own wasm chunk (with `--split`), fetched when asked for, so the
+/// tab loads no more for it than the button.
+#[component]
+fn Catalogue(cluster: String) -> impl IntoView {
+    let open = RwSignal::new(false);
+    let cluster = StoredValue::new(cluster);
+    view! {
+        {move || if open.get() {
+            let cluster = cluster.get_value();
+            Either::Left(view! {
+                <Suspense fallback=loading>{Suspend::new(async move { catalogue_form(cluster).await })}</Suspense>
+            })
+        } else {
+            Either::Right(view! {
+                <div class="panel deploy-jumpstart-closed">
+                    <button type="button" class="open-catalogue" on:click=move |_| open.set(true)>
+                        "Deploy a JumpStart model"
+                    </button>
+                </div>
+            })
+        }}
+    }
+}
+
+/// The catalogue is read only when asked for (each model is a hub call away), and
+/// choosing one fills the form.
+#[leptos::lazy]
+fn catalogue_form(cluster: String) -> AnyView {
+    let gate = Gate::default();
+    let cluster = StoredValue::new(cluster);
+    let endpoint = RwSignal::new(String::new());
+    let model = RwSignal::new(String::new());
+    let version = RwSignal::new(String::new());
+    let eula = RwSignal::new(false);
+    let replicas = RwSignal::new("1".to_owned());
+    let group = RwSignal::new(String::new());
+    let search = RwSignal::new(String::new());
+    let browse = RwSignal::new(0u32);
+    let listed = Resource::new(
+        move || browse.get(),
+        move |n| async move {
+            if n == 0 {
+                return None;
+            }
+            let search = Some(search.get_untracked()).filter(|s| !s.is_empty());
+            Some(match ClusterName::parse(&cluster.get_value()) {
+                Ok(name) => call(&ListJumpstartModels { name, search }).await,
+                Err(m) => Err(ApiError::field("name", m)),
+            })
+        },
+    );
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        gate.start::<DeployJumpstartModel>(&[
+            text("name", cluster.get_value()),
+            text("endpoint", endpoint.get_untracked()),
+            text("model_id", model.get_untracked()),
+            // Empty: the latest version, the one group of a type the model runs on.
+            text("model_version", version.get_untracked()),
+            flag("accept_eula", eula.get_untracked()),
+            integer("replicas", replicas.get_untracked()),
+            text("instance_group", group.get_untracked()),
+        ]);
+    };
+    let models = move || {
+        Suspend::new(async move {
+            match listed.await {
+                None => Either::Left(().into_any()),
+                Some(Ok(catalogue)) => {
+                    let rows = catalogue.models.into_iter().map(|m| {
+                        let id = m.model_id.clone();
+                        let fits = m.groups.first().cloned().unwrap_or_default();
+                        let licence = match (m.gated, m.eula) {
+                            (true, Some(uri)) => format!("gated ({uri})"),
+                            (true, None) => "gated".to_owned(),
+                            _ => String::new(),
+                        };
+                        view! {
+                            <tr>
+                                <td><button type="button" class="link mono" on:click=move |_| {
+                                    model.set(id.clone());
+                                    group.set(fits.clone());
+                                    gate.reset();
+                                }>{m.model_id.clone()}</button></td>
+                                <td>{m.display_name}" "{m.version}</td>
+                                <td>{licence}</td>
+                                <td class="mono">{m.instance_types.join(" ")}</td>
+                                <td>{if m.groups.is_empty() { "none".to_owned() } else { m.groups.join(", ") }}</td>
+                            </tr>
+                        }
+                    }).collect_view();
+                    let more = (catalogue.more > 0)
+                        .then(|| view! { <p class="muted">{format!("{} more: narrow the search", catalogue.more)}</p> });
+                    Either::Left(view! {
+                        <Table class="catalogue" caption="JumpStart models" columns=&["Model", "Name", "Licence", "Instance types", "Groups that fit"]>
+                            {rows}
+                        </Table>
+                        {more}
+                    }.into_any())
+                }
+                Some(Err(error)) => Either::Right(view! { <ErrorPanel error/> }),
+            }
+        })
+    };
+    view! {
+        <form class="panel deploy-jumpstart" aria-label="Deploy a JumpStart model" on:submit=submit>
+            <h2>"Deploy a JumpStart model"</h2>
+            <label>"Search "<input type="text" name="search" placeholder="llama"
+                prop:value=move || search.get() on:input=move |ev| search.set(event_target_value(&ev))/></label>
+            <div class="actions">
+                <button type="button" class="browse-catalogue" on:click=move |_| browse.update(|n| *n += 1)>"Browse the catalogue"</button>
+            </div>
+            <Transition fallback=loading>{models}</Transition>
+            <label>"Endpoint "<input type="text" name="endpoint" placeholder="llama-chat"
+                prop:value=move || endpoint.get() on:input=gate.edit(endpoint)/></label>
+            <label>"Model "<input type="text" name="model_id" class="mono"
+                prop:value=move || model.get() on:input=gate.edit(model)/></label>
+            <label>"Version "<input type="text" name="model_version" placeholder="latest"
+                prop:value=move || version.get() on:input=gate.edit(version)/></label>
+            <label>"Replicas "<input type="number" name="replicas" min="1"
+                prop:value=move || replicas.get() on:input=gate.edit(replicas)/></label>
+            <label>"Instance group "<input type="text" name="instance_group" placeholder="the one that fits"
+                prop:value=move || group.get() on:input=gate.edit(group)/></label>
+            <label class="check"><input type="checkbox" name="accept_eula"
+                prop:checked=move || eula.get() on:change=move |ev| { eula.set(event_target_checked(&ev)); gate.reset(); }/>
+                " I accept the model's licence (gated models)"</label>
             <div class="actions">
                 <button class="primary" type="submit" disabled=move || gate.busy()>
                     {move || if gate.reviewing() { "Deploy" } else { "Review plan" }}

@@ -668,6 +668,23 @@ pub const CASES: &[Case] = &[
         ],
     },
     Case {
+        command: "deploy_jumpstart_model",
+        given: operator_ready,
+        request: |_, _, name| {
+            let path = format!("/api/v1/clusters/{name}/jumpstart-endpoints");
+            let model =
+                json!({"endpoint": "serve", "model_id": "huggingface-llm-qwen2-5-7b-instruct"});
+            (Method::POST, path, model)
+        },
+        // The operator's Deployment `serve` and Service `serve-service`, made once.
+        check: |world, hypd, token, name| endpoint(world, hypd, token, name, Some(1), false),
+        calls: &[
+            after_preflight("model", "sagemaker", "DescribeHubContent"),
+            call("model", "kubernetes", "patch JumpStartModel"),
+            call("ready", "kubernetes", "list Pod"),
+        ],
+    },
+    Case {
         command: "assign_pool_workers",
         given: pool_warm,
         request: |_, _, name| {
