@@ -323,15 +323,13 @@ impl Pipeline for DeployJumpstartModel {
         let endpoint = self.endpoint.as_str();
         let at = locate(cx.store, cluster, "to deploy inference endpoints").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        if !kubernetes::crd_served(&client, JUMPSTART_CRD).await? {
-            return Err(ApiError::Conflict {
-                message: format!(
-                    "{cluster} does not run the HyperPod inference operator (JumpStartModel is not served): turn it on with update_features (inference_operator: true)"
-                ),
-                operation_id: None,
-                field: Some("name".into()),
-            });
-        }
+        super::managed::operator_serves(
+            &client,
+            cluster,
+            (JUMPSTART_CRD, JumpStartModel::KIND),
+            "",
+        )
+        .await?;
         deploy::free(&client, cluster, endpoint).await?;
         let models = Api::<JumpStartModel>::namespaced(client.clone(), NAMESPACE);
         if kubernetes::get(&models, endpoint).await?.is_some() {

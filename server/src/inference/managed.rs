@@ -37,6 +37,26 @@ stages! {
 
 pub(crate) const IEC_CRD: &str = "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com";
 
+/// The inference operator serves `kind` (its CRD `crd`) on `cluster`, or a conflict
+/// saying how to turn it on (and `otherwise`, what else would do).
+pub(crate) async fn operator_serves(
+    client: &kube::Client,
+    cluster: &str,
+    (crd, kind): (&str, &str),
+    otherwise: &str,
+) -> Result<(), ApiError> {
+    if kubernetes::crd_served(client, crd).await? {
+        return Ok(());
+    }
+    Err(ApiError::Conflict {
+        message: format!(
+            "{cluster} does not run the HyperPod inference operator ({kind} is not served): turn it on with update_features (inference_operator: true){otherwise}"
+        ),
+        operation_id: None,
+        field: Some("name".into()),
+    })
+}
+
 /// The Service the operator puts in front of endpoint `name`'s workers.
 pub(crate) fn service_name(name: &str) -> String {
     format!("{name}-service")
@@ -173,15 +193,13 @@ impl Pipeline for DeployInferenceEndpoint {
         let endpoint = self.endpoint.as_str();
         let at = locate(cx.store, cluster, "to deploy inference endpoints").await?;
         let client = kubernetes::connect(cx.aws, &at.region, &at.eks).await?;
-        if !kubernetes::crd_served(&client, IEC_CRD).await? {
-            return Err(ApiError::Conflict {
-                message: format!(
-                    "{cluster} does not run the HyperPod inference operator (InferenceEndpointConfig is not served): turn it on with update_features (inference_operator: true), or use deploy_model_server"
-                ),
-                operation_id: None,
-                field: Some("name".into()),
-            });
-        }
+        operator_serves(
+            &client,
+            cluster,
+            (IEC_CRD, InferenceEndpointConfig::KIND),
+            ", or use deploy_model_server",
+        )
+        .await?;
         let configs = Api::<InferenceEndpointConfig>::namespaced(client.clone(), NAMESPACE);
         if kubernetes::get(&configs, endpoint).await?.is_some() {
             return Err(ApiError::field(
