@@ -2,6 +2,7 @@
 //! HyperPod). One process serves the web console, REST and MCP on one port; every face
 //! goes through the same service layer.
 
+pub mod agent;
 pub mod audit;
 pub mod auth;
 pub mod aws;

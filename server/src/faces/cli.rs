@@ -41,6 +41,78 @@ enum Command {
     Mcp(McpArgs),
     /// Exit 0 when a hypd on this machine answers /healthz (for container health checks)
     Health(HealthArgs),
+    /// The hypd-inst-agent for Kiro CLI
+    #[command(subcommand)]
+    Agent(AgentCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum AgentCommand {
+    /// Write hypd-inst-agent where Kiro CLI looks for agents, pointing at this server,
+    /// and its playbooks to hypd's data directory
+    Install(InstallArgs),
+}
+
+#[derive(Args, Debug)]
+struct InstallArgs {
+    /// Base URL of the hypd the agent talks to  [env: HYPD_URL] [default: http://127.0.0.1:3099]
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+
+    /// File holding the agent's API token (an operator token); the agent names the file,
+    /// never the token  [default: the bridge reads HYPD_TOKEN from Kiro's environment]
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<String>,
+
+    /// Where to write the agent  [env: KIRO_AGENT_CONFIG_DIR] [default: ~/.kiro/agents]
+    #[arg(long, value_name = "DIR")]
+    dir: Option<String>,
+
+    /// hypd's data directory, whose playbooks/ the agent loads
+    /// [env: HYPD_DATA_DIR] [default: $XDG_DATA_HOME/hypd or ~/.local/share/hypd]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<String>,
+}
+
+impl InstallArgs {
+    fn run(
+        &self,
+        r: &Resolver<'_>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<String, String> {
+        let url = server_url(r, self.url.as_deref())?;
+        // A token file that cannot be read would only fail later, inside Kiro.
+        let token_file = match &self.token_file {
+            Some(path) => {
+                let path = std::path::absolute(path).map_err(|e| format!("{path}: {e}"))?;
+                read_token(&path)?;
+                Some(path)
+            }
+            None => None,
+        };
+        let agents = match &self.dir {
+            Some(dir) => PathBuf::from(dir),
+            None => crate::agent::kiro_dir(env).ok_or(
+                "no Kiro agents directory: set HOME or KIRO_AGENT_CONFIG_DIR, or pass --dir",
+            )?,
+        };
+        let data_dir = data_dir(r, self.data_dir.as_deref(), env).map_err(|e| e.to_string())?;
+        let hypd = std::env::current_exe()
+            .map_err(|e| format!("cannot tell where this hypd binary is: {e}"))?;
+        let path = crate::agent::install(
+            &hypd,
+            &agents,
+            &data_dir.join("playbooks"),
+            &url,
+            token_file.as_deref(),
+        )
+        .map_err(|e| format!("cannot write the agent to {}: {e}", agents.display()))?;
+        Ok(format!(
+            "wrote {} (tools of {url}); start it with: kiro-cli chat --agent {}",
+            path.display(),
+            crate::agent::AGENT
+        ))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -74,24 +146,14 @@ impl McpArgs {
         r: &Resolver<'_>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<(String, String), String> {
-        let url = r
-            .get(&config::URL, self.url.as_deref(), config::parse_url)
-            .map_err(|e| e.to_string())?
-            .unwrap_or_else(|| format!("http://127.0.0.1:{}", config::DEFAULT_PORT));
+        let url = server_url(r, self.url.as_deref())?;
         if let Some(path) = &self.token_file {
             return read_token(std::path::Path::new(path)).map(|t| (url, t));
         }
         if let Some(token) = env(config::TOKEN.env).filter(|t| !t.trim().is_empty()) {
             return Ok((url, token.trim().to_owned()));
         }
-        let data_dir = r
-            .get(
-                &config::DATA_DIR,
-                self.data_dir.as_deref(),
-                config::parse_path,
-            )
-            .map_err(|e| e.to_string())?
-            .unwrap_or_else(|| config::default_data_dir(env));
+        let data_dir = data_dir(r, self.data_dir.as_deref(), env).map_err(|e| e.to_string())?;
         // A real store's token first, else the sandbox's.
         let real = data_dir.join(crate::auth::ADMIN_TOKEN_FILE);
         let sandbox =
@@ -103,6 +165,24 @@ impl McpArgs {
         };
         read_token(&file).map(|t| (url, t))
     }
+}
+
+/// hypd's data directory: `--data-dir`, else `HYPD_DATA_DIR`, else the platform's.
+fn data_dir(
+    r: &Resolver<'_>,
+    flag: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PathBuf, ConfigError> {
+    Ok(r.get(&config::DATA_DIR, flag, config::parse_path)?
+        .unwrap_or_else(|| config::default_data_dir(env)))
+}
+
+/// The running hypd a client command talks to: `--url`, else `HYPD_URL`, else this
+/// machine's default port.
+fn server_url(r: &Resolver<'_>, flag: Option<&str>) -> Result<String, String> {
+    Ok(r.get(&config::URL, flag, config::parse_url)
+        .map_err(|e| e.to_string())?
+        .unwrap_or_else(|| format!("http://127.0.0.1:{}", config::DEFAULT_PORT)))
 }
 
 fn read_token(path: &std::path::Path) -> Result<String, String> {
@@ -207,13 +287,7 @@ impl ServeArgs {
         let bind = r
             .get(&config::BIND, self.bind.as_deref(), config::parse_ip)?
             .unwrap_or(config::DEFAULT_BIND);
-        let data_dir = r
-            .get(
-                &config::DATA_DIR,
-                self.data_dir.as_deref(),
-                config::parse_path,
-            )?
-            .unwrap_or_else(|| config::default_data_dir(env));
+        let data_dir = data_dir(r, self.data_dir.as_deref(), env)?;
         // The flag is a switch; the variable can turn it on as well.
         let sandbox = self.sandbox
             || r.get(&config::SANDBOX, None, config::parse_bool)?
@@ -419,6 +493,13 @@ pub fn main() -> ExitCode {
             });
             run_bridge(&url, token)
         }
+        Command::Agent(AgentCommand::Install(args)) => match args.run(&resolver, &env) {
+            Ok(done) => {
+                println!("{done}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => usage_error(e),
+        },
     }
 }
 

@@ -43,7 +43,9 @@ fn tools() -> Vec<(Role, Tool)> {
 
 /// `schema` (from a generator that keeps definitions apart) made self-contained and
 /// compact.
-fn compact_schema(make: fn(&mut schemars::SchemaGenerator) -> schemars::Schema) -> JsonObject {
+pub(crate) fn compact_schema(
+    make: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+) -> JsonObject {
     let mut generator = SchemaSettings::draft2020_12().into_generator();
     let root = serde_json::to_value(make(&mut generator)).unwrap_or_default();
     let defs = generator.take_definitions(true);

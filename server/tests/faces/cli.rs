@@ -146,3 +146,56 @@ fn bad_limits_name_their_setting() {
         &["--warm-catalogue", "must be true or false"],
     );
 }
+
+#[test]
+fn agent_install_writes_the_kiro_agent_naming_the_token_file_not_the_token() {
+    let home = tempfile::tempdir().unwrap();
+    let token = home.path().join("token");
+    std::fs::write(&token, "hypd_secret_agent_token_1234\n").unwrap();
+    let kiro = home.path().join("kiro-agents");
+    let out = run(
+        &["agent", "install", "--url", "http://127.0.0.1:4000"],
+        &[
+            ("KIRO_AGENT_CONFIG_DIR", kiro.to_str().unwrap()),
+            ("HYPD_DATA_DIR", home.path().join("data").to_str().unwrap()),
+            ("HOME", home.path().to_str().unwrap()),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(kiro.join("hypd-inst-agent.json")).unwrap();
+    let agent: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        agent["mcpServers"]["hypd"]["args"],
+        serde_json::json!(["mcp", "--url", "http://127.0.0.1:4000"])
+    );
+    assert!(
+        home.path()
+            .join("data/playbooks/create-cluster.md")
+            .exists()
+    );
+    let with_token = run(
+        &["agent", "install", "--token-file", token.to_str().unwrap()],
+        &[
+            ("KIRO_AGENT_CONFIG_DIR", kiro.to_str().unwrap()),
+            ("HYPD_DATA_DIR", home.path().join("data").to_str().unwrap()),
+        ],
+    );
+    assert!(with_token.status.success());
+    let text = std::fs::read_to_string(kiro.join("hypd-inst-agent.json")).unwrap();
+    assert!(
+        text.contains(token.to_str().unwrap()) && !text.contains("hypd_secret_agent_token"),
+        "{text}"
+    );
+    // A token file that cannot be read is refused now, not inside Kiro later.
+    assert_usage_error(
+        &run(
+            &["agent", "install", "--token-file", "/nonexistent/token"],
+            &[("KIRO_AGENT_CONFIG_DIR", kiro.to_str().unwrap())],
+        ),
+        &["/nonexistent/token"],
+    );
+}
