@@ -6,13 +6,12 @@
 //! the custom resource.
 
 use crate::support::{
-    active_cluster, call, client_without_retries, create_hyperpod, eks_client, eks_token, moto,
-    network, refused, sagemaker_client, set_time_scale, sim, wait_for,
+    call, inference_cluster, moto, network, refused, sagemaker_client, set_time_scale, sim,
+    wait_for,
 };
 use aws_sdk_sagemaker::types::HubContentType;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
@@ -145,34 +144,11 @@ async fn the_public_hubs_models_are_listed_described_and_deployed_as_jumpstart_m
     assert_eq!(refused(too_many).0, "ValidationException");
 
     // A cluster with the inference operator, on a type both models run on.
-    let eks = eks_client(&sim_url).await;
-    let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
-    let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
-    create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_for("two ml.g5.8xlarge nodes", || async {
-        nodes
-            .list(&ListParams::default().labels("node.kubernetes.io/instance-type=ml.g5.8xlarge"))
-            .await
-            .unwrap()
-            .items
-            .len()
-            == 2
-    })
-    .await;
-    eks.create_addon()
-        .cluster_name("ml-1")
-        .addon_name("amazon-sagemaker-hyperpod-inference")
-        .send()
-        .await
-        .unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    wait_for("the JumpStartModel CRD", || async {
-        crds.get_opt("jumpstartmodels.inference.sagemaker.aws.amazon.com")
-            .await
-            .unwrap()
-            .is_some()
-    })
+    let client = inference_cluster(
+        &sim_url,
+        &net,
+        "jumpstartmodels.inference.sagemaker.aws.amazon.com",
+    )
     .await;
     let gvk = GroupVersionKind::gvk("inference.sagemaker.aws.amazon.com", "v1", "JumpStartModel");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "jumpstartmodels");

@@ -8,14 +8,13 @@
 use std::collections::BTreeSet;
 
 use crate::support::{
-    Answer, active_cluster, call, call_in, client_without_retries, create_hyperpod, eks_client,
-    eks_token, inject, moto, network, register_node, set_time_scale, sim, wait_for,
+    Answer, active_cluster, call, call_in, client_without_retries, eks_client, eks_token,
+    inference_cluster, inject, moto, network, register_node, set_time_scale, sim, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    Endpoints, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+    Endpoints, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
@@ -394,34 +393,11 @@ async fn inference_endpoint_configs_become_workers_behind_a_router_and_go_with_t
     let (_moto, moto_url) = moto();
     let net = network(&moto_url).await;
     let (_sim, sim_url) = sim(&moto_url, 600.0);
-    let eks = eks_client(&sim_url).await;
-    let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
-    let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
-    create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_for("two ml.g5.8xlarge nodes", || async {
-        nodes
-            .list(&ListParams::default().labels("node.kubernetes.io/instance-type=ml.g5.8xlarge"))
-            .await
-            .unwrap()
-            .items
-            .len()
-            == 2
-    })
-    .await;
-    eks.create_addon()
-        .cluster_name("ml-1")
-        .addon_name("amazon-sagemaker-hyperpod-inference")
-        .send()
-        .await
-        .unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    wait_for("the InferenceEndpointConfig CRD", || async {
-        crds.get_opt("inferenceendpointconfigs.inference.sagemaker.aws.amazon.com")
-            .await
-            .unwrap()
-            .is_some()
-    })
+    let client = inference_cluster(
+        &sim_url,
+        &net,
+        "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com",
+    )
     .await;
     let gvk = GroupVersionKind::gvk(
         "inference.sagemaker.aws.amazon.com",

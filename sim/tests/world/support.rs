@@ -712,3 +712,39 @@ pub async fn call_in(
         body,
     }
 }
+
+/// EKS cluster `ml-1` with HyperPod `hp-1`'s two ml.g5.8xlarge nodes Ready and the
+/// inference operator's add-on installed, once it serves the CRD named `crd`: the
+/// cluster's client.
+pub async fn inference_cluster(sim_url: &str, net: &Network, crd: &str) -> kube::Client {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, ListParams};
+    let eks = eks_client(sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, net, "ml-1").await;
+    let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
+    create_hyperpod(sim_url, net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("two ml.g5.8xlarge nodes", || async {
+        nodes
+            .list(&ListParams::default().labels("node.kubernetes.io/instance-type=ml.g5.8xlarge"))
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 2
+    })
+    .await;
+    eks.create_addon()
+        .cluster_name("ml-1")
+        .addon_name("amazon-sagemaker-hyperpod-inference")
+        .send()
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for(&format!("the CRD {crd}"), || async {
+        crds.get_opt(crd).await.unwrap().is_some()
+    })
+    .await;
+    client
+}
