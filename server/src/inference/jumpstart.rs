@@ -33,7 +33,6 @@ use crate::resources::kube::object::Applied;
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::tags::K8S_MANAGED_BY;
 use crate::service::{Handler, Service};
-use crate::storage::region_of;
 use crate::training::check::{Group, groups};
 
 stages! {
@@ -404,9 +403,8 @@ impl Handler<ListJumpstartModels> for Service {
         r: ListJumpstartModels,
     ) -> Result<JumpstartCatalogue, ApiError> {
         let cluster = r.name.as_str();
-        let region = region_of(&self.store, cluster).await?;
         let at = locate(&self.store, cluster, "to list its catalogue models").await?;
-        let sagemaker = self.aws.sagemaker(&region);
+        let sagemaker = self.aws.sagemaker(&at.region);
         let mut ids: Vec<String> = Vec::new();
         let mut next = None;
         loop {
@@ -438,7 +436,7 @@ impl Handler<ListJumpstartModels> for Service {
         ids.truncate(DESCRIBED_AT_MOST);
         let groups = cluster_groups(&self.aws, &at).await?;
         let aws = &self.aws;
-        let region = region.as_str();
+        let region = at.region.as_str();
         let models: Vec<Option<HubModel>> = futures_util::stream::iter(ids)
             .map(|id| async move { described(aws, region, &id, None).await })
             .buffered(DESCRIBED_AT_ONCE)
