@@ -1111,7 +1111,7 @@ pub(super) fn write_statuses(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::clock::recording;
     use crate::kube::admission::{bootstrap, crd_status};
@@ -1119,25 +1119,27 @@ mod tests {
     use crate::kube::discovery::CRD_GR;
     use crate::kube::time::rfc3339;
 
-    const T0: &str = "2026-01-01T00:00:00Z";
+    pub(in crate::kube::controllers) const T0: &str = "2026-01-01T00:00:00Z";
 
     fn cluster(nodes: &[(&str, &str)]) -> Store {
+        serving(
+            include_str!(
+                "../../../crds/inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml"
+            ),
+            nodes,
+        )
+    }
+
+    /// A cluster at T0 serving the CRD of `crd_yaml`, with a Ready node of one GPU per
+    /// `(name, instance type)`.
+    pub(in crate::kube::controllers) fn serving(crd_yaml: &str, nodes: &[(&str, &str)]) -> Store {
         let mut store = Store::new();
         bootstrap(&mut store, T0);
-        let mut crd: Value = serde_yaml::from_str(include_str!(
-            "../../../crds/inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml"
-        ))
-        .unwrap();
+        let mut crd: Value = serde_yaml::from_str(crd_yaml).unwrap();
         crd["metadata"]["uid"] = json!("crd");
         crd["status"] = crd_status(&crd, T0);
-        store.put(
-            Key::new(
-                CRD_GR,
-                "",
-                "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com",
-            ),
-            crd,
-        );
+        let name = meta(&crd, "name");
+        store.put(Key::new(CRD_GR, "", &name), crd);
         for (name, instance_type) in nodes {
             let node = json!({ "apiVersion": "v1", "kind": "Node",
                 "metadata": { "name": name, "labels": { "node.kubernetes.io/instance-type": instance_type } },
@@ -1174,7 +1176,12 @@ mod tests {
         store.put(key, o);
     }
 
-    fn get(store: &Store, gr: &str, ns: &str, name: &str) -> Option<Value> {
+    pub(in crate::kube::controllers) fn get(
+        store: &Store,
+        gr: &str,
+        ns: &str,
+        name: &str,
+    ) -> Option<Value> {
         store.get(&Key::new(gr, ns, name)).map(|o| (**o).clone())
     }
 

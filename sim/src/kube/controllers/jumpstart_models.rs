@@ -133,45 +133,22 @@ pub(super) fn jumpstart_statuses(store: &mut Store, region: &str, epoch_now: f64
 mod tests {
     use super::*;
     use crate::clock::recording;
-    use crate::kube::admission::{bootstrap, crd_status};
     use crate::kube::controllers::inference_endpoints::CAPACITY_GRACE_SECS;
+    use crate::kube::controllers::inference_endpoints::tests::{T0, get, serving};
     use crate::kube::controllers::{deployments, endpoints, gc, pods, replicasets};
-    use crate::kube::discovery::CRD_GR;
     use crate::kube::model_server::{self, Engine};
     use crate::kube::store::Key;
     use crate::kube::time::{parse_rfc3339, rfc3339};
 
-    const T0: &str = "2026-01-01T00:00:00Z";
     const REGION: &str = "us-east-1";
     const QWEN: &str = "huggingface-llm-qwen2-5-7b-instruct";
     const LLAMA: &str = "meta-textgeneration-llama-3-1-8b-instruct";
 
     fn cluster(nodes: &[(&str, &str)]) -> Store {
-        let mut store = Store::new();
-        bootstrap(&mut store, T0);
-        let mut crd: Value = serde_yaml::from_str(include_str!(
-            "../../../crds/inference.sagemaker.aws.amazon.com_jumpstartmodels.yaml"
-        ))
-        .unwrap();
-        crd["metadata"]["uid"] = json!("crd");
-        crd["status"] = crd_status(&crd, T0);
-        store.put(
-            Key::new(
-                CRD_GR,
-                "",
-                "jumpstartmodels.inference.sagemaker.aws.amazon.com",
-            ),
-            crd,
-        );
-        for (name, instance_type) in nodes {
-            let node = json!({ "apiVersion": "v1", "kind": "Node",
-                "metadata": { "name": name, "labels": { "node.kubernetes.io/instance-type": instance_type } },
-                "spec": {}, "status": { "allocatable": { "nvidia.com/gpu": "1", "cpu": "32" },
-                    "addresses": [{ "type": "InternalIP", "address": "10.0.0.9" }],
-                    "conditions": [{ "type": "Ready", "status": "True" }] } });
-            store.put(Key::new("/nodes", "", name), node);
-        }
-        store
+        serving(
+            include_str!("../../../crds/inference.sagemaker.aws.amazon.com_jumpstartmodels.yaml"),
+            nodes,
+        )
     }
 
     fn jsm(name: &str, model: Value, instance_type: &str) -> Value {
@@ -186,10 +163,6 @@ mod tests {
     fn put_jsm(store: &mut Store, o: Value) {
         let key = Key::new(JSM_GR, "ml", &meta(&o, "name"));
         store.put(key, o);
-    }
-
-    fn get(store: &Store, gr: &str, ns: &str, name: &str) -> Option<Value> {
-        store.get(&Key::new(gr, ns, name)).map(|o| (**o).clone())
     }
 
     /// One controller pass at `t` seconds after T0, in `reconcile`'s order; when due next.
