@@ -61,7 +61,7 @@ impl Pipeline for DeleteEndpoint {
     type Outputs = Outputs;
 
     fn target(&self) -> String {
-        format!("cluster/{}/endpoints/{}", self.name, self.endpoint)
+        super::target(&self.name, &self.endpoint)
     }
 
     fn idempotency_key(&self) -> Option<&IdempotencyKey> {

@@ -295,7 +295,7 @@ impl Pipeline for DeployModelServer {
 
     /// Its own target: an endpoint queues behind changes of the same endpoint only.
     fn target(&self) -> String {
-        format!("cluster/{}/endpoints/{}", self.name, self.endpoint)
+        super::target(&self.name, &self.endpoint)
     }
 
     fn idempotency_key(&self) -> Option<&IdempotencyKey> {

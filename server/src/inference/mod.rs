@@ -166,6 +166,15 @@ where
     }
 }
 
+/// The target of every operation on endpoint `endpoint` of `cluster`, whichever kind it
+/// is made of (one unfinished operation per target at a time).
+pub(crate) fn target(
+    cluster: &impl std::fmt::Display,
+    endpoint: &impl std::fmt::Display,
+) -> String {
+    format!("cluster/{cluster}/endpoints/{endpoint}")
+}
+
 /// An InferenceEndpointConfig as plans name it.
 pub(crate) const MANAGED_KIND: &str =
     "k8s:inference.sagemaker.aws.amazon.com/v1/InferenceEndpointConfig";

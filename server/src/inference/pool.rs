@@ -249,7 +249,7 @@ impl Pipeline for AssignPoolWorkers {
 
     /// The pool's target: moves within one pool queue behind each other.
     fn target(&self) -> String {
-        format!("cluster/{}/endpoints/{}", self.name, self.pool)
+        super::target(&self.name, &self.pool)
     }
 
     fn idempotency_key(&self) -> Option<&IdempotencyKey> {
@@ -346,7 +346,7 @@ impl Pipeline for ReleasePoolWorkers {
     type Outputs = Outputs;
 
     fn target(&self) -> String {
-        format!("cluster/{}/endpoints/{}", self.name, self.pool)
+        super::target(&self.name, &self.pool)
     }
 
     fn idempotency_key(&self) -> Option<&IdempotencyKey> {
