@@ -7,6 +7,7 @@
 //! run again after a crash counts what it already moved instead of moving more.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use app::api::ApiError;
 use app::api::inference::{
@@ -15,7 +16,7 @@ use app::api::inference::{
 };
 use app::api::plan::{Action, Change, FieldChange};
 use app::api::values::{ClusterName, EndpointName, IdempotencyKey, ServedName};
-use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service as KubeService};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde::{Deserialize, Serialize};
@@ -28,8 +29,8 @@ use crate::operation::pipeline::{Context, Pipeline, Preflight, Progress, stages}
 use crate::resources::converge;
 use crate::resources::kube::object::Applied;
 use crate::resources::kube::{self as kubernetes};
-use crate::resources::planned;
 use crate::resources::tags::K8S_MANAGED_BY;
+use crate::resources::{is_planning, planned};
 
 /// The label binding a pool's worker to a model.
 pub const SERVES_LABEL: &str = "hypd.dev/serves";
@@ -39,7 +40,7 @@ pub const MOVED_BY_ANNOTATION: &str = "hypd.dev/pool-operation";
 stages! {
     pub enum AssignStage {
         Service = "service", "The model's Service applied: it selects the pool's workers bound to the model", true;
-        Workers = "workers", "That many free, ready workers bound to the model (their label changed; none restarts)", true;
+        Workers = "workers", "That many free, ready workers bound to the model (their label changed; none restarts) and its Service routing to them", true;
     }
 }
 
@@ -237,6 +238,23 @@ fn relabel(pod: &Pod, model: Option<&str>) -> Change {
     c
 }
 
+/// How soon to look again at a Service that does not route to a bound worker yet.
+const ROUTING_POLL: Duration = Duration::from_secs(1);
+
+/// The pods the Service `service` routes to now: the ready addresses of its Endpoints.
+async fn routed(client: &kube::Client, service: &str) -> Result<Vec<String>, ApiError> {
+    let endpoints = Api::<Endpoints>::namespaced(client.clone(), NAMESPACE)
+        .get_opt(service)
+        .await
+        .map_err(|e| kubernetes::upstream(&format!("get Endpoints/{service}"), e))?;
+    Ok(endpoints
+        .into_iter()
+        .flat_map(|e| e.subsets.unwrap_or_default())
+        .flat_map(|s| s.addresses.unwrap_or_default())
+        .filter_map(|a| a.target_ref.and_then(|r| r.name))
+        .collect())
+}
+
 fn pods_named(pods: &[&Pod]) -> Vec<String> {
     pods.iter()
         .filter_map(|p| p.metadata.name.clone())
@@ -335,7 +353,33 @@ impl Pipeline for AssignPoolWorkers {
                     .filter(|p| serves(p) == Some(model))
                     .count() as u32
                     + chosen.len() as u32;
-                Ok(Progress::Done)
+                if is_planning() {
+                    return Ok(Progress::Done);
+                }
+                // The endpoints controller follows a label change a moment later: done
+                // before it has, the model would still answer "no endpoints".
+                let service = service_name(self.pool.as_str(), model);
+                let routed = routed(&client, &service).await?;
+                let waiting: Vec<&String> = out
+                    .workers
+                    .iter()
+                    .filter(|w| !routed.contains(*w))
+                    .collect();
+                if waiting.is_empty() {
+                    Ok(Progress::Done)
+                } else {
+                    Ok(Progress::wait(
+                        ROUTING_POLL,
+                        format!(
+                            "the Service {service} does not route to {} yet",
+                            waiting
+                                .iter()
+                                .map(|w| w.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ))
+                }
             }
         }
     }

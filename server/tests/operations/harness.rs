@@ -695,6 +695,7 @@ pub const CASES: &[Case] = &[
         calls: &[
             call("service", "kubernetes", "patch Service"),
             call("workers", "kubernetes", "patch Pod"),
+            call("workers", "kubernetes", "get Endpoints"),
         ],
     },
     Case {
