@@ -58,7 +58,7 @@ impl Command for ListClusters {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_clusters",
         summary: "List the clusters hypd manages (created or imported)",
-        description: "Returns every cluster hypd manages with its region, status, Kubernetes version and the EKS and HyperPod ARNs. Call it before creating a cluster: the name may be taken, or an existing cluster may already fit.",
+        description: "Clusters hypd manages. Call it before creating one: the name may be taken, or an existing cluster may already fit.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -79,7 +79,7 @@ impl Command for GetCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_cluster",
         summary: "Show one managed cluster",
-        description: "Returns one managed cluster by name: region, status, Kubernetes version, EKS and HyperPod ARNs. Fails with not_found for a cluster hypd does not manage.",
+        description: "hypd's stored record of one managed cluster; describe_cluster reads its live state from AWS.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -162,9 +162,9 @@ pub struct InstanceGroupInfo {
     pub training_plan_arn: Option<String>,
 }
 
-/// How a node is doing, from HyperPod's instance status: `Running` is healthy; `Pending`,
-/// `DeepHealthCheckInProgress` and `SystemUpdating` are on their way; anything else
-/// (`Failure`, `ShuttingDown`, `NotFound`, a status AWS adds later) needs attention.
+/// HyperPod's instance status: `Running` is healthy; `Pending`,
+/// `DeepHealthCheckInProgress` and `SystemUpdating` are on their way; any other needs
+/// attention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeHealth {
@@ -269,7 +269,7 @@ impl Command for DescribeCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "describe_cluster",
         summary: "Show a managed cluster's live state: instance groups, nodes and their health, add-ons",
-        description: "Asks AWS now (not hypd's store) about one managed cluster: the EKS control plane's status and version, the HyperPod cluster's status, each instance group's instance type with current and target counts, every node (instance id, group, type, status, health, launch time) with counts by health (a few seconds old at most; refresh reads them now), and the EKS add-ons with versions and states. Read-only; fails with not_found for a cluster hypd does not manage. Use get_cluster for hypd's stored record only.",
+        description: "A cluster's live state from AWS: status, instance groups, nodes by health, add-ons. Use get_cluster for hypd's stored record only.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -305,7 +305,7 @@ impl Command for ImportCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "import_cluster",
         summary: "Manage an existing EKS cluster (and its HyperPod cluster) with hypd",
-        description: "Adopts an existing, ACTIVE EKS cluster: grants hypd's own IAM principal cluster-admin through an EKS access entry, finds the HyperPod cluster it orchestrates (or the one named), records the cluster and makes it your active cluster. Nothing else is changed. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Brings an existing ACTIVE EKS cluster and its HyperPod cluster under hypd, changing only hypd's own access. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -317,17 +317,16 @@ impl Command for ImportCluster {
     super::command::dry_run_request!();
 }
 
-/// Where the accelerated instances come from. It cannot change for the instance group's
-/// life.
+/// Where the instances come from; fixed for the group's life.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Capacity {
-    /// Pay as you go, subject to the account's SageMaker quota for the type.
+    /// Pay as you go, within the account's SageMaker quota for the type.
     #[default]
     OnDemand,
     /// Spare capacity at a discount; instances can be reclaimed.
     Spot,
-    /// Reserved capacity bought with `create_training_plan`; it fixes the AZ.
+    /// Reserved capacity bought as a SageMaker training plan; it fixes the AZ.
     TrainingPlan { training_plan_arn: TrainingPlanArn },
 }
 
@@ -347,9 +346,8 @@ pub struct NetworkOptions {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StorageOptions {
-    /// The shared bucket for lifecycle scripts, data and checkpoints, mounted in the
-    /// cluster through Mountpoint for S3. hypd creates `hypd-<cluster>-<account>` when
-    /// omitted; a named bucket is created if it does not exist.
+    /// The shared bucket, mounted in the cluster at /s3: `hypd-<cluster>-<account>` when
+    /// omitted; created if it does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_bucket: Option<BucketName>,
 }
@@ -373,8 +371,9 @@ fn default_volume_size() -> VolumeSizeGb {
 pub const DEFAULT_VOLUME_SIZE_GB: u32 = 500;
 
 /// One HyperPod instance group at decision level. Its instance type, capacity type and
-/// EFA-only mode are fixed for the group's life ([`InstanceGroupSpec::diff`] refuses to
-/// change them); the rest may change later.
+/// EFA-only mode are fixed for the group's life; the rest may change later.
+// (`InstanceGroupSpec::diff` refuses to change them. A plain comment: the doc above is
+// what agents read in the schema.)
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceGroupSpec {
@@ -386,8 +385,8 @@ pub struct InstanceGroupSpec {
     pub instance_count: InstanceCount,
     #[serde(default)]
     pub capacity: Capacity,
-    /// EFA-only network interfaces (every EFA card for collective traffic); only for
-    /// multi-EFA types such as p4d, p5, p5e, p5en, p6 and g6e.24xlarge/48xlarge.
+    /// Every EFA card for collective traffic; only multi-EFA types (p4d, p5*, p6,
+    /// g6e.24/48xlarge).
     #[serde(default)]
     pub efa_only: bool,
     /// Run the stress and connectivity checks on every new instance before it joins.
@@ -396,8 +395,8 @@ pub struct InstanceGroupSpec {
     /// EBS volume per instance in GB, mounted at /opt/sagemaker (default 500).
     #[serde(default = "default_volume_size")]
     pub volume_size_gb: VolumeSizeGb,
-    /// 1 turns hyperthreading off; hypd uses 2 for p4, p5, p6 and training plans and the
-    /// type's default otherwise.
+    /// 1 turns hyperthreading off (default 2 on p4, p5, p6 and training plans, else the
+    /// type's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads_per_core: Option<ThreadsPerCore>,
     // Where the group's instances run (default the cluster's zone); labels and taints
@@ -760,7 +759,7 @@ impl Command for CreateCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "create_cluster",
         summary: "Create a GPU cluster: network, IAM, EKS, HyperPod with automatic node recovery, storage",
-        description: "Creates everything a HyperPod-on-EKS training cluster needs from decision-level inputs (name, Availability Zone, and one or more instance groups, each with instance type, count, capacity type: on-demand, spot or a training plan, EFA-only, deep health checks): a VPC with public, private and /20 compute subnets, NAT, S3 endpoint and an EFA security group; IAM roles; the EKS control plane with hypd's access entry and OIDC provider; EKS add-ons; the HyperPod node components; the HyperPod cluster with NodeRecovery=Automatic and continuous provisioning, its nodes Ready; the shared S3 bucket mounted as a PersistentVolumeClaim. Problems found before anything is created (name taken, type not supported by HyperPod or not offered in the AZ, quota too small, overlapping CIDR, EFA-only on an ineligible type) are field errors. Returns an operation (15-30 minutes on AWS): follow it with wait_operation. `dry_run: true` returns only the plan, stage by stage.",
+        description: "Creates a HyperPod-on-EKS GPU cluster with its network and shared S3 storage. Ask the user the name, region, Availability Zone and, per instance group, instance type, count and capacity type (on-demand, spot, training plan); never CIDRs, subnets or security groups. Takes 15-30 minutes. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -854,7 +853,7 @@ impl Command for DeleteCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_cluster",
         summary: "Delete a cluster and everything hypd created for it",
-        description: "Tears down, in order, what hypd created for the cluster and nothing else: the HyperPod cluster, EKS add-ons, the EKS cluster (or, for an imported cluster, only hypd's access entry), IAM roles and OIDC provider, the network (NAT, gateways, route tables, subnets, security group, VPC), and the shared bucket if it holds only hypd's lifecycle scripts (a bucket with data is kept and reported). Running workloads are lost. Returns an operation: follow it with wait_operation. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
+        description: "Deletes what hypd created for a cluster, nothing else (for an imported cluster, only hypd's access); a bucket with data is kept. Running workloads are lost. The first call returns the plan and a confirmation; call again with it once the user agrees. Returns an operation for wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -1139,7 +1138,7 @@ impl Command for GetDrift {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_drift",
         summary: "Report what changed outside hypd in what hypd made for a cluster",
-        description: "Plans the cluster's own creation (or import) again against the live world, with the request that made it, and reports every object that no longer is as hypd made it: kind, name, stage, missing / differs / unexpected, each field as hypd expects it and as it is, and for Kubernetes objects the field managers that wrote them. Covers security-group rules, route tables (the default route, routes someone added, subnet associations), IAM roles' policies and trust, the OIDC provider, EKS add-ons and access, the HyperPod cluster's instance groups and node recovery, the node components and the shared storage objects. Read-only; an empty list means nothing drifted. reconcile_cluster puts it back.",
+        description: "What changed outside hypd in what it made for a cluster: objects missing, differing or unexpected, and who changed them. reconcile_cluster puts it back.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -1168,7 +1167,7 @@ impl Command for ReconcileCluster {
     const SPEC: CommandSpec = CommandSpec {
         name: "reconcile_cluster",
         summary: "Put back what drifted in what hypd made for a cluster",
-        description: "Runs the cluster's own stages again with the request that made it (network, IAM, EKS, access, add-ons, node components, HyperPod, storage; for an imported cluster only hypd's access), each changing only what get_drift reports and nothing else. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan, which is the drift as changes.",
+        description: "Puts back what get_drift reports, changing nothing else. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,

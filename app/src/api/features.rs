@@ -167,7 +167,7 @@ impl Command for GetFeatures {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_features",
         summary: "Show a cluster's advanced features as they are now",
-        description: "Each advanced feature: on or off, its status and version, what it depends on; and the shared add-ons with the features that need them. Asks AWS and Kubernetes now. Read-only.",
+        description: "A cluster's advanced features and shared add-ons: on or off, status, version, dependencies.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -264,7 +264,7 @@ impl Command for UpdateFeatures {
     const SPEC: CommandSpec = CommandSpec {
         name: "update_features",
         summary: "Turn a cluster's advanced features on or off",
-        description: "Changes only the features named (true on, false off); those already as asked are skipped (none left: nothing to do). On installs what a feature needs first (autoscaling scales only the HyperPod instance groups named, never other EC2 capacity); off removes what only it needed, never what another feature or the cluster uses. Returns an operation: follow it with wait_operation. Turning one off is two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; send the same arguments again with that `confirmation`. `dry_run: true` returns only the plan.",
+        description: "Turns the named features on or off. On installs what a feature needs (autoscaling scales only the HyperPod groups named, never other EC2 capacity). Off removes only what nothing else uses and needs a confirmation: the first call returns the plan and one; call again with it once the user agrees. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,

@@ -649,7 +649,7 @@ impl Command for DeployModelServer {
     const SPEC: CommandSpec = CommandSpec {
         name: "deploy_model_server",
         summary: "Deploy a vLLM, SGLang or custom model server behind a Service",
-        description: "A Deployment of `replicas` pods running `command` (parsed and checked against `engine`) with `gpus_per_replica` GPUs on a HyperPod group's nodes, the shared bucket at /s3, behind a cluster_ip Service, an internet-facing NLB (load_balancer), or none (model_pool: warm workers for assign_pool_workers). SGLang may have the SGLang router in front (`router`), and KEDA sizing the replicas on its requests in flight (`autoscaling`). Ask the user for the model, GPUs and replicas; a token is kept only in a Secret in the cluster. Returns an operation: follow it with wait_operation.",
+        description: "Serves a model with vLLM, SGLang or a custom image on a HyperPod group. service: cluster_ip (call it with invoke_endpoint), load_balancer (internet-facing NLB) or model_pool (warm workers for assign_pool_workers). SGLang can add `router` and KEDA `autoscaling`. Ask the user for the model, GPUs and replicas. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -849,7 +849,7 @@ impl Command for DeployInferenceEndpoint {
     const SPEC: CommandSpec = CommandSpec {
         name: "deploy_inference_endpoint",
         summary: "Deploy a model through the HyperPod inference operator",
-        description: "Deploys through the HyperPod inference operator (update_features inference_operator): the serve command deploy_model_server takes, the model from the storage holding its path or Hugging Face, and the operator's kv_cache tiers and routing (vLLM only). Ask for the model, GPUs, replicas, cache and routing. Returns an operation: follow it with wait_operation.",
+        description: "Deploys a model through the HyperPod inference operator (update_features inference_operator): deploy_model_server's serve command plus KV cache tiers and routing (vLLM only). Ask for the model, GPUs, replicas, cache and routing. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -1072,7 +1072,7 @@ impl Command for AssignPoolWorkers {
     const SPEC: CommandSpec = CommandSpec {
         name: "assign_pool_workers",
         summary: "Bind free workers of a model pool to one of its models",
-        description: "Binds `count` free, ready workers of the pool to `model` by one label (no restart) behind the Service <pool>-<model>; refused when fewer are free. Ask the user which model and how many. Returns an operation: follow it with wait_operation.",
+        description: "Binds free workers of a model_pool endpoint to one of its models, without restart. Ask the user which model and how many. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -1089,7 +1089,7 @@ impl Command for ReleasePoolWorkers {
     const SPEC: CommandSpec = CommandSpec {
         name: "release_pool_workers",
         summary: "Return a model's workers to its pool",
-        description: "Unbinds `count` workers (default all) from `model`: they stay warm and free for assign_pool_workers. Returns an operation: follow it with wait_operation.",
+        description: "Unbinds workers from a model; they stay warm for assign_pool_workers. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -1194,7 +1194,7 @@ impl Command for ListEndpoints {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_endpoints",
         summary: "List model endpoints of one cluster or all",
-        description: "Every model endpoint with its engine, model, replicas ready of desired, phase, address and cold start. Read-only.",
+        description: "Every model endpoint with its engine, model, ready replicas, phase and address.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -1209,7 +1209,7 @@ impl Command for GetEndpoint {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_endpoint",
         summary: "One model endpoint with its pods",
-        description: "An endpoint as list_endpoints shows it, with its image, command, port, GPUs, the Secret it reads a token from, why it waits, and each pod's readiness and cold start. Read-only.",
+        description: "One endpoint in detail: image, command, GPUs, why it waits and each pod's readiness.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -1224,7 +1224,7 @@ impl Command for ScaleEndpoint {
     const SPEC: CommandSpec = CommandSpec {
         name: "scale_endpoint",
         summary: "Change a model endpoint's replicas",
-        description: "Sets the Deployment's replicas (0 scales to zero) and waits until that many are ready. Returns an operation: follow it with wait_operation.",
+        description: "Sets an endpoint's replicas (0 scales to zero) and waits until they are ready. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -1241,7 +1241,7 @@ impl Command for DeleteEndpoint {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_endpoint",
         summary: "Delete a model endpoint",
-        description: "Deletes the endpoint's Service, Deployment and the token Secret hypd made, and waits until its pods are gone. Two steps: without `confirmation` the answer is the plan and a confirmation; send the same arguments again with it. Returns an operation: follow it with wait_operation.",
+        description: "Deletes an endpoint and waits until its pods are gone. The first call returns the plan and a confirmation; call again with it once the user agrees. Returns an operation for wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -1258,7 +1258,7 @@ impl Command for InvokeEndpoint {
     const SPEC: CommandSpec = CommandSpec {
         name: "invoke_endpoint",
         summary: "Send a chat completion to a model endpoint",
-        description: "Sends OpenAI-style messages to the endpoint through the cluster's API server (no public address needed); returns the answer, token counts and latency. While the endpoint wakes it answers unavailable with Retry-After: try again then.",
+        description: "Sends OpenAI-style messages to an endpoint through the cluster's API server (no public address needed); while it wakes, retry after Retry-After.",
         effect: Effect::ReadOnly,
         role: Role::Operator,
         idempotent: false,

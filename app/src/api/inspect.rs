@@ -45,7 +45,7 @@ impl Command for Whoami {
     const SPEC: CommandSpec = CommandSpec {
         name: "whoami",
         summary: "Show the AWS account, region and IAM principal hypd acts as, and your hypd role",
-        description: "Returns the AWS account id, the IAM principal ARN hypd uses, the default region, whether this is the sandbox, and the caller's own hypd role and token name. Call it first to know where changes would land.",
+        description: "The AWS account, principal and region hypd uses, whether it is the sandbox, and your role. Call it first to know where changes would land.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -81,7 +81,7 @@ impl Command for ListRegions {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_regions",
         summary: "List the AWS regions enabled for the account",
-        description: "Returns every region the account can use (EC2 DescribeRegions), with its opt-in status. Offer one of these when asking the user for a region; never guess.",
+        description: "Regions the account can use. Offer one of these when asking the user for a region; never guess.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -124,7 +124,7 @@ impl Command for ListAvailabilityZones {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_availability_zones",
         summary: "List the Availability Zones of a region, with zone names and zone ids",
-        description: "Returns the region's Availability Zones with both the account-specific name (us-east-1a) and the global zone id (use1-az1). Ask the user to choose the zone for accelerated capacity from this list; a training plan fixes the zone id.",
+        description: "The region's Availability Zones (name and zone id). Ask the user to choose the zone for accelerated capacity from them; a training plan fixes it.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -153,8 +153,7 @@ pub struct ListInstanceTypes {
     )]
     #[schemars(length(max = 100))]
     pub instance_types: Vec<InstanceType>,
-    /// Only these fields of each type (`instance_type` is always sent); every field when
-    /// empty. An agent choosing by accelerator and zone needs a third of the ~30 kB.
+    /// Only these fields of each type (`instance_type` always); all when empty.
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
@@ -282,7 +281,7 @@ impl Command for ListInstanceTypes {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_instance_types",
         summary: "List (accelerated) instance types with GPU, memory and EFA facts, filterable by zone offering",
-        description: "Returns instance types in a region with vCPUs, memory, accelerator kind/count/memory, EFA support and maximum EFA interfaces, whether EFA-only mode is allowed, and the zones that offer each. Filter with availability_zone to list only what a zone offers. Use it to offer instance types to the user; HyperPod uses the ml.-prefixed name.",
+        description: "Instance types of a region or zone, with accelerators and EFA. Offer the user instance types from it; HyperPod uses the ml. name.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

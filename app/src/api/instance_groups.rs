@@ -68,7 +68,7 @@ impl Command for ListInstanceGroups {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_instance_groups",
         summary: "List a cluster's instance groups as AWS has them now",
-        description: "Each group: type, capacity (on-demand, spot, training plan and its room), EFA-only, counts, status, deep health checks, volume, subnets and zones, Kubernetes labels and taints, and its nodes by health. Asks SageMaker and EC2 now. Read-only.",
+        description: "A cluster's instance groups, read live: type, capacity, counts, status and nodes by health.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -98,7 +98,7 @@ impl Command for AddInstanceGroup {
     const SPEC: CommandSpec = CommandSpec {
         name: "add_instance_group",
         summary: "Add an instance group to a cluster",
-        description: "Adds an instance group to a cluster hypd created. Checked first: a free name, the type offered in the zone, quota or training plan room, EFA-only allowed. Other groups stay as they are. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Adds an instance group to a cluster hypd created. Ask the user the instance type, count and capacity type. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -192,7 +192,7 @@ impl Command for UpdateInstanceGroup {
     const SPEC: CommandSpec = CommandSpec {
         name: "update_instance_group",
         summary: "Scale an instance group or change its settings",
-        description: "Changes a group's count (0 allowed), deep health checks, volume (new instances), labels or taints; omitted fields stay. Instance type, capacity and EFA-only are fixed for the group's life: another value is refused as immutable. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Changes a group's count, health checks, volume, labels or taints; type, capacity and EFA-only are fixed (use add_instance_group). Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -253,7 +253,7 @@ impl Command for DeleteInstanceGroup {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_instance_group",
         summary: "Delete an instance group and its instances",
-        description: "Deletes an instance group and its instances (their volumes are lost); never the cluster's last group. Returns an operation: follow it with wait_operation. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
+        description: "Deletes an instance group and its instances (volumes are lost); never the last group. The first call returns the plan and a confirmation; call again with it once the user agrees. Returns an operation for wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,

@@ -58,7 +58,7 @@ impl Command for DeployJumpstartModel {
     const SPEC: CommandSpec = CommandSpec {
         name: "deploy_jumpstart_model",
         summary: "Deploy a SageMaker JumpStart catalogue model",
-        description: "Deploys a model of list_jumpstart_models through the inference operator (update_features inference_operator) on a group of a type the model supports. Ask which model, the group when several fit, replicas, and for gated models whether the user accepts the licence. Returns an operation: follow it with wait_operation.",
+        description: "Deploys a model of list_jumpstart_models through the inference operator (update_features inference_operator). Ask which model, replicas, the group when several fit, and whether the user accepts a gated model's licence. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -114,7 +114,7 @@ impl Command for ListJumpstartModels {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_jumpstart_models",
         summary: "The JumpStart models a cluster can deploy",
-        description: "The SageMaker public hub's models in the cluster's region: latest version, whether gated (its licence), the instance types it supports and the cluster's groups among them. Read-only.",
+        description: "SageMaker JumpStart models for the cluster's region: version, gated or not, and which of its groups can run each.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

@@ -65,7 +65,7 @@ impl Command for CreateMlflowTrackingServer {
     const SPEC: CommandSpec = CommandSpec {
         name: "create_mlflow_tracking_server",
         summary: "Create the cluster's SageMaker managed MLflow tracking server",
-        description: "The cluster's SageMaker MLflow tracking server (default <cluster>-mlflow, which jobs report to), artifacts in the shared bucket's mlflow/; one of that name is used. Waits until up (~20 min). Returns an operation; dry_run returns the plan.",
+        description: "Creates the cluster's SageMaker MLflow tracking server, which jobs report to (or uses one of that name). Takes ~20 minutes. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,

@@ -126,7 +126,7 @@ impl Command for DownloadModel {
     const SPEC: CommandSpec = CommandSpec {
         name: "download_model",
         summary: "Download a Hugging Face model into a cluster's storage",
-        description: "A Kubernetes Job downloads the model at `revision` (default main) into models/<model>/ of the storage (default the shared bucket: /s3/models/<model> in pods), recording the commit and each file's size and digest; the same commit again finishes at once. Another revision there is replaced only with `replace: true`. A token is kept only in a Secret of the download, in the cluster. Returns an operation: follow it with wait_operation.",
+        description: "Downloads a Hugging Face model into a storage (default: /s3/models/<model> in pods); a gated model's token stays in a Secret in the cluster. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -201,7 +201,7 @@ impl Command for ListModels {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_models",
         summary: "List the models in a cluster's storage",
-        description: "Each model under models/ of a storage (default the shared bucket): where pods find it, and from its manifest the revision, the commit it resolved to, files, size and when. Read-only.",
+        description: "Models downloaded into a storage (default the shared bucket), with their path in pods, revision and commit.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

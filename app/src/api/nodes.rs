@@ -77,7 +77,7 @@ impl Command for ListNodes {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_nodes",
         summary: "List a cluster's nodes, with health and GPU use",
-        description: "Each HyperPod node with its Kubernetes health label, readiness, GPUs in use, EFA, zone and image release. Filter by group or health; paged. Read-only.",
+        description: "A cluster's HyperPod nodes with health, readiness, GPUs in use and image release; filter by group or health.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -206,7 +206,7 @@ node_request!(
     CommandSpec {
         name: "reboot_nodes",
         summary: "Reboot nodes of a cluster",
-        description: "Reboots up to 25 nodes (instance ids from list_nodes); their volumes stay. Each node HyperPod refuses is reported on the operation with its code. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Reboots up to 25 nodes (instance ids from list_nodes); their volumes stay. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -223,7 +223,7 @@ node_request!(
     CommandSpec {
         name: "replace_nodes",
         summary: "Replace nodes of a cluster with new instances",
-        description: "Replaces up to 25 nodes with new instances: what is on their instance volumes is lost. Refused nodes are reported on the operation. Two steps: a call without `confirmation` returns the plan and a confirmation; show the plan, then send the same arguments with it.",
+        description: "Replaces up to 25 nodes with new instances; their instance volumes are lost. The first call returns the plan and a confirmation; call again with it once the user agrees. Returns an operation for wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -242,7 +242,7 @@ node_request!(
     CommandSpec {
         name: "delete_nodes",
         summary: "Delete nodes of a cluster",
-        description: "Deletes up to 99 nodes and lowers their groups' counts. Refused nodes are reported on the operation. Two steps: a call without `confirmation` returns the plan and a confirmation; show the plan, then send the same arguments with it.",
+        description: "Deletes up to 99 nodes and lowers their groups' counts. The first call returns the plan and a confirmation; call again with it once the user agrees. Returns an operation for wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,

@@ -157,7 +157,7 @@ impl Command for ListOperations {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_operations",
         summary: "List operations, newest first, optionally by state or target",
-        description: "Returns up to 200 operations, newest first, with their command, target and state. Filter by state (e.g. running) or target (e.g. cluster/ml-1) to find work in progress before starting more.",
+        description: "Operations, newest first. Filter by state or target (e.g. cluster/ml-1) to find work in progress before starting more.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -180,7 +180,7 @@ impl Command for GetOperation {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_operation",
         summary: "Show one operation and its state",
-        description: "Returns the operation's command, target and state. A state of succeeded, failed or cancelled is final. To wait for it instead of polling, call wait_operation.",
+        description: "An operation's command, target and state; succeeded, failed and cancelled are final. To wait for it, call wait_operation.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -219,7 +219,7 @@ impl Command for WaitOperation {
     const SPEC: CommandSpec = CommandSpec {
         name: "wait_operation",
         summary: "Wait until an operation reaches a final state, or a timeout of at most 300 s",
-        description: "Long-polls an operation: returns as soon as it is succeeded, failed or cancelled, or when timeout_seconds (default 60, at most 300) pass, with timed_out true. Call it again until timed_out is false; report the final state to the user, never just the submission.",
+        description: "Waits until an operation ends or times out. Call it again while timed_out is true; report the final state to the user, never just the submission.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -245,7 +245,7 @@ impl Command for RetryOperation {
     const SPEC: CommandSpec = CommandSpec {
         name: "retry_operation",
         summary: "Resume a failed operation from its failed stage",
-        description: "Runs a failed operation again from the stage that failed; stages that succeeded are not repeated, and the failed stage first looks at what already exists, so nothing is created twice. Only failed operations can be retried (see retryable in get_operation). Follow it with wait_operation. `dry_run: true` returns only the plan of the stages still to run.",
+        description: "Reruns a failed operation from its failed stage (see retryable in get_operation); nothing is created twice. Returns an operation for wait_operation; dry_run returns the stages left.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -269,7 +269,7 @@ impl Command for CancelOperation {
     const SPEC: CommandSpec = CommandSpec {
         name: "cancel_operation",
         summary: "Stop an operation whose current stage can be stopped safely",
-        description: "Cancels a pending, running or waiting operation when its current stage is cancellable (see cancellable in get_operation): remaining stages are not run, and what earlier stages created is kept (delete it with the matching delete command). A stage that is mid-call finishes that call first. Returns the operation.",
+        description: "Cancels an operation whose stage is cancellable (see get_operation); what earlier stages made stays (use the matching delete command). Returns the operation.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,

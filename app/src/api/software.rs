@@ -59,7 +59,7 @@ impl Command for UpdateClusterSoftware {
     const SPEC: CommandSpec = CommandSpec {
         name: "update_cluster_software",
         summary: "Update the HyperPod platform image of a cluster's nodes, rolling",
-        description: "Moves the groups' nodes to an image release (default the newest), a batch at a time, each node rebooted. Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Moves the groups' nodes to an image release (default the newest), rebooting a batch at a time. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,

@@ -77,7 +77,7 @@ impl Command for ListStorage {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_storage",
         summary: "List the storage hypd mounts in a cluster",
-        description: "Each storage (the shared bucket, those create_s3_storage and create_fsx_storage added): kind, bucket or file system, volume and claim, capacity, phase, where pods mount it, and the pods using it now. What is at s3://bucket/key is at <mount path>/key in every pod. Read-only.",
+        description: "A cluster's storage (the shared bucket, and any create_s3_storage or create_fsx_storage added) and where pods mount it: s3://bucket/key is at <mount path>/key.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -123,7 +123,7 @@ impl Command for CreateS3Storage {
     const SPEC: CommandSpec = CommandSpec {
         name: "create_s3_storage",
         summary: "Mount another S3 bucket in a cluster",
-        description: "Adds a bucket as a PersistentVolume and claim `storage` (Mountpoint for S3), mounted at mount_path (default /mnt/<storage>). A named bucket that exists is used and never deleted; else hypd creates it (tagged, public access blocked, encrypted). Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Adds an S3 bucket as storage mounted in pods: a named bucket (never deleted) or a new private one. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -297,7 +297,7 @@ impl Command for CreateFsxStorage {
     const SPEC: CommandSpec = CommandSpec {
         name: "create_fsx_storage",
         summary: "Create an FSx for Lustre file system and mount it in a cluster",
-        description: "Creates a Lustre file system (deployment_type persistent_2 or scratch_2, capacity_gib 1200, 2400 or a multiple of 2400, throughput_per_tib 125/250/500/1000 for persistent_2, efa) in the cluster's compute subnet with its security group (Lustre's ports 988 and 1018-1023 opened within the group if they are not), optionally linking directories to buckets (data_repositories, default the shared bucket), installs the FSx CSI driver add-on when missing, and mounts it as claim `storage` at mount_path (default /mnt/<storage>). Waits until the file system is AVAILABLE (minutes). Returns an operation: follow it with wait_operation. `dry_run: true` returns only the plan.",
+        description: "Creates an FSx for Lustre file system, optionally linked to buckets, mounted in pods. Ask the user the deployment type and capacity. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -396,7 +396,7 @@ impl Command for DeleteStorage {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_storage",
         summary: "Unmount a storage from a cluster",
-        description: "Deletes a storage's claim and volume; refused while a pod mounts it. Its bucket is deleted only if hypd created it and it is empty; an FSx storage's file system is deleted with its files (what data repositories exported stays in their buckets). Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
+        description: "Deletes a storage, refused while a pod mounts it; its bucket only if hypd made it and it is empty, an FSx file system with its files. The first call returns the plan and a confirmation; call again with it once the user agrees. Returns an operation for wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,
@@ -464,7 +464,7 @@ impl Command for ListStorageContents {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_storage_contents",
         summary: "List the folders and files of a bucket-backed storage",
-        description: "Folders and files (size, modified, path in pods) directly under `prefix` of a storage's bucket, a page at a time (S3 ListObjectsV2). Read-only.",
+        description: "Folders and files directly under a prefix of a storage's bucket, with their paths in pods.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -529,7 +529,7 @@ impl Command for UploadStorageFile {
     const SPEC: CommandSpec = CommandSpec {
         name: "upload_storage_file",
         summary: "Put a small file (script, config, dataset) into a storage's bucket",
-        description: "Writes `content_base64` (at most 512 KiB) at `key` of a storage's bucket; at <mount path>/<key> in pods. A file already there is replaced only with `replace: true`. `dry_run: true` returns only the plan.",
+        description: "Writes a small file to a storage's bucket, seen at <mount path>/<key> in pods. dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -593,7 +593,7 @@ impl Command for CheckStorage {
     const SPEC: CommandSpec = CommandSpec {
         name: "check_storage",
         summary: "Check that pods can mount a cluster's storage",
-        description: "Before pods hang in ContainerCreating: the Mountpoint driver installed with a role, each claim Bound, volume handles unique, each bucket there in the cluster's region, the driver's role allowed it and no bucket policy denying it; for FSx storage the FSx CSI driver, the file system AVAILABLE at the volume's DNS and mount name, Lustre's ports open in its security groups and the nodes' Lustre clients able to mount it. Each finding with the command that fixes it. Read-only.",
+        description: "Diagnoses why pods hang in ContainerCreating on a storage; each finding names the command that fixes it.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,

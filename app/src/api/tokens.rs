@@ -36,7 +36,7 @@ impl Command for CreateToken {
     const SPEC: CommandSpec = CommandSpec {
         name: "create_token",
         summary: "Create an API token with a role (viewer, operator or admin)",
-        description: "Creates a named API token and returns its secret once; hypd keeps only a hash. Viewer tokens can only read; operators can change clusters and workloads; admins can also manage tokens. Fails with conflict if the name is taken.",
+        description: "Creates a named API token with a role and returns its secret once; hypd keeps only a hash.",
         effect: Effect::Mutating,
         role: Role::Admin,
         idempotent: false,
@@ -60,7 +60,7 @@ impl Command for ListTokens {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_tokens",
         summary: "List API tokens (names, roles, last use; never the secrets)",
-        description: "Returns every API token's name, role, creation and last-use time, and whether it was revoked. Secrets are never returned.",
+        description: "Every API token's name, role, last use and whether it was revoked; never secrets.",
         effect: Effect::ReadOnly,
         role: Role::Admin,
         idempotent: true,
@@ -87,7 +87,7 @@ impl Command for RevokeToken {
     const SPEC: CommandSpec = CommandSpec {
         name: "revoke_token",
         summary: "Revoke an API token; it stops working at once",
-        description: "Revokes the named token and ends its console sessions. Revoking a revoked token changes nothing. A token cannot revoke itself, so an admin cannot lock everyone out by accident. Two steps: a call without `confirmation` changes nothing and returns the plan and a confirmation; show the plan to the user, then send the same arguments again with that `confirmation` (single use, 5 minutes). `dry_run: true` returns only the plan.",
+        description: "Revokes a token and ends its console sessions; a token cannot revoke itself. The first call returns the plan and a confirmation; call again with it once the user agrees.",
         effect: Effect::Destructive,
         role: Role::Admin,
         idempotent: true,

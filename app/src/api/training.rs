@@ -559,7 +559,7 @@ impl Command for SubmitTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "submit_training_job",
         summary: "Submit a training job (PyTorch, LLaMA-Factory, ms-swift, VERL or a custom spec)",
-        description: "A job from a recipe: pytorch (script, args), llama_factory (config), ms_swift (command, config) as a HyperPodPyTorchJob; verl (script?, args) as a KubeRay RayJob; custom (object) as given. Files are /s3/... paths. Refused with check_training_job's failed verdicts; dry_run shows the object. Returns an operation.",
+        description: "Submits a training job (a HyperPodPyTorchJob, or a KubeRay RayJob for verl); files are /s3/... paths. Call check_training_job first. Returns an operation for wait_operation; dry_run returns the object.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -629,7 +629,7 @@ impl Command for CheckTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "check_training_job",
         summary: "Check a training job before submitting it",
-        description: "Same arguments as submit_training_job; one verdict per check: the operator (or KubeRay) on, GPUs and EFA per pod, enough healthy nodes, the shared claim bound, the file in the bucket, elastic and log rules, the MLflow server, the name free. A submit is refused with the failed ones. Read-only.",
+        description: "Pre-flight checks for submit_training_job, with the same arguments. Call it before submitting; a submit failing a check is refused.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -683,7 +683,7 @@ impl Command for ListTrainingJobs {
     const SPEC: CommandSpec = CommandSpec {
         name: "list_training_jobs",
         summary: "List a cluster's training jobs",
-        description: "Every HyperPodPyTorchJob and RayJob of the cluster (hypd's and others'): recipe, phase, group, nodes, attempt, when. Read-only.",
+        description: "Every HyperPodPyTorchJob and RayJob of the cluster (hypd's and others'), with recipe, phase and attempt.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -821,7 +821,7 @@ impl Command for GetTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_training_job",
         summary: "Show a training job: pods, conditions, events and its recovery ledger",
-        description: "The job's phase, pods and nodes, conditions, events, MLflow runs, and the recovery budget as a ledger: each restart (pod, node, exit code or log rule, when), what is left in the period and in all, the attempt, and what the operator does on the next failure. Read-only.",
+        description: "One job's phase, pods, events, MLflow runs and recovery budget: restarts and why, what is left, what the next failure does.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -867,7 +867,7 @@ impl Command for GetTrainingJobLogs {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_training_job_logs",
         summary: "Read a training job's pod logs",
-        description: "A pod's (default the job's first) last `tail_lines` lines (default 100, at most 5000), or those of the last `since_seconds`. Live: the WebSocket /api/v1/clusters/{name}/training-jobs/{job}/logs/stream (same query and token; `after` resumes after a line number). Read-only.",
+        description: "The last log lines of a training job's pod (default the job's first pod).",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -915,7 +915,7 @@ impl Command for GetTrainingJobMetrics {
     const SPEC: CommandSpec = CommandSpec {
         name: "get_training_job_metrics",
         summary: "Read a training job's MLflow metrics (loss, throughput, GPU use)",
-        description: "The job's MLflow runs (one per attempt) and their metrics as [step, value] points, at most max_points (default 500) each. Read-only.",
+        description: "A training job's MLflow runs (one per attempt) and their metrics as [step, value] points.",
         effect: Effect::ReadOnly,
         role: Role::Viewer,
         idempotent: true,
@@ -944,7 +944,7 @@ impl Command for DeleteTrainingJob {
     const SPEC: CommandSpec = CommandSpec {
         name: "delete_training_job",
         summary: "Delete a training job and its pods",
-        description: "Deletes the job's HyperPodPyTorchJob or RayJob and waits until its pods are gone (a running job stops; what it wrote to the bucket stays). Two steps: without `confirmation` nothing changes and the answer is the plan and a confirmation; send the same arguments again with it (single use, 5 minutes). Returns an operation: follow it with wait_operation.",
+        description: "Deletes a training job (running pods stop); its files in the bucket stay. The first call returns the plan and a confirmation; call again with it once the user agrees. Returns an operation for wait_operation.",
         effect: Effect::Destructive,
         role: Role::Operator,
         idempotent: true,

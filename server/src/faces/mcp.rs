@@ -26,7 +26,14 @@ use crate::service::Service;
 const INSTRUCTIONS: &str = "hypd manages GPU training and inference clusters on AWS (EKS + SageMaker HyperPod). \
 Inspect before you change anything: whoami, list_clusters, list_regions, list_availability_zones, list_instance_types. \
 Ask the user only decision-level questions (region, Availability Zone, instance type, capacity type), never about CIDRs, subnets or security groups. \
-Every mutating tool returns an operation or names the tool that decides completion: follow it (wait_operation) to a final state and report that state, not the submission.";
+Every mutating tool returns an operation or names the tool that decides completion: follow it (wait_operation) to a final state and report that state, not the submission. \
+The same three fields work alike on every tool that takes them: `dry_run: true` answers with the plan and changes nothing; \
+a destructive tool's first call answers with its plan and a `confirmation` (single use, 5 minutes), to send back unchanged once the user agrees; \
+`idempotency_key`: re-sending a request with the same key returns the same operation.";
+
+/// The request fields every mutation shares, described once in the instructions
+/// instead of in every tool that takes them.
+const GATE_FIELDS: [&str; 3] = ["dry_run", "confirmation", "idempotency_key"];
 
 /// One tool per command. Each tool's schemas are self-contained (MCP has no shared
 /// definitions across tools), so they are made compact: a type used once is written in
@@ -174,6 +181,15 @@ fn inline(
     {
         out.remove("default");
     }
+    // So is an object's default that is only its properties' own defaults.
+    if let (Some(Value::Object(default)), Some(Value::Object(properties))) =
+        (out.get("default"), out.get("properties"))
+        && default
+            .iter()
+            .all(|(k, v)| properties.get(k).and_then(|p| p.get("default")) == Some(v))
+    {
+        out.remove("default");
+    }
     nullable(out)
 }
 
@@ -233,7 +249,8 @@ fn tool(entry: &CommandEntry) -> Tool {
     {
         description.push_str(&format!(" Completion: call {status}."));
     }
-    let annotations = ToolAnnotations::with_title(spec.summary);
+    // No title: the name says as much, and the summaries were 3.6 kB of every list.
+    let annotations = ToolAnnotations::new();
     let annotations = if spec.effect == Effect::ReadOnly {
         annotations.read_only(true)
     } else {
@@ -241,7 +258,16 @@ fn tool(entry: &CommandEntry) -> Tool {
             .destructive(spec.effect == Effect::Destructive)
             .idempotent(spec.idempotent)
     };
-    let input = compact_schema(entry.request_schema);
+    let mut input = compact_schema(entry.request_schema);
+    // The request type's own doc says again what the tool's description says.
+    input.remove("description");
+    if let Some(Value::Object(properties)) = input.get_mut("properties") {
+        for field in GATE_FIELDS {
+            if let Some(Value::Object(p)) = properties.get_mut(field) {
+                p.remove("description");
+            }
+        }
+    }
     Tool::new(spec.name, description, Arc::new(input)).with_annotations(annotations)
 }
 
