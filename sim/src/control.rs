@@ -10,9 +10,9 @@ use serde_json::json;
 
 use std::collections::BTreeMap;
 
-use crate::sagemaker::Recovery;
 use crate::sagemaker::instance_types::InstanceType;
 use crate::sagemaker::training_plans::{Offering, OfferingSpec};
+use crate::sagemaker::{HealthFault, Recovery};
 use crate::world::{AwsError, Fault, Shared};
 
 async fn health() -> Response {
@@ -174,29 +174,74 @@ enum FaultRecovery {
     Replace,
 }
 
+/// The fault the health agent found; what is left out is a GPU fallen off the bus.
 #[derive(Deserialize)]
 struct NodeFaultBody {
     recovery: FaultRecovery,
+    fault_type: Option<String>,
+    fault_reason: Option<String>,
+    message: Option<String>,
+}
+
+/// Whether `v` may be a Kubernetes label value, as the fault's type and reason become
+/// Node labels, which the API server would refuse otherwise (non-empty here: the type
+/// names a condition too, and an empty reason tells nothing).
+fn label_value(v: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    v.len() <= 63
+        && edge(v.chars().next())
+        && edge(v.chars().last())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The recovery a fault body asks for, and the fault, with what it leaves out filled in.
+fn fault_of(body: NodeFaultBody) -> Result<(Recovery, HealthFault), AwsError> {
+    let recovery = match body.recovery {
+        FaultRecovery::Reboot => Recovery::Reboot,
+        FaultRecovery::Replace => Recovery::Replace,
+    };
+    let mut fault = HealthFault::for_recovery(recovery);
+    for (given, field, name) in [
+        (body.fault_type, &mut fault.fault_type, "fault_type"),
+        (body.fault_reason, &mut fault.fault_reason, "fault_reason"),
+    ] {
+        if let Some(v) = given {
+            if !label_value(&v) {
+                return Err(AwsError::invalid_parameter(format!(
+                    "{name} becomes a Node label value: 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+                )));
+            }
+            *field = v;
+        }
+    }
+    if let Some(m) = body.message {
+        fault.message = m;
+    }
+    Ok((recovery, fault))
 }
 
 /// What HyperPod's health-monitoring agent concludes about a node's hardware fault: the
 /// node awaits a reboot or replacement, which HyperPod does itself under Automatic
-/// NodeRecovery and otherwise leaves to BatchReboot/ReplaceClusterNodes.
+/// NodeRecovery and otherwise leaves to BatchReboot/ReplaceClusterNodes; its Node tells
+/// the fault meanwhile.
 async fn node_fault(
     State(state): State<Shared>,
     Path((cluster, id)): Path<(String, String)>,
     Json(body): Json<NodeFaultBody>,
 ) -> Response {
-    let recovery = match body.recovery {
-        FaultRecovery::Reboot => Recovery::Reboot,
-        FaultRecovery::Replace => Recovery::Replace,
+    let (recovery, fault) = match fault_of(body) {
+        Ok(found) => found,
+        Err(e) => return e.into_response(),
     };
+    let answer = json!({ "recovery": recovery.label(), "fault_type": fault.fault_type,
+                         "fault_reason": fault.fault_reason, "message": fault.message });
     let mut w = state.aws.lock().await;
     if let Some(eks) = w.sagemaker.orchestrator_of(&cluster) {
         w.kube.wake(&eks);
     }
-    match w.mark_node_for_recovery(&cluster, &id, recovery, false) {
-        Some(true) => Json(json!({ "recovery": recovery.label() })).into_response(),
+    match w.mark_node_for_recovery(&cluster, &id, recovery, Some(fault)) {
+        Some(true) => Json(answer).into_response(),
         Some(false) => AwsError::new(
             409,
             "ConflictException",
@@ -254,4 +299,38 @@ pub fn routes() -> Router<Shared> {
             "/_sim/sagemaker/clusters/{cluster}/nodes/{instance_id}/fault",
             axum::routing::put(node_fault),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fault(body: serde_json::Value) -> Result<(Recovery, HealthFault), AwsError> {
+        fault_of(serde_json::from_value(body).expect("a fault body"))
+    }
+
+    #[test]
+    fn a_node_fault_fills_in_what_it_leaves_out_by_its_recovery() {
+        let (recovery, f) = fault(json!({ "recovery": "replace" })).unwrap();
+        assert_eq!(recovery, Recovery::Replace);
+        assert_eq!(f, HealthFault::for_recovery(Recovery::Replace));
+        let (_, f) = fault(json!({ "recovery": "reboot", "fault_reason": "XidEccError",
+                                   "message": "NVRM: Xid 48", "note": "ignored as before" }))
+        .unwrap();
+        assert_eq!(
+            (
+                f.fault_type.as_str(),
+                f.fault_reason.as_str(),
+                f.message.as_str()
+            ),
+            ("NvidiaErrorReboot", "XidEccError", "NVRM: Xid 48")
+        );
+        let (_, f) =
+            fault(json!({ "recovery": "reboot", "fault_type": "EfaHealthCheckFailure" })).unwrap();
+        assert_eq!(f.fault_type, "EfaHealthCheckFailure");
+        for bad in ["", "Xid 79", "-Xid", &"x".repeat(64)] {
+            let e = fault(json!({ "recovery": "reboot", "fault_type": bad })).unwrap_err();
+            assert!(e.message.contains("fault_type"), "{bad}: {}", e.message);
+        }
+    }
 }

@@ -262,6 +262,7 @@ impl Aws {
                 software_updated: None,
                 health: None,
                 boots: 0,
+                rebooted: None,
             });
         }
         let excess = group.nodes.len().saturating_sub(group.target as usize);

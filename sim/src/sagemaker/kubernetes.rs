@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::groups::{group_labels, group_taints};
 use super::instances::node_status;
+use super::nodes::{HealthFault, NodeAction};
 use super::on_eks;
 use super::placement::{private_dns, private_ip};
 use crate::world::{Aws, Phase};
@@ -33,6 +34,13 @@ pub struct Instance {
     /// `UnschedulablePendingReboot` or `UnschedulablePendingReplacement` while HyperPod
     /// owes the instance that recovery.
     pub pending_recovery: Option<&'static str>,
+    /// The fault the health-monitoring agent found and when, while the recovery it
+    /// asked for is owed (none for a user's request).
+    pub fault: Option<(f64, HealthFault)>,
+    /// When the reboot under way began, if one is.
+    pub rebooting: Option<f64>,
+    /// When the instance's latest reboot ended.
+    pub rebooted: Option<f64>,
     /// Reboots of this instance so far.
     pub boots: u32,
     /// Simulated second the instance was launched.
@@ -112,7 +120,16 @@ impl Aws {
                             taints: group_taints(g),
                             status: node_status(n, g, now),
                             pending_recovery: n.health.as_ref().map(|h| h.recovery.label()),
+                            fault: n
+                                .health
+                                .as_ref()
+                                .and_then(|h| Some((h.since, h.fault.clone()?))),
                             boots: n.boots,
+                            rebooting: match n.action {
+                                Some(NodeAction::Reboot { since }) => Some(since),
+                                _ => None,
+                            },
+                            rebooted: n.rebooted,
                             launched: n.launched,
                         }
                     })

@@ -44,7 +44,7 @@ pub use autoscaling::AutoscaledGroup;
 pub use kubernetes::{Features, Instance};
 use lookups::Lookups;
 use nodes::NodeAction;
-pub use nodes::Recovery;
+pub use nodes::{HealthFault, Recovery};
 use paging::{Order, page};
 use placement::Placement;
 
@@ -85,6 +85,8 @@ struct Node {
     health: Option<nodes::Health>,
     /// Reboots this instance has been through: a rebooted Node reports a new bootID.
     boots: u32,
+    /// When its latest reboot ended: a fault it recovered from is over since then.
+    rebooted: Option<f64>,
 }
 
 #[derive(Clone, Debug)]

@@ -60,13 +60,50 @@ impl Recovery {
     }
 }
 
-/// A recovery a node is owed since `since`. `requested` marks a user's label, which
-/// HyperPod honours whatever the cluster's NodeRecovery says, as it does its APIs.
+/// What the health-monitoring agent reports when a fault body gives no message: the
+/// kernel's line for a GPU fallen off the PCI bus (Xid 79).
+const XID_79_MESSAGE: &str =
+    "NVRM: Xid (PCI:0000:b9:00): 79, pid=<unknown>, name=<unknown>, GPU has fallen off the bus.";
+
+/// A fault the health-monitoring agent found on a node, as it reports it on the Node:
+/// `fault_type` names the Node condition and the `fault-type` label.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HealthFault {
+    pub fault_type: String,
+    pub fault_reason: String,
+    pub message: String,
+}
+
+impl HealthFault {
+    /// What the agent reports of a GPU fallen off the bus, for the recovery it asks for:
+    /// the fault type is how AWS names a fault by the action it needs.
+    pub fn for_recovery(recovery: Recovery) -> Self {
+        Self {
+            fault_type: match recovery {
+                Recovery::Reboot => "NvidiaErrorReboot",
+                Recovery::Replace => "NvidiaErrorTerminate",
+            }
+            .to_owned(),
+            fault_reason: "XidHardwareFailure".to_owned(),
+            message: XID_79_MESSAGE.to_owned(),
+        }
+    }
+}
+
+/// A recovery a node is owed since `since`, for the agent's `fault`; none is a user's
+/// label, which HyperPod honours whatever the cluster's NodeRecovery says, as it does
+/// its APIs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Health {
     pub recovery: Recovery,
     pub since: f64,
-    pub requested: bool,
+    pub fault: Option<HealthFault>,
+}
+
+impl Health {
+    pub fn requested(&self) -> bool {
+        self.fault.is_none()
+    }
 }
 
 /// The status an action shows, if one is under way.
@@ -97,7 +134,7 @@ impl Aws {
             for n in &mut g.nodes {
                 if let Some(h) = n.health.clone().filter(|_| n.action.is_none()) {
                     let at = h.since + RECOVERY_DELAY_SECS;
-                    if (automatic || h.requested) && reached(now, at) {
+                    if (automatic || h.requested()) && reached(now, at) {
                         n.action = Some(match h.recovery {
                             Recovery::Reboot => NodeAction::Reboot { since: at },
                             Recovery::Replace => {
@@ -117,6 +154,7 @@ impl Aws {
                         n.action = None;
                         n.health = None;
                         n.boots += 1;
+                        n.rebooted = Some(since + REBOOT_SECS);
                     }
                     Some(NodeAction::Replace { since, new_id })
                         if !stuck_replace && reached(now, since + SHUTDOWN_SECS) =>
@@ -127,6 +165,7 @@ impl Aws {
                         n.software_updated = None;
                         n.health = None;
                         n.boots = 0;
+                        n.rebooted = None;
                     }
                     Some(NodeAction::SoftwareUpdate { since, release })
                         if !stuck_update && reached(now, since + SOFTWARE_UPDATE_SECS) =>
@@ -153,14 +192,15 @@ impl Aws {
 }
 
 impl Aws {
-    /// Marks node `id` of HyperPod cluster `cluster` as owed `recovery`. None when
-    /// either is unknown; false when the node is busy with an action already.
+    /// Marks node `id` of HyperPod cluster `cluster` as owed `recovery`, for the health
+    /// agent's `fault` or (none) at a user's request. None when either is unknown; false
+    /// when the node is busy with an action already.
     pub fn mark_node_for_recovery(
         &mut self,
         cluster: &str,
         id: &str,
         recovery: Recovery,
-        requested: bool,
+        fault: Option<HealthFault>,
     ) -> Option<bool> {
         self.settle_hyperpod(cluster);
         let now = self.clock.now();
@@ -176,7 +216,7 @@ impl Aws {
         node.health = Some(Health {
             recovery,
             since: now,
-            requested,
+            fault,
         });
         Some(true)
     }
@@ -610,7 +650,12 @@ mod tests {
         two_node_cluster(&mut w, &latest_release());
         let id = statuses(&mut w)[0].0.clone();
         assert_eq!(
-            w.mark_node_for_recovery("c", &id, Recovery::Reboot, false),
+            w.mark_node_for_recovery(
+                "c",
+                &id,
+                Recovery::Reboot,
+                Some(HealthFault::for_recovery(Recovery::Reboot))
+            ),
             Some(true)
         );
         assert_eq!(statuses(&mut w)[0], (id.clone(), "Failure".to_owned()));
@@ -618,7 +663,12 @@ mod tests {
         assert_eq!(statuses(&mut w)[0], (id.clone(), "Pending".to_owned()));
         // Busy nodes take no new fault.
         assert_eq!(
-            w.mark_node_for_recovery("c", &id, Recovery::Replace, false),
+            w.mark_node_for_recovery(
+                "c",
+                &id,
+                Recovery::Replace,
+                Some(HealthFault::for_recovery(Recovery::Replace))
+            ),
             Some(false)
         );
         pass(&mut w, REBOOT_SECS);
@@ -626,11 +676,21 @@ mod tests {
         let n = &w.hyperpod("c").unwrap().groups[0].nodes[0];
         assert_eq!((n.boots, n.health.is_none()), (1, true));
         assert_eq!(
-            w.mark_node_for_recovery("c", "i-00000000", Recovery::Reboot, false),
+            w.mark_node_for_recovery(
+                "c",
+                "i-00000000",
+                Recovery::Reboot,
+                Some(HealthFault::for_recovery(Recovery::Reboot))
+            ),
             None
         );
         assert_eq!(
-            w.mark_node_for_recovery("nope", &id, Recovery::Reboot, false),
+            w.mark_node_for_recovery(
+                "nope",
+                &id,
+                Recovery::Reboot,
+                Some(HealthFault::for_recovery(Recovery::Reboot))
+            ),
             None
         );
     }
@@ -640,7 +700,12 @@ mod tests {
         let mut w = Aws::standalone(0.0);
         two_node_cluster(&mut w, &latest_release());
         let id = statuses(&mut w)[0].0.clone();
-        w.mark_node_for_recovery("c", &id, Recovery::Replace, false);
+        w.mark_node_for_recovery(
+            "c",
+            &id,
+            Recovery::Replace,
+            Some(HealthFault::for_recovery(Recovery::Replace)),
+        );
         pass(&mut w, RECOVERY_DELAY_SECS);
         assert_eq!(statuses(&mut w)[0], (id.clone(), "ShuttingDown".to_owned()));
         pass(&mut w, SHUTDOWN_SECS);
@@ -655,8 +720,18 @@ mod tests {
         two_node_cluster(&mut w, &latest_release());
         set_recovery(&mut w, "None");
         let ids: Vec<String> = statuses(&mut w).into_iter().map(|(i, _)| i).collect();
-        w.mark_node_for_recovery("c", &ids[0], Recovery::Reboot, false);
-        w.mark_node_for_recovery("c", &ids[1], Recovery::Replace, false);
+        w.mark_node_for_recovery(
+            "c",
+            &ids[0],
+            Recovery::Reboot,
+            Some(HealthFault::for_recovery(Recovery::Reboot)),
+        );
+        w.mark_node_for_recovery(
+            "c",
+            &ids[1],
+            Recovery::Replace,
+            Some(HealthFault::for_recovery(Recovery::Replace)),
+        );
         pass(&mut w, 3600.0);
         let s: Vec<String> = statuses(&mut w).into_iter().map(|(_, s)| s).collect();
         assert_eq!(s, ["Failure", "Failure"]);
@@ -682,10 +757,65 @@ mod tests {
         two_node_cluster(&mut w, &latest_release());
         set_recovery(&mut w, "None");
         let id = statuses(&mut w)[0].0.clone();
-        w.mark_node_for_recovery("c", &id, Recovery::Reboot, true);
+        w.mark_node_for_recovery("c", &id, Recovery::Reboot, None);
         pass(&mut w, RECOVERY_DELAY_SECS + REBOOT_SECS);
         assert_eq!(statuses(&mut w)[0], (id, "Running".to_owned()));
         assert_eq!(w.hyperpod("c").unwrap().groups[0].nodes[0].boots, 1);
+    }
+
+    #[test]
+    fn the_agent_names_a_fault_by_the_recovery_it_needs() {
+        let reboot = HealthFault::for_recovery(Recovery::Reboot);
+        let replace = HealthFault::for_recovery(Recovery::Replace);
+        assert_eq!(
+            (reboot.fault_type.as_str(), replace.fault_type.as_str()),
+            ("NvidiaErrorReboot", "NvidiaErrorTerminate")
+        );
+        for f in [reboot, replace] {
+            assert_eq!(f.fault_reason, "XidHardwareFailure");
+            assert_eq!(f.message, XID_79_MESSAGE);
+        }
+    }
+
+    #[test]
+    fn the_agents_fault_reaches_the_nodes_facts_until_its_reboot_ends() {
+        let mut w = Aws::standalone(0.0);
+        two_node_cluster(&mut w, &latest_release());
+        w.hyperpod("c").unwrap().orchestrator =
+            json!({"Eks": {"ClusterArn": "arn:aws:eks:us-east-1:123456789012:cluster/eks"}});
+        let id = statuses(&mut w)[0].0.clone();
+        let facts = |w: &mut Aws| {
+            let i = w.hyperpod_instances("eks").into_iter().find(|i| i.id == id);
+            let i = i.expect("the node is on the EKS cluster");
+            (i.pending_recovery, i.fault, i.rebooted)
+        };
+        assert_eq!(facts(&mut w), (None, None, None));
+        let fault = HealthFault {
+            fault_type: "NvidiaErrorReboot".into(),
+            fault_reason: "XidHardwareFailure".into(),
+            message: "NVRM: Xid (PCI:0000:10:00): 48, pid=<unknown>, name=<unknown>, DBE".into(),
+        };
+        let found = w.clock.now();
+        w.mark_node_for_recovery("c", &id, Recovery::Reboot, Some(fault.clone()));
+        let marked = (
+            Some("UnschedulablePendingReboot"),
+            Some((found, fault)),
+            None,
+        );
+        assert_eq!(facts(&mut w), marked);
+        // It stays through the reboot, which is how HyperPod recovers from it.
+        pass(&mut w, RECOVERY_DELAY_SECS);
+        assert_eq!(statuses(&mut w)[0], (id.clone(), "Pending".to_owned()));
+        assert_eq!(facts(&mut w), marked);
+        pass(&mut w, REBOOT_SECS);
+        let back = found + RECOVERY_DELAY_SECS + REBOOT_SECS;
+        assert_eq!(facts(&mut w), (None, None, Some(back)));
+        // A user's label asks for a reboot with no fault found.
+        w.mark_node_for_recovery("c", &id, Recovery::Reboot, None);
+        assert_eq!(
+            facts(&mut w),
+            (Some("UnschedulablePendingReboot"), None, Some(back))
+        );
     }
 
     #[test]

@@ -734,7 +734,12 @@ fn what_the_controllers_read_says_when_it_changes_next() {
     assert_eq!(due(&mut w), nodes::REBOOT_SECS - 10.0);
     w.clock.advance(nodes::REBOOT_SECS);
 
-    w.mark_node_for_recovery("a", &id, Recovery::Replace, false);
+    w.mark_node_for_recovery(
+        "a",
+        &id,
+        Recovery::Replace,
+        Some(HealthFault::for_recovery(Recovery::Replace)),
+    );
     assert_eq!(due(&mut w), nodes::RECOVERY_DELAY_SECS);
     w.clock.advance(nodes::RECOVERY_DELAY_SECS);
     assert_eq!(due(&mut w), nodes::SHUTDOWN_SECS);

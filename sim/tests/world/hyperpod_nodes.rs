@@ -5,8 +5,9 @@
 //! SDK's paginator, each node's zone and address agree between DescribeClusterNode and
 //! its Kubernetes Node, and a group's Kubernetes labels and taints follow UpdateCluster
 //! onto its Nodes beside what kubectl added. A health-agent fault marks a Node for
-//! reboot or replacement until BatchReplaceClusterNodes recovers it, and a user's
-//! node-health-status label gets a node rebooted, with a new boot ID.
+//! reboot or replacement until BatchReplaceClusterNodes recovers it, with the agent's
+//! fault labels, condition and Event (the condition False once a reboot recovered it),
+//! and a user's node-health-status label gets a node rebooted, with a new boot ID.
 
 use crate::support::{
     active_cluster, active_eks_cluster, control, eks_client, eks_cluster, eks_token,
@@ -21,7 +22,7 @@ use aws_sdk_sagemaker::types::{
     DeploymentConfiguration, InstanceGroupStatus, NodeUnavailabilityType, RollingDeploymentPolicy,
     SortOrder, UpdateClusterSoftwareInstanceGroupSpecification, VpcConfig,
 };
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -629,14 +630,42 @@ async fn a_groups_kubernetes_labels_and_taints_follow_it_onto_its_nodes() {
 }
 
 async fn node_fault(sim_url: &str, cluster: &str, id: &str, recovery: &str) -> reqwest::Response {
+    node_fault_with(sim_url, cluster, id, json!({ "recovery": recovery })).await
+}
+
+async fn node_fault_with(
+    sim_url: &str,
+    cluster: &str,
+    id: &str,
+    body: serde_json::Value,
+) -> reqwest::Response {
     reqwest::Client::new()
         .put(format!(
             "{sim_url}/_sim/sagemaker/clusters/{cluster}/nodes/{id}/fault"
         ))
-        .json(&json!({ "recovery": recovery }))
+        .json(&body)
         .send()
         .await
         .unwrap()
+}
+
+/// The Node's condition of type `kind`, as (status, reason, message).
+async fn fault_condition(
+    nodes: &Api<Node>,
+    name: &str,
+    kind: &str,
+) -> Option<(String, String, String)> {
+    let node = nodes.get_opt(name).await.unwrap()?;
+    let c = node
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == kind)?;
+    Some((
+        c.status,
+        c.reason.unwrap_or_default(),
+        c.message.unwrap_or_default(),
+    ))
 }
 
 async fn health_and_boot(nodes: &Api<Node>, name: &str) -> Option<(String, String)> {
@@ -701,10 +730,55 @@ async fn health_faults_wait_for_recovery_and_labels_ask_for_it() {
             == Some("UnschedulablePendingReplacement".into())
     })
     .await;
-    let (_, taints) = labels_and_taints(&nodes, &a).await;
+    let (labels, taints) = labels_and_taints(&nodes, &a).await;
     assert_eq!(
         taints,
         ["sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement:NoSchedule"]
+    );
+    assert_eq!(
+        labels["sagemaker.amazonaws.com/fault-type"],
+        "NvidiaErrorTerminate"
+    );
+    assert_eq!(
+        labels["sagemaker.amazonaws.com/fault-reason"],
+        "XidHardwareFailure"
+    );
+    let (status, reason, message) = fault_condition(&nodes, &a, "NvidiaErrorTerminate")
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "XidHardwareFailure")
+    );
+    assert!(message.contains("GPU has fallen off the bus"), "{message}");
+    let events: Api<Event> = Api::namespaced(nodes.clone().into_client(), "default");
+    let reported: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(a.as_str()))
+        .collect();
+    assert_eq!(reported.len(), 1);
+    let e = &reported[0];
+    assert_eq!(
+        (
+            e.type_.as_deref(),
+            e.reason.as_deref(),
+            e.message.as_deref()
+        ),
+        (
+            Some("Warning"),
+            Some("XidHardwareFailure"),
+            Some(message.as_str())
+        )
+    );
+    assert_eq!(e.involved_object.kind.as_deref(), Some("Node"));
+    let source = e.source.clone().unwrap();
+    assert_eq!(
+        (source.component.as_deref(), source.host.as_deref()),
+        (Some("sagemaker-health-monitoring-agent"), Some(a.as_str()))
     );
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(
@@ -731,6 +805,51 @@ async fn health_faults_wait_for_recovery_and_labels_ask_for_it() {
                 == Some("Schedulable".into())
     })
     .await;
+
+    // A fault a reboot recovers from: the condition stays, False, and the fault labels go.
+    let ecc = "NVRM: Xid (PCI:0000:10:00): 48, pid=<unknown>, name=<unknown>, DBE";
+    let body = json!({ "recovery": "reboot", "fault_reason": "XidEccError", "message": ecc });
+    assert!(
+        node_fault_with(&sim_url, "hp", &ids[1], body)
+            .await
+            .status()
+            .is_success()
+    );
+    wait_for("the Node's fault condition", || async {
+        fault_condition(&nodes, &b, "NvidiaErrorReboot").await
+            == Some(("True".into(), "XidEccError".into(), ecc.into()))
+    })
+    .await;
+    sm.batch_reboot_cluster_nodes()
+        .cluster_name("hp")
+        .node_ids(&ids[1])
+        .send()
+        .await
+        .unwrap();
+    wait_for("the rebooted Node's fault condition False", || async {
+        fault_condition(&nodes, &b, "NvidiaErrorReboot").await
+            == Some(("False".into(), "XidEccError".into(), ecc.into()))
+    })
+    .await;
+    let (labels, taints) = labels_and_taints(&nodes, &b).await;
+    assert_eq!(
+        labels["sagemaker.amazonaws.com/node-health-status"],
+        "Schedulable"
+    );
+    assert!(
+        !labels.contains_key("sagemaker.amazonaws.com/fault-type"),
+        "{labels:?}"
+    );
+    assert!(
+        !labels.contains_key("sagemaker.amazonaws.com/fault-reason"),
+        "{labels:?}"
+    );
+    assert!(taints.is_empty(), "{taints:?}");
+    let annotations = nodes.get(&b).await.unwrap().metadata.annotations.unwrap();
+    assert!(
+        annotations["sagemaker.amazonaws.com/fault-details"].contains("XidEccError"),
+        "{annotations:?}"
+    );
 
     // A user's label asks for a reboot, which HyperPod does whatever NodeRecovery says;
     // the Node comes back with a new boot ID.

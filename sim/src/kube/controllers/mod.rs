@@ -54,7 +54,7 @@ use super::{ClusterApi, WeakApi};
 use crate::clock::{Clock, recording};
 use crate::sagemaker::instance_types::InstanceType;
 use crate::sagemaker::{Features, Instance};
-use crate::world::{Aws, Shared, World};
+use crate::world::{Aws, Shared, World, fnv1a};
 
 pub use downloads::of as download_of;
 pub use pods::run_seconds;
@@ -172,7 +172,7 @@ async fn pass(world: &World, api: &ClusterApi) -> f64 {
             return f64::INFINITY;
         }
         for (hyperpod, id, recovery) in recoveries {
-            aws.mark_node_for_recovery(&hyperpod, &id, recovery, true);
+            aws.mark_node_for_recovery(&hyperpod, &id, recovery, None);
         }
         let gathered = recording(|| Facts::gather(&mut aws, &api.name, &api.region));
         // Reading the EKS cluster settles it: one whose deletion is over has no server.
@@ -437,6 +437,66 @@ fn condition(
     };
     json!({ "type": kind, "status": status, "reason": reason, "message": message,
             "lastTransitionTime": since, "lastUpdateTime": since })
+}
+
+/// A core Event about `involved`, reported by `source` (`{component}`, and `host` for an
+/// agent on a node), as client-go's recorder writes it: the same event again counts up
+/// on the one written first, and one about a cluster-scoped object (a Node) goes to
+/// `default`.
+fn record(
+    store: &mut Store,
+    involved: &Value,
+    kind: &str,
+    reason: &str,
+    message: &str,
+    source: &Value,
+    now: &str,
+) {
+    let ns = involved["namespace"]
+        .as_str()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or("default")
+        .to_owned();
+    let who = involved["name"].as_str().unwrap_or_default();
+    let component = source["component"].as_str().unwrap_or_default();
+    let identity = format!(
+        "{}/{}/{}/{who}/{}/{component}/{kind}/{reason}/{message}",
+        involved["apiVersion"].as_str().unwrap_or_default(),
+        involved["kind"].as_str().unwrap_or_default(),
+        ns,
+        involved["uid"].as_str().unwrap_or_default()
+    );
+    let name = format!("{who}.{:016x}", fnv1a(&identity));
+    let key = Key::new("/events", &ns, &name);
+    let e = match store.get(&key) {
+        Some(old) => {
+            let mut e = (**old).clone();
+            e["count"] = json!(old["count"].as_u64().unwrap_or(1) + 1);
+            e["lastTimestamp"] = json!(now);
+            e
+        }
+        None => {
+            let mut e = object(store, "v1", "Event", &ns, &name, now);
+            let mut involved = involved.clone();
+            if involved["resourceVersion"] == ""
+                && let Some(o) = involved.as_object_mut()
+            {
+                o.remove("resourceVersion");
+            }
+            e["involvedObject"] = involved;
+            e["reason"] = json!(reason);
+            e["message"] = json!(message);
+            e["type"] = json!(kind);
+            e["source"] = source.clone();
+            e["reportingComponent"] = json!(component);
+            e["reportingInstance"] = source.get("host").cloned().unwrap_or(json!(""));
+            e["firstTimestamp"] = json!(now);
+            e["lastTimestamp"] = json!(now);
+            e["count"] = json!(1);
+            e
+        }
+    };
+    store.put(key, e);
 }
 
 pub(super) fn selector_matches(selector: &Value, labels: &Value) -> bool {

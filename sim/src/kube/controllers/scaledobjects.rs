@@ -20,9 +20,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 
-use super::{snapshot, upsert};
+use super::{record, snapshot, upsert};
 use crate::clock::reached;
-use crate::kube::admission::object;
 use crate::kube::api::{SCALABLE, at_path, set_path};
 use crate::kube::apply::record_update;
 use crate::kube::discovery::{self, CRD_GR, Resource};
@@ -31,7 +30,6 @@ use crate::kube::schema;
 use crate::kube::service_proxy::{self, Unreachable};
 use crate::kube::store::{Key, Obj, Store, meta};
 use crate::kube::time::parse_rfc3339;
-use crate::world::fnv1a;
 
 const GROUP: &str = "keda.sh";
 const VERSION: &str = "v1alpha1";
@@ -1036,7 +1034,7 @@ fn sync(
         "Normal",
         "SuccessfulRescale",
         &message,
-        "horizontal-pod-autoscaler",
+        &json!({ "component": "horizontal-pod-autoscaler" }),
         env.now,
     );
 }
@@ -1058,7 +1056,7 @@ impl Env<'_> {
             "Normal",
             reason,
             message,
-            "keda-operator",
+            &json!({ "component": OPERATOR }),
             self.now,
         );
     }
@@ -1072,66 +1070,10 @@ impl Env<'_> {
             "Warning",
             reason,
             message,
-            "keda-operator",
+            &json!({ "component": OPERATOR }),
             self.now,
         );
     }
-}
-
-/// A core Event about `involved` from `component`, as client-go's recorder writes it:
-/// the same event again counts up on the one written first.
-fn record(
-    store: &mut Store,
-    involved: &Value,
-    kind: &str,
-    reason: &str,
-    message: &str,
-    component: &str,
-    now: &str,
-) {
-    let ns = involved["namespace"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let who = involved["name"].as_str().unwrap_or_default();
-    let identity = format!(
-        "{}/{}/{}/{who}/{}/{component}/{kind}/{reason}/{message}",
-        involved["apiVersion"].as_str().unwrap_or_default(),
-        involved["kind"].as_str().unwrap_or_default(),
-        ns,
-        involved["uid"].as_str().unwrap_or_default()
-    );
-    let name = format!("{who}.{:016x}", fnv1a(&identity));
-    let key = Key::new("/events", &ns, &name);
-    let e = match store.get(&key) {
-        Some(old) => {
-            let mut e = (**old).clone();
-            e["count"] = json!(old["count"].as_u64().unwrap_or(1) + 1);
-            e["lastTimestamp"] = json!(now);
-            e
-        }
-        None => {
-            let mut e = object(store, "v1", "Event", &ns, &name, now);
-            let mut involved = involved.clone();
-            if involved["resourceVersion"] == ""
-                && let Some(o) = involved.as_object_mut()
-            {
-                o.remove("resourceVersion");
-            }
-            e["involvedObject"] = involved;
-            e["reason"] = json!(reason);
-            e["message"] = json!(message);
-            e["type"] = json!(kind);
-            e["source"] = json!({ "component": component });
-            e["reportingComponent"] = json!(component);
-            e["reportingInstance"] = json!("");
-            e["firstTimestamp"] = json!(now);
-            e["lastTimestamp"] = json!(now);
-            e["count"] = json!(1);
-            e
-        }
-    };
-    store.put(key, e);
 }
 
 /// A trigger's URL as Go's HTTP client takes it apart: scheme, host, port, path (with
