@@ -2,9 +2,11 @@
 //! then a function of the time it was scheduled: ContainerCreating for [`START_SECS`],
 //! Running (Ready at once, or once it has loaded when a readiness probe waits for that:
 //! see [`load_seconds`]), and, if it has a run time, Succeeded or Failed by its exit
-//! code. A pod with FSx for Lustre volumes waits for its claims to bind and its volumes
-//! to mount (see [`mounts`](super::mounts)); other pods' volumes are not looked at. Pods
-//! are bound and advanced in one pass so a pass writes each pod at most once.
+//! code; one whose collective hangs is taken down by NCCL's watchdog (see
+//! [`logs::NCCL_TIMEOUT_ANNOTATION`]). A pod with FSx for Lustre volumes waits for its
+//! claims to bind and its volumes to mount (see [`mounts`](super::mounts)); other pods'
+//! volumes are not looked at. Pods are bound and advanced in one pass so a pass writes
+//! each pod at most once.
 
 use serde_json::{Value, json};
 
@@ -12,10 +14,10 @@ use super::mounts::{self, Mounts};
 use super::{is_terminal, snapshot, upsert};
 use crate::clock::reached;
 use crate::fsx::Mountable;
-use crate::kube::model_server;
 use crate::kube::scheduler::Scheduler;
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::{parse_rfc3339, rfc3339};
+use crate::kube::{logs, model_server};
 use crate::world::fnv1a;
 
 /// Pod or template annotation: sim seconds a container runs before it exits (jobs default
@@ -24,6 +26,9 @@ pub const RUN_ANNOTATION: &str = "sim.hypd.dev/run-seconds";
 /// Pod or template annotation: the exit code of a container that finishes (default 0).
 pub const EXIT_ANNOTATION: &str = "sim.hypd.dev/exit-code";
 pub const DEFAULT_RUN_SECS: f64 = 60.0;
+/// The exit code of a process that aborts (128 + SIGABRT), as `terminate` does when
+/// NCCL's watchdog throws.
+const ABORTED_EXIT: i64 = 134;
 /// Sim seconds from scheduling to a running container (image pull and start).
 pub const START_SECS: f64 = 5.0;
 /// Pod or template annotation: sim seconds from a container's start until its readiness
@@ -76,13 +81,31 @@ pub(super) fn pods(store: &mut Store, file_systems: &[Mountable], epoch_now: f64
     }
 }
 
-/// Sim seconds a pod's containers run before they exit, if they ever do.
+/// Sim seconds a pod's containers run before they exit, if they ever do: their run time,
+/// or less when a hung collective has NCCL's watchdog take them down first.
 pub fn run_seconds(pod: &Value) -> Option<f64> {
     let restart = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
-    pod["metadata"]["annotations"][RUN_ANNOTATION]
+    let run = pod["metadata"]["annotations"][RUN_ANNOTATION]
         .as_str()
         .and_then(|s| s.parse::<f64>().ok())
-        .or((restart != "Always").then_some(DEFAULT_RUN_SECS))
+        .or((restart != "Always").then_some(DEFAULT_RUN_SECS));
+    match (run, logs::nccl_timeout(pod)) {
+        (Some(run), Some(abort)) => Some(run.min(abort)),
+        (run, abort) => run.or(abort),
+    }
+}
+
+/// The exit code of a pod's containers when they exit: the annotation's, else an abort's
+/// when NCCL's watchdog takes them down, else 0.
+fn exit_code(pod: &Value) -> i64 {
+    pod["metadata"]["annotations"][EXIT_ANNOTATION]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if logs::watchdog_ends(pod) {
+            ABORTED_EXIT
+        } else {
+            0
+        })
 }
 
 /// Sim seconds from a pod's container start until it is Ready. Without a readiness probe
@@ -120,13 +143,9 @@ fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
         .and_then(parse_rfc3339)
         .unwrap_or(now);
     let start = scheduled.max(mounted) + START_SECS;
-    let annotations = &pod["metadata"]["annotations"];
     // A download's container exits once its files are written (see `downloads`).
     let run = run_seconds(pod).filter(|_| !super::downloads::writing(pod));
-    let exit: i64 = annotations[EXIT_ANNOTATION]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let exit = exit_code(pod);
     let node = pod["spec"]["nodeName"]
         .as_str()
         .unwrap_or_default()
@@ -410,5 +429,63 @@ mod tests {
         let rv = store.rv();
         pods(&mut store, &[], t0 + loaded + 5.0, &at(loaded + 5.0));
         assert_eq!(store.rv(), rv, "a loaded pod stays as it is");
+    }
+
+    #[test]
+    fn a_hung_collective_ends_the_container_with_an_abort_unless_told_otherwise() {
+        use crate::clock::recording;
+        use crate::kube::logs::{NCCL_TIMEOUT_ANNOTATION, NCCL_TIMEOUT_SECS};
+        let mut store = Store::new();
+        bootstrap(&mut store, "2026-01-01T00:00:00Z");
+        let t0 = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
+            "spec": {}, "status": {"allocatable": {"cpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}]}});
+        store.put(Key::new("/nodes", "", "n1"), node);
+        for (name, exit) in [("sft-pod-0", None), ("sft-pod-1", Some("3"))] {
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "uid": name,
+                    "annotations": {RUN_ANNOTATION: "inf", NCCL_TIMEOUT_ANNOTATION: "30"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main"}]}});
+            if let Some(code) = exit {
+                pod["metadata"]["annotations"][EXIT_ANNOTATION] = json!(code);
+            }
+            store.put(Key::new("/pods", "default", name), pod);
+        }
+        let at = |t: f64| rfc3339(t0 + t);
+        pods(&mut store, &[], t0, &at(0.0));
+        let ((), due) = recording(|| pods(&mut store, &[], t0 + START_SECS, &at(START_SECS)));
+        assert_eq!(due, 30.0 + NCCL_TIMEOUT_SECS, "due when the watchdog fires");
+        let abort = START_SECS + 30.0 + NCCL_TIMEOUT_SECS;
+        pods(&mut store, &[], t0 + abort - 1.0, &at(abort - 1.0));
+        let get = |store: &Store, name: &str| {
+            store
+                .get(&Key::new("/pods", "default", name))
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(get(&store, "sft-pod-0")["status"]["phase"], "Running");
+        pods(&mut store, &[], t0 + abort, &at(abort));
+        let pod = get(&store, "sft-pod-0");
+        assert_eq!(pod["status"]["phase"], "Failed");
+        let terminated = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+        assert_eq!(
+            (
+                &terminated["exitCode"],
+                &terminated["reason"],
+                &terminated["finishedAt"]
+            ),
+            (&json!(ABORTED_EXIT), &json!("Error"), &json!(at(abort)))
+        );
+        assert_eq!(
+            get(&store, "sft-pod-1")["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            3,
+            "the exit-code annotation says otherwise"
+        );
+        let (last, _) = crate::kube::logs::last_line(&pod, t0 + abort + 60.0).unwrap();
+        assert_eq!(
+            last,
+            "terminate called after throwing an instance of 'c10::DistBackendError'"
+        );
     }
 }
