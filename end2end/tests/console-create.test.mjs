@@ -542,6 +542,18 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   }
   await page.waitForSelector(marked);
   await shot(page, 'nodes-health-label');
+  // The sick node's diagnosis: the agent's fault with its message first, and, as
+  // HyperPod replaces it on its own, only the read that follows it is suggested.
+  await page.click(`tr[data-node="${sick}"] button.diagnose-node`);
+  await page.waitForSelector(`.node-diagnosis[data-node="${sick}"] .diagnosis`);
+  const first = page.locator('.node-diagnosis .finding').first();
+  assert.equal(await first.getAttribute('data-severity'), 'error');
+  assert.match(await first.textContent(), /NvidiaErrorTerminate \(XidHardwareFailure\).*fallen off the bus/);
+  assert.deepEqual(
+    await page.locator('.node-diagnosis .suggestion').evaluateAll((l) => l.map((e) => e.dataset.command)),
+    ['list_nodes'],
+  );
+  await shot(page, 'nodes-diagnosis');
   assert.equal((await clock(600)).status, 200);
   for (let i = 0; i < 60; i++) {
     const gone = (await page.locator(`tr[data-node="${sick}"]`).count()) === 0;
@@ -757,6 +769,11 @@ test('an operator makes the MLflow server, checks a PyTorch job, reviews its pla
   await page.waitForSelector('.job-detail .pod-table tr[data-pod] .state-running');
   assert.equal(await page.textContent('.job-detail .restarts-left'), '50');
   assert.match(await page.textContent('.job-detail .next-failure'), /the failed pod restarts \(restart 1 of 50\)/);
+  // Its diagnosis, on demand: running quietly, nothing to suggest.
+  await page.click('.job-detail button.diagnose-job');
+  await page.waitForSelector('.job-detail .diagnosis[data-subject="training_job/e2e-ml/console-train"]');
+  assert.equal(await page.textContent('.job-detail .diagnosis .finding'), 'the job is running, 1 pod');
+  assert.equal(await page.locator('.job-detail .diagnosis .suggestion').count(), 0);
   // The pod's log, live: lines arrive, a search shows the matching ones only, pause holds the view.
   await page.waitForFunction(() => Number(document.querySelector('.job-detail pre.log')?.dataset.lines || 0) >= 5);
   assert.match(await page.textContent('.job-detail pre.log'), /console-train-pod-0 step \d+: loss=/);

@@ -249,6 +249,19 @@ test('a failed call shows the provider\'s message, and retry resumes the operati
   await shot(page, 'operation-failed-dark');
   await page.emulateMedia({ colorScheme: 'light' });
 
+  // The diagnosis names the refused call and offers the retry for once it is allowed;
+  // it changes nothing (the operation stays failed, and retryable).
+  await page.click('button.diagnose');
+  await page.waitForSelector('.diagnosis');
+  const findings = await page.locator('.finding').allTextContents();
+  assert.match(findings[0], /AccessDeniedException/);
+  assert.match(findings[1], /eks\.CreateAccessEntry/);
+  assert.deepEqual(
+    await page.locator('.suggestion').evaluateAll((l) => l.map((e) => e.dataset.command)),
+    ['retry_operation'],
+  );
+  assert.equal(await page.locator('.progress').getAttribute('data-state'), 'failed');
+
   await page.click('button:text("Retry")');
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 60_000 });
   assert.equal(await page.evaluate(() => window.__sameDocument), true, 'the page reloaded');

@@ -27,6 +27,18 @@ pub const PLAYBOOKS: &[(&str, &str)] = &[
         "delete-safely.md",
         include_str!("../../playbooks/delete-safely.md"),
     ),
+    (
+        "diagnose-failed-operation.md",
+        include_str!("../../playbooks/diagnose-failed-operation.md"),
+    ),
+    (
+        "diagnose-nccl.md",
+        include_str!("../../playbooks/diagnose-nccl.md"),
+    ),
+    (
+        "diagnose-node.md",
+        include_str!("../../playbooks/diagnose-node.md"),
+    ),
 ];
 
 /// What the agent is told before anything else: the three workflow rules.
@@ -35,7 +47,8 @@ Follow the playbook for the job (they are loaded as your resources) and three ru
 (1) Inspect before you create: list what exists and query regions, zones and instance types (the plan checks quotas), then offer the user choices. \
 (2) Ask the user only decision-level questions (Availability Zone, instance type, capacity type, counts), never about CIDRs, route tables or security groups. \
 (3) Follow every long operation to a final state with the status tool the mutating tool names (wait_operation), and report that state, never a submitted request as done. \
-Show the plan (dry_run: true) before every change, and for a deletion send back the confirmation the first call returned only once the user agrees.";
+Show the plan (dry_run: true) before every change, and for a deletion send back the confirmation the first call returned only once the user agrees. \
+When something fails, investigate read-only on your own (diagnose_operation) and offer its suggested commands for the user to approve; never run them unasked.";
 
 /// The registry's commands an agent may call without asking, and those it must ask for.
 fn split() -> (Vec<&'static CommandSpec>, Vec<&'static CommandSpec>) {

@@ -5,6 +5,7 @@
 pub mod call;
 pub mod clusters;
 pub mod command;
+pub mod diagnose;
 pub mod error;
 pub mod features;
 pub mod inference;
@@ -88,6 +89,9 @@ macro_rules! for_each_command {
             $crate::api::operations::WaitOperation,
             $crate::api::operations::RetryOperation,
             $crate::api::operations::CancelOperation,
+            $crate::api::diagnose::DiagnoseOperation,
+            $crate::api::diagnose::DiagnoseNode,
+            $crate::api::diagnose::DiagnoseTrainingJob,
             $crate::api::tokens::CreateToken,
             $crate::api::tokens::ListTokens,
             $crate::api::tokens::RevokeToken,

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod clusters;
 pub mod create;
+mod diagnosis;
 pub mod drift;
 pub mod features;
 pub mod gate;

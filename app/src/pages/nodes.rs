@@ -10,8 +10,11 @@ use std::collections::BTreeSet;
 use leptos::either::Either;
 use leptos::prelude::*;
 
+use super::diagnosis::DiagnosisView;
 use super::gate::{Gate, integer, text};
 use super::loading;
+use crate::api::call::call;
+use crate::api::diagnose::{DiagnoseNode, Diagnosis};
 use crate::api::nodes::{DeleteNodes, ListNodes, NodeDetail, NodeList, RebootNodes, ReplaceNodes};
 use crate::api::software::UpdateClusterSoftware;
 use crate::api::{ApiError, Command, decode};
@@ -33,7 +36,12 @@ pub struct NodesView {
     software: Gate,
     release: RwSignal<String>,
     batch_percent: RwSignal<String>,
+    /// The node diagnosed last, and its diagnosis once it came.
+    diagnosed: RwSignal<Option<(String, Option<Answer>)>>,
 }
+
+/// `diagnose_node`'s answer.
+type Answer = Result<Diagnosis, ApiError>;
 
 impl Default for NodesView {
     /// Inside the page's component (the actions take the router's navigation from there).
@@ -50,6 +58,7 @@ impl Default for NodesView {
             software: Gate::default(),
             release: RwSignal::new(String::new()),
             batch_percent: RwSignal::new("25".to_owned()),
+            diagnosed: RwSignal::new(None),
         }
     }
 }
@@ -192,6 +201,27 @@ pub fn NodesPanel(
 fn NodeTable(list: NodeList, view: NodesView, can_act: bool) -> impl IntoView {
     let counts = list.counts.clone();
     let next = list.next_page_token.clone();
+    let cluster = StoredValue::new(list.name.clone());
+    // Any role may ask: a diagnosis reads only.
+    let diagnose = move |node_id: String| {
+        view.diagnosed.set(Some((node_id.clone(), None)));
+        leptos::task::spawn_local(async move {
+            let request = decode::<DiagnoseNode>(
+                serde_json::json!({ "name": cluster.get_value(), "node_id": node_id }),
+            );
+            let answer = match request {
+                Ok(r) => call(&r).await,
+                Err(e) => Err(e),
+            };
+            view.diagnosed.update(|d| {
+                if let Some((id, found)) = d
+                    && *id == node_id
+                {
+                    *found = Some(answer);
+                }
+            });
+        });
+    };
     let rows = StoredValue::new(list.nodes);
     let sorted = move || {
         let (column, ascending) = view.sort.get();
@@ -292,6 +322,15 @@ fn NodeTable(list: NodeList, view: NodesView, can_act: bool) -> impl IntoView {
                                             None => Either::Right(view! { <span class="muted">"not in Kubernetes"</span> }),
                                         }}
                                         {(n.ready == Some(false)).then(|| view! { <span class="muted">" NotReady"</span> })}
+                                        {(n.health_label.as_deref() != Some("Schedulable") || n.ready != Some(true)).then(|| {
+                                            let id = n.node_id.clone();
+                                            view! {
+                                                " "
+                                                <button type="button" class="diagnose-node" on:click=move |_| diagnose(id.clone())>
+                                                    "Diagnose"
+                                                </button>
+                                            }
+                                        })}
                                     </td>
                                     <td class="gpus">{gpus(&n)}</td>
                                     <td>{n.availability_zone.clone().unwrap_or_else(|| "—".into())}</td>
@@ -308,6 +347,16 @@ fn NodeTable(list: NodeList, view: NodesView, can_act: bool) -> impl IntoView {
                 </div>
             })
         }}
+        {move || view.diagnosed.get().map(|(id, found)| view! {
+            <section class="panel node-diagnosis" data-node=id.clone() aria-live="polite">
+                <h3>"Diagnosis of " <span class="mono">{id.clone()}</span></h3>
+                {match found {
+                    None => Either::Left(loading()),
+                    Some(Ok(found)) => Either::Right(Either::Left(view! { <DiagnosisView found/> })),
+                    Some(Err(error)) => Either::Right(Either::Right(view! { <ErrorPanel error/> })),
+                }}
+            </section>
+        })}
         <nav class="pager" aria-label="Node pages">
             {move || view.pages.with(|p| !p.is_empty()).then(|| view! {
                 <button type="button" class="previous-page" on:click=move |_| {

@@ -6,9 +6,11 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
+use super::diagnosis::DiagnosisView;
 use super::operations::{operation_resource, use_operation_id};
 use super::{StateBadge, loading};
 use crate::api::call::call;
+use crate::api::diagnose::{DiagnoseOperation, Diagnosis};
 use crate::api::operations::{CancelOperation, Operation, RetryOperation, Stage};
 use crate::api::{ApiError, Role};
 use crate::live::use_live;
@@ -165,12 +167,14 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
                     } else {
                         ""
                     };
+                    let id = o.operation_id.clone();
                     Some(match at {
                         // The details are shown with the stage; say where to look.
                         Some(title) => Either::Left(view! {
                             <div class="panel failure" role="alert">
                                 <h2>"Failed at: " {title}</h2>
                                 <p class="muted">{format!("The failing call and the provider's message are shown with the stage below.{retry_note}")}</p>
+                                <DiagnosisPanel operation_id=id/>
                             </div>
                         }
                         ),
@@ -218,6 +222,30 @@ fn ProgressPanel(loaded: Operation) -> impl IntoView {
                 </p>
             </Show>
         </div>
+    }
+}
+
+/// `diagnose_operation` on demand, its answer shown by [`DiagnosisView`].
+#[component]
+fn DiagnosisPanel(operation_id: String) -> impl IntoView {
+    let found = RwSignal::new(None::<Result<Diagnosis, ApiError>>);
+    let busy = RwSignal::new(false);
+    let diagnose = move |_| {
+        let operation_id = operation_id.clone();
+        busy.set(true);
+        leptos::task::spawn_local(async move {
+            found.set(Some(call(&DiagnoseOperation { operation_id }).await));
+            busy.set(false);
+        });
+    };
+    view! {
+        <button class="diagnose" type="button" on:click=diagnose disabled=move || busy.get()>
+            "Diagnose"
+        </button>
+        {move || found.get().map(|answer| match answer {
+            Err(e) => Either::Left(view! { <ErrorDetail error=e/> }),
+            Ok(found) => Either::Right(view! { <DiagnosisView found/> }),
+        })}
     }
 }
 

@@ -8,11 +8,13 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
+use super::diagnosis::DiagnosisView;
 use super::gate::{Gate, integer, text};
 use super::{StateBadge, Table, loading};
 use crate::api::ApiError;
 use crate::api::call::call;
 use crate::api::command::Role;
+use crate::api::diagnose::{DiagnoseTrainingJob, Diagnosis};
 use crate::api::mlflow::{CreateMlflowTrackingServer, TrackingServer};
 use crate::api::training::{
     CheckTrainingJob, GetTrainingJob, GetTrainingJobMetrics, JobTracking, ListTrainingJobs,
@@ -189,6 +191,20 @@ fn JobDetail(cluster: String, job: String) -> impl IntoView {
             call(&GetTrainingJob { name, job }).await
         },
     );
+    // What ails the job, on demand: it reads every pod's log.
+    let found = RwSignal::new(None::<Result<Diagnosis, ApiError>>);
+    let diagnosing = RwSignal::new(false);
+    let diagnose = move |_| {
+        diagnosing.set(true);
+        leptos::task::spawn_local(async move {
+            let answer = match job_of(&cluster.get_value(), &job.get_value()) {
+                Ok((name, job)) => call(&DiagnoseTrainingJob { name, job }).await,
+                Err(e) => Err(e),
+            };
+            found.set(Some(answer));
+            diagnosing.set(false);
+        });
+    };
     let shown = move || {
         Suspend::new(async move {
             match got.await {
@@ -203,7 +219,12 @@ fn JobDetail(cluster: String, job: String) -> impl IntoView {
             <Transition fallback=loading>{shown}</Transition>
             <div class="actions">
                 <button type="button" class="refresh-job" on:click=move |_| reads.update(|n| *n += 1)>"Refresh"</button>
+                <button type="button" class="diagnose-job" on:click=diagnose disabled=move || diagnosing.get()>"Diagnose"</button>
             </div>
+            {move || found.get().map(|answer| match answer {
+                Ok(found) => Either::Left(view! { <DiagnosisView found/> }),
+                Err(error) => Either::Right(view! { <ErrorPanel error/> }),
+            })}
         </div>
     }
 }

@@ -6,6 +6,7 @@
 //! groups' counts, as HyperPod does: each deletion's `settle` folds them into what the
 //! cluster is meant to be, so drift does not bring them back.
 
+pub mod diagnose;
 pub mod list;
 pub mod view;
 

@@ -5,6 +5,7 @@
 
 pub mod commands;
 pub mod control;
+pub mod diagnose;
 pub mod pipeline;
 pub mod preview;
 pub mod submit;

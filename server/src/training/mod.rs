@@ -7,6 +7,7 @@
 
 pub mod check;
 pub mod delete;
+pub mod diagnose;
 pub mod job;
 pub mod ledger;
 pub mod logs;

@@ -92,6 +92,17 @@ fn get_job(hypd: &Hypd, token: &str, name: &str, job: &str) -> Value {
     got
 }
 
+fn diagnosis(hypd: &Hypd, token: &str, name: &str, job: &str) -> Value {
+    let (status, found) = hypd.call(
+        token,
+        Method::GET,
+        &format!("/api/v1/clusters/{name}/training-jobs/{job}/diagnosis"),
+        None,
+    );
+    assert_eq!(status, 200, "{found}");
+    found
+}
+
 fn wait_for_job(
     hypd: &Hypd,
     token: &str,
@@ -327,16 +338,98 @@ fn a_training_job_runs_spends_its_budget_as_the_ledger_shows_and_is_deleted() {
         "{got:#}"
     );
 
-    // Failing for good: the job fails with the reason.
-    rt.block_on(annotate(
-        &world,
-        name,
-        "sft",
-        json!({"sim.hypd.dev/failures": null}),
-    ));
+    // Failing for good: pod 1's collective hangs, NCCL's watchdog (the job's process
+    // group times out after 30 s, before its hang rule's 120 s) takes the process down
+    // (exit 134) and the job fails with the reason; its pods stay, logs and all.
+    let before = diagnosis(&hypd, &token, name, "sft");
+    assert!(
+        before["suggestions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["command"] == "diagnose_node"),
+        "the nodes of its restarts only: {before:#}"
+    );
+    rt.block_on(async {
+        let client = kube_client(&world, name).await;
+        Api::<Pod>::namespaced(client, "default")
+            .patch(
+                "sft-pod-1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "sim.hypd.dev/nccl-timeout-after-seconds": "1",
+                    "sim.hypd.dev/nccl-timeout-seconds": "30",
+                }}})),
+            )
+            .await
+            .unwrap();
+    });
     let got = wait_for_job(&hypd, &token, name, "sft", "the budget spent", |j| {
         j["phase"] == "failed"
     });
+    // What ails it, read only: the watchdog's line with its pod, node, place and time,
+    // the abort's exit code; the next reads are the node's diagnosis and the log.
+    let unchanged = || {
+        let mut job = get_job(&hypd, &token, name, "sft");
+        job["fetched_at"] = Value::Null;
+        job
+    };
+    let before = unchanged();
+    let found = diagnosis(&hypd, &token, name, "sft");
+    assert_eq!(unchanged(), before, "a diagnosis changed the job");
+    let timed_out = found["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["summary"]
+                .as_str()
+                .unwrap()
+                .starts_with("an NCCL collective timed out in pod sft-pod-1 on i-")
+        })
+        .unwrap_or_else(|| panic!("{found:#}"));
+    assert_eq!(timed_out["severity"], "error");
+    assert!(
+        timed_out["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("[Rank 1] Watchdog caught collective operation timeout"),
+        "{timed_out}"
+    );
+    assert!(
+        found
+            .to_string()
+            .contains("pod sft-pod-1 exited with code 134: SIGABRT"),
+        "{found:#}"
+    );
+    // First the node under the rank that timed out, last the log before it; only reads.
+    let suggestions = found["suggestions"].as_array().unwrap();
+    let on = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("sft-pod-1"))
+        .and_then(|p| p.spec.as_ref()?.node_name.clone())
+        .unwrap();
+    assert_eq!(
+        (
+            &suggestions[0]["command"],
+            &suggestions[0]["arguments"]["node_id"]
+        ),
+        (
+            &json!("diagnose_node"),
+            &json!(on.trim_start_matches("hyperpod-"))
+        ),
+        "{found:#}"
+    );
+    let last = suggestions.last().unwrap();
+    assert_eq!(
+        (&last["command"], &last["arguments"]["pod"]),
+        (&json!("get_training_job_logs"), &json!("sft-pod-1")),
+        "{found:#}"
+    );
+    assert!(
+        suggestions.iter().all(|s| s["effect"] == "read_only"),
+        "{found:#}"
+    );
     let failed_with = got["conditions"]
         .as_array()
         .unwrap()
