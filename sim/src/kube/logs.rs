@@ -32,6 +32,10 @@ pub const HANG_ANNOTATION: &str = "sim.hypd.dev/hang-after-seconds";
 pub const NCCL_TIMEOUT_ANNOTATION: &str = "sim.hypd.dev/nccl-timeout-after-seconds";
 /// PyTorch's default process-group timeout (10 minutes).
 pub const NCCL_TIMEOUT_SECS: f64 = 600.0;
+/// Pod annotation: the process group's timeout in sim seconds, when the job set its own
+/// (`init_process_group(timeout=…)`, the HF Trainer's `ddp_timeout`); default
+/// [`NCCL_TIMEOUT_SECS`].
+pub const NCCL_PG_TIMEOUT_ANNOTATION: &str = "sim.hypd.dev/nccl-timeout-seconds";
 /// Lines PyTorch prints as the watchdog takes the process down (see [`watchdog_line`]).
 const WATCHDOG_LINES: u64 = 5;
 /// The watchdog thread's id in glog's prefix: any number, as long as it stays put.
@@ -61,6 +65,8 @@ struct Source {
 #[derive(Clone, Copy, Debug)]
 struct Watchdog {
     at: f64,
+    /// The process group's timeout it gave up after, in seconds.
+    timeout: f64,
     /// The process's rank: the index at the end of its pod's name, as the training
     /// operator names replicas (`<job>-pod-<index>`).
     rank: u64,
@@ -165,7 +171,7 @@ fn watchdog_line(w: Watchdog, seq: u64, k: u64) -> String {
             &t[11..19]
         )
     };
-    let timeout_ms = (NCCL_TIMEOUT_SECS * 1000.0) as u64;
+    let timeout_ms = (w.timeout * 1000.0) as u64;
     match k {
         0 => format!(
             "{} [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=131072, NumelOut=131072, Timeout(ms)={timeout_ms}) ran for {} milliseconds before timing out.",
@@ -281,6 +287,7 @@ fn source(pod: &Value, container: Option<&str>) -> Result<Source, Status> {
     // It prints as the process goes down: at the end, as the status records it.
     let watchdog = end.filter(|_| watchdog_ends(pod)).map(|at| Watchdog {
         at,
+        timeout: pg_timeout(pod),
         rank: rank(name),
     });
     Ok(Source {
@@ -307,7 +314,14 @@ fn seconds(pod: &Value, annotation: &str) -> Option<f64> {
 pub fn nccl_timeout(pod: &Value) -> Option<f64> {
     seconds(pod, NCCL_TIMEOUT_ANNOTATION)
         .filter(|s| s.is_finite())
-        .map(|after| after + NCCL_TIMEOUT_SECS)
+        .map(|after| after + pg_timeout(pod))
+}
+
+/// The process group's timeout of pod `pod`'s processes, in sim seconds.
+fn pg_timeout(pod: &Value) -> f64 {
+    seconds(pod, NCCL_PG_TIMEOUT_ANNOTATION)
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(NCCL_TIMEOUT_SECS)
 }
 
 /// Whether pod `pod`'s container ends by NCCL's watchdog: a collective hangs, and nothing
@@ -470,6 +484,21 @@ mod tests {
             "spec": {"containers": [{"name": "main"}], "restartPolicy": "Never"},
             "status": {"containerStatuses": [{"name": "main", "state": state}]}
         })
+    }
+
+    #[test]
+    fn a_job_with_its_own_process_group_timeout_is_taken_down_after_it() {
+        let mut pod = hung_collective(json!({"running": {"startedAt": "2026-12-06T05:01:39Z"}}));
+        pod["metadata"]["annotations"][NCCL_PG_TIMEOUT_ANNOTATION] = json!("45");
+        assert_eq!(nccl_timeout(&pod), Some(75.0));
+        let t0 = parse_rfc3339("2026-12-06T05:01:39Z").unwrap();
+        let src = source(&pod, None).unwrap();
+        assert_eq!((src.count_at(t0 + 74.0), src.count_at(t0 + 75.0)), (31, 36));
+        let text = String::from_utf8(render(&src, 31, 32, false).to_vec()).unwrap();
+        assert!(
+            text.contains("Timeout(ms)=45000) ran for 45041 milliseconds"),
+            "{text}"
+        );
     }
 
     #[test]
