@@ -14,6 +14,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+import playbook_flow
 from conftest import HYPD, kubectl
 
 INSPECTION = ["whoami", "list_regions", "list_availability_zones", "list_instance_types", "list_clusters"]
@@ -1641,6 +1642,62 @@ ACCEPTED = [
     ("list_operations", {"state": "running", "target": "cluster/ml-1"}),
     ("list_clusters", {}),
 ]
+
+
+async def playbooks_as_written(server):
+    """The workflow playbooks run as their `flow` declares, by a scripted agent over
+    `hypd mcp` (stdio): create-cluster makes a cluster the sandbox shows active,
+    delete-safely takes it away again; each run keeps the order every workflow keeps
+    (inspect, plan, apply, follow to the end), and the same run with a step left out, or
+    a confirmation it was not given, breaks it."""
+    name = "pb-flow"
+    group = {"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
+    where = {"region": "us-east-1", "availability_zone": "us-east-1a"}
+    async with Client(server) as client:
+        listed = (await client.list_tools()).tools
+
+        def effect(t):
+            a = t.annotations
+            return "read_only" if a.read_only_hint else "mutating" if a.destructive_hint is False else "destructive"
+        effects = {t.name: effect(t) for t in listed}
+
+        made = await playbook_flow.run(client, "create-cluster", {
+            "list_availability_zones": {"region": where["region"]},
+            "list_instance_types": {**where, "accelerated_only": True},
+            "create_cluster": {"name": name, **where, "instance_groups": [group]},
+            "get_cluster": {"name": name},
+        })
+        assert playbook_flow.check(made, effects, {}) is None, [c.tool for c in made]
+        assert [c.tool for c in made][:5] == ["whoami", "list_clusters", "list_regions",
+                                               "list_availability_zones", "list_instance_types"]
+        assert made[-2].answer["operation"]["state"] == "succeeded", made[-2].answer
+        assert made[-1].answer["status"] == "active", made[-1].answer
+
+        gone = await playbook_flow.run(client, "delete-safely", {
+            tool: {"name": name} for tool in ("get_cluster", "list_endpoints", "list_training_jobs", "delete_cluster")})
+        assert playbook_flow.check(gone, effects, {}) is None, [c.tool for c in gone]
+        assert gone[-2].answer["operation"]["state"] == "succeeded", gone[-2].answer
+        assert name not in [c["name"] for c in gone[-1].answer["clusters"]], gone[-1].answer
+
+    # A run that skips a step, or applies what it was not given, is refused.
+    def without(trace, drop):
+        return [c for c in trace if not drop(c)]
+    broken = {
+        "applied without its plan first": without(made, lambda c: c.args.get("dry_run") is True),
+        "was followed to its end": without(made, lambda c: c.tool == "wait_operation") + gone,
+        "never followed to its end": without(gone, lambda c: c.tool == "wait_operation"),
+        "before anything was inspected": without(made, lambda c: effects[c.tool] == "read_only"),
+        "without the confirmation its plan answered": [
+            playbook_flow.Call(c.tool, {**c.args, "confirmation": "forged"} if "confirmation" in c.args else c.args, c.answer)
+            for c in gone],
+    }
+    for why, trace in broken.items():
+        said = playbook_flow.check(trace, effects, {})
+        assert said and why in said, (why, said)
+
+
+def test_workflow_playbooks_run_as_written_and_in_order(hypd):
+    anyio.run(playbooks_as_written, stdio_transport(hypd, hypd.admin_token))
 
 
 def test_tools_are_compact_and_check_what_decode_checks(hypd):

@@ -282,6 +282,125 @@ mod tests {
         steps
     }
 
+    /// One call of a playbook's declared `flow`: a tool, as a plan (`tool(dry_run)` for a
+    /// mutation; a destructive tool's bare first call), as an apply (a mutation's bare
+    /// call, `tool(confirmation)` for a destructive one) or as a read.
+    struct Step {
+        tool: String,
+        marker: Option<String>,
+    }
+
+    /// A workflow playbook's `flow: a, b > c(dry_run) > c > wait_operation`: phases in
+    /// the order they must run, the calls of one phase in any order.
+    fn flow(line: &str) -> Vec<Vec<Step>> {
+        line.split('>')
+            .map(|phase| {
+                phase
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(|c| match c.split_once('(') {
+                        Some((tool, rest)) => Step {
+                            tool: tool.trim().to_owned(),
+                            marker: Some(rest.trim_end_matches(')').trim().to_owned()),
+                        },
+                        None => Step {
+                            tool: c.to_owned(),
+                            marker: None,
+                        },
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// What a declared flow breaks of the order every workflow keeps: inspect before any
+    /// change, the plan of a change before it is applied, every applied change followed
+    /// by the tool that decides it before the next change and before the end; and every
+    /// tool it names is one the steps call.
+    fn flow_problems(file: &str, line: &str, body_tools: &[String]) -> Vec<String> {
+        let mut found = Vec::new();
+        let phases = flow(line);
+        let mut read = false;
+        let mut planned: Vec<&str> = Vec::new();
+        let mut open: Option<(&str, &str)> = None;
+        for (n, phase) in phases.iter().enumerate() {
+            let mut follows = false;
+            for step in phase {
+                let Some(spec) = COMMANDS
+                    .iter()
+                    .map(|c| &c.spec)
+                    .find(|s| s.name == step.tool)
+                else {
+                    found.push(format!("{file} flow phase {n}: no tool {}", step.tool));
+                    continue;
+                };
+                if !body_tools.contains(&step.tool) {
+                    found.push(format!(
+                        "{file} flow phase {n}: {} is in the flow but no step calls it",
+                        step.tool
+                    ));
+                }
+                let marker = step.marker.as_deref();
+                let (plan, apply) = match (spec.effect, marker) {
+                    (Effect::ReadOnly, None) => (false, false),
+                    (Effect::Mutating, Some("dry_run")) => (true, false),
+                    (Effect::Mutating, None) => (false, true),
+                    (Effect::Destructive, None) => (true, false),
+                    (Effect::Destructive, Some("confirmation")) => (false, true),
+                    (_, Some(m)) => {
+                        found.push(format!(
+                            "{file} flow phase {n}: {}({m}) is not a plan or an apply of it",
+                            step.tool
+                        ));
+                        continue;
+                    }
+                };
+                let status = spec.status_command.unwrap_or("wait_operation");
+                if let Some((_, waits)) = open
+                    && (step.tool == waits || step.tool == "wait_operation")
+                {
+                    follows = true;
+                }
+                if spec.effect == Effect::ReadOnly {
+                    read = true;
+                    continue;
+                }
+                if !read {
+                    found.push(format!(
+                        "{file} flow phase {n}: {} before anything is inspected",
+                        step.tool
+                    ));
+                }
+                if let Some((tool, _)) = open {
+                    found.push(format!(
+                        "{file} flow phase {n}: {} before {tool} is followed to its end",
+                        step.tool
+                    ));
+                }
+                if plan {
+                    planned.push(&step.tool);
+                }
+                if apply {
+                    if !planned.contains(&step.tool.as_str()) {
+                        found.push(format!(
+                            "{file} flow phase {n}: {} applied before its plan",
+                            step.tool
+                        ));
+                    }
+                    open = Some((&step.tool, status));
+                }
+            }
+            if follows {
+                open = None;
+            }
+        }
+        if let Some((tool, _)) = open {
+            found.push(format!("{file} flow: {tool} is never followed to its end"));
+        }
+        found
+    }
+
     fn arguments(spec: &CommandSpec) -> Vec<String> {
         let entry = COMMANDS
             .iter()
@@ -327,6 +446,16 @@ mod tests {
                 }
             }
             _ => found.push(format!("{file}: no major.minor.patch version")),
+        }
+        let body_tools: Vec<String> = steps(body)
+            .iter()
+            .flat_map(|s| calls(s))
+            .map(|c| c.tool)
+            .collect();
+        match (field("kind"), field("flow")) {
+            (Some("workflow"), Some(line)) => found.extend(flow_problems(file, line, &body_tools)),
+            (Some("workflow"), None) => found.push(format!("{file}: a workflow declares its flow")),
+            _ => {}
         }
         for (n, step) in steps(body).iter().enumerate() {
             for call in calls(step) {
@@ -397,7 +526,12 @@ mod tests {
             good.replace("`list_regions()`", "`list_regionz()`"),
             good.replace("`whoami()`", "`whoami(verbose=true)`"),
             good.replace(", then `wait_operation(operation_id)`", ""),
-            good.replace("version: 1.0.0", "version: 1.1.0"),
+            good.replace("version: 1.1.0", "version: 1.2.0"),
+            // The flow may not skip the plan, the follow-up, or the inspection.
+            good.replace(" > create_cluster(dry_run)", ""),
+            good.replace(" > wait_operation", ""),
+            good.replace("whoami, list_clusters, list_regions > list_availability_zones, list_instance_types > ", ""),
+            good.replace("flow: ", "flaw: "),
         ];
         for text in &broken {
             assert!(!problems(PLAYBOOKS[0].0, text).is_empty(), "{text}");
