@@ -2,7 +2,8 @@
 written by a scripted agent (no language model) over MCP, and the order every run must
 keep checked on the calls it made. The grammar is the one server/src/agent.rs checks
 statically: phases separated by `>`, the calls of a phase by `,`; `tool(dry_run)` plans a
-mutation, a destructive tool's bare call plans it, `tool(confirmation)` applies it."""
+change, a destructive tool's bare call plans it (or, after a dry run, applies it when it
+destroys nothing), `tool(confirmation)` applies it."""
 
 import json
 import pathlib
@@ -93,14 +94,17 @@ def check(trace, effects, status_tools):
         if following:
             return f"{c.tool} before operation {following[0]} was followed to its end"
         bare = {k: v for k, v in c.args.items() if k not in ("dry_run", "confirmation")}
-        is_plan = c.args.get("dry_run") is True or (effect == "destructive" and "confirmation" not in c.args)
+        # A destructive tool's first call is its plan unless its gate let it through (it
+        # destroys nothing): then it answers with the operation.
+        is_plan = c.args.get("dry_run") is True or (
+            effect == "destructive" and "confirmation" not in c.args and "operation_id" not in c.answer)
         if is_plan:
             planned.append((c.tool, bare, c.answer.get("confirmation")))
             continue
         plan = next((p for p in reversed(planned) if p[0] == c.tool and p[1] == bare), None)
         if plan is None:
             return f"{c.tool} applied without its plan first"
-        if effect == "destructive" and c.args.get("confirmation") != plan[2]:
+        if effect == "destructive" and "confirmation" in c.args and c.args["confirmation"] != plan[2]:
             return f"{c.tool} applied without the confirmation its plan answered"
         if "operation_id" in c.answer:
             following = (c.answer["operation_id"], status_tools.get(c.tool) or "wait_operation")

@@ -1647,7 +1647,8 @@ ACCEPTED = [
 async def playbooks_as_written(server):
     """The workflow playbooks run as their `flow` declares, by a scripted agent over
     `hypd mcp` (stdio): create-cluster makes a cluster the sandbox shows active,
-    delete-safely takes it away again; each run keeps the order every workflow keeps
+    add-instance-group, enable-features and download-model grow it, delete-safely takes
+    it away again; each run keeps the order every workflow keeps
     (inspect, plan, apply, follow to the end), and the same run with a step left out, or
     a confirmation it was not given, breaks it."""
     name = "pb-flow"
@@ -1672,6 +1673,24 @@ async def playbooks_as_written(server):
                                                "list_availability_zones", "list_instance_types"]
         assert made[-2].answer["operation"]["state"] == "succeeded", made[-2].answer
         assert made[-1].answer["status"] == "active", made[-1].answer
+
+        # Then the cluster's other workflows, each as its playbook declares it.
+        grown = await playbook_flow.run(client, "add-instance-group", {
+            "list_instance_groups": {"name": name},
+            "list_instance_types": {"availability_zone": where["availability_zone"], "accelerated_only": True},
+            "add_instance_group": {"name": name, "group": {**group, "name": "spot", "capacity": {"type": "spot"}}},
+        })
+        enabled = await playbook_flow.run(client, "enable-features", {
+            "get_features": {"name": name}, "update_features": {"name": name, "training_operator": True}})
+        fetched = await playbook_flow.run(client, "download-model", {
+            "list_storage": {"name": name}, "list_models": {"name": name},
+            "download_model": {"name": name, "model": "Qwen/Qwen2.5-0.5B"}})
+        for trace in (grown, enabled, fetched):
+            assert playbook_flow.check(trace, effects, {}) is None, [c.tool for c in trace]
+            assert trace[-2].answer["operation"]["state"] == "succeeded", trace[-2].answer
+        assert "spot" in [g["name"] for g in grown[-1].answer["instance_groups"]], grown[-1].answer
+        assert [f["enabled"] for f in enabled[-1].answer["features"] if f["feature"] == "training_operator"] == [True]
+        assert "Qwen/Qwen2.5-0.5B" in [m["model"] for m in fetched[-1].answer["models"]], fetched[-1].answer
 
         gone = await playbook_flow.run(client, "delete-safely", {
             tool: {"name": name} for tool in ("get_cluster", "list_endpoints", "list_training_jobs", "delete_cluster")})

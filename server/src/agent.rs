@@ -20,6 +20,10 @@ pub const SERVER: &str = "hypd";
 /// The playbooks, compiled in so `hypd agent install` works from any directory.
 pub const PLAYBOOKS: &[(&str, &str)] = &[
     (
+        "add-instance-group.md",
+        include_str!("../../playbooks/add-instance-group.md"),
+    ),
+    (
         "create-cluster.md",
         include_str!("../../playbooks/create-cluster.md"),
     ),
@@ -38,6 +42,14 @@ pub const PLAYBOOKS: &[(&str, &str)] = &[
     (
         "diagnose-node.md",
         include_str!("../../playbooks/diagnose-node.md"),
+    ),
+    (
+        "download-model.md",
+        include_str!("../../playbooks/download-model.md"),
+    ),
+    (
+        "enable-features.md",
+        include_str!("../../playbooks/enable-features.md"),
     ),
 ];
 
@@ -282,9 +294,10 @@ mod tests {
         steps
     }
 
-    /// One call of a playbook's declared `flow`: a tool, as a plan (`tool(dry_run)` for a
-    /// mutation; a destructive tool's bare first call), as an apply (a mutation's bare
-    /// call, `tool(confirmation)` for a destructive one) or as a read.
+    /// One call of a playbook's declared `flow`: a tool, as a plan (`tool(dry_run)`; a
+    /// destructive tool's bare first call), as an apply (a mutation's bare call, a
+    /// destructive one's `tool(confirmation)` or its bare call after a dry run) or as a
+    /// read.
     struct Step {
         tool: String,
         marker: Option<String>,
@@ -346,7 +359,14 @@ mod tests {
                     (Effect::ReadOnly, None) => (false, false),
                     (Effect::Mutating, Some("dry_run")) => (true, false),
                     (Effect::Mutating, None) => (false, true),
-                    (Effect::Destructive, None) => (true, false),
+                    (Effect::Destructive, Some("dry_run")) => (true, false),
+                    // A destructive tool's bare call is its plan, unless it was planned
+                    // with dry_run: then it applies (its gate asks for a confirmation
+                    // only when the change destroys something).
+                    (Effect::Destructive, None) => {
+                        let applies = planned.contains(&step.tool.as_str());
+                        (!applies, applies)
+                    }
                     (Effect::Destructive, Some("confirmation")) => (false, true),
                     (_, Some(m)) => {
                         found.push(format!(
@@ -521,7 +541,10 @@ mod tests {
 
     #[test]
     fn the_drift_check_catches_what_a_careless_edit_would_write() {
-        let good = PLAYBOOKS[0].1;
+        let (file, good) = *PLAYBOOKS
+            .iter()
+            .find(|(f, _)| *f == "create-cluster.md")
+            .expect("listed");
         let broken = [
             good.replace("`list_regions()`", "`list_regionz()`"),
             good.replace("`whoami()`", "`whoami(verbose=true)`"),
@@ -534,9 +557,9 @@ mod tests {
             good.replace("flow: ", "flaw: "),
         ];
         for text in &broken {
-            assert!(!problems(PLAYBOOKS[0].0, text).is_empty(), "{text}");
+            assert!(!problems(file, text).is_empty(), "{text}");
         }
-        assert!(problems(PLAYBOOKS[0].0, good).is_empty());
+        assert!(problems(file, good).is_empty());
     }
 
     #[test]
