@@ -1647,8 +1647,8 @@ ACCEPTED = [
 async def playbooks_as_written(server):
     """The workflow playbooks run as their `flow` declares, by a scripted agent over
     `hypd mcp` (stdio): create-cluster makes a cluster the sandbox shows active,
-    add-instance-group, enable-features and download-model grow it, delete-safely takes
-    it away again; each run keeps the order every workflow keeps
+    add-instance-group, enable-features, download-model, submit-training-job and
+    deploy-model-server grow it and put it to work, delete-safely takes it away again; each run keeps the order every workflow keeps
     (inspect, plan, apply, follow to the end), and the same run with a step left out, or
     a confirmation it was not given, breaks it."""
     name = "pb-flow"
@@ -1685,7 +1685,24 @@ async def playbooks_as_written(server):
         fetched = await playbook_flow.run(client, "download-model", {
             "list_storage": {"name": name}, "list_models": {"name": name},
             "download_model": {"name": name, "model": "Qwen/Qwen2.5-0.5B"}})
-        for trace in (grown, enabled, fetched):
+        # A PyTorch job on the gpu group (its script uploaded first), a vLLM server of the
+        # downloaded model on the spot group.
+        script = base64.b64encode(b"import torch\nprint('training')\n").decode()
+        await client.call_tool("upload_storage_file", {"name": name, "storage": "shared-s3",
+                                                       "key": "scripts/train.py", "content_base64": script})
+        job = {"name": name, "job": "pb-train", "instance_group": "gpu",
+               "recipe": {"kind": "pytorch", "script": "/s3/scripts/train.py"}}
+        trained = await playbook_flow.run(client, "submit-training-job", {
+            "list_training_jobs": {"name": name}, "check_training_job": job, "submit_training_job": job,
+            "get_training_job": {"name": name, "job": "pb-train"}})
+        served = await playbook_flow.run(client, "deploy-model-server", {
+            "list_models": {"name": name}, "list_endpoints": {"name": name},
+            "deploy_model_server": {"name": name, "endpoint": "pb-chat", "engine": "vllm", "instance_group": "spot",
+                                    "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen"},
+            "invoke_endpoint": {"name": name, "endpoint": "pb-chat", "messages": [{"role": "user", "content": "Hi"}]}})
+        assert trained[-1].answer["phase"] == "running", trained[-1].answer
+        assert served[-1].answer["model"] == "qwen" and served[-1].answer["answer"], served[-1].answer
+        for trace in (grown, enabled, fetched, trained, served):
             assert playbook_flow.check(trace, effects, {}) is None, [c.tool for c in trace]
             assert trace[-2].answer["operation"]["state"] == "succeeded", trace[-2].answer
         assert "spot" in [g["name"] for g in grown[-1].answer["instance_groups"]], grown[-1].answer

@@ -32,6 +32,10 @@ pub const PLAYBOOKS: &[(&str, &str)] = &[
         include_str!("../../playbooks/delete-safely.md"),
     ),
     (
+        "deploy-model-server.md",
+        include_str!("../../playbooks/deploy-model-server.md"),
+    ),
+    (
         "diagnose-failed-operation.md",
         include_str!("../../playbooks/diagnose-failed-operation.md"),
     ),
@@ -50,6 +54,10 @@ pub const PLAYBOOKS: &[(&str, &str)] = &[
     (
         "enable-features.md",
         include_str!("../../playbooks/enable-features.md"),
+    ),
+    (
+        "submit-training-job.md",
+        include_str!("../../playbooks/submit-training-job.md"),
     ),
 ];
 
