@@ -1647,8 +1647,8 @@ ACCEPTED = [
 async def playbooks_as_written(server):
     """The workflow playbooks run as their `flow` declares, by a scripted agent over
     `hypd mcp` (stdio): create-cluster makes a cluster the sandbox shows active,
-    add-instance-group, enable-features, download-model, submit-training-job and
-    deploy-model-server grow it and put it to work, delete-safely takes it away again; each run keeps the order every workflow keeps
+    add-instance-group, enable-features, download-model, submit-training-job and the
+    three deploy playbooks grow it and put it to work, delete-safely takes it away again; each run keeps the order every workflow keeps
     (inspect, plan, apply, follow to the end), and the same run with a step left out, or
     a confirmation it was not given, breaks it."""
     name = "pb-flow"
@@ -1678,10 +1678,12 @@ async def playbooks_as_written(server):
         grown = await playbook_flow.run(client, "add-instance-group", {
             "list_instance_groups": {"name": name},
             "list_instance_types": {"availability_zone": where["availability_zone"], "accelerated_only": True},
-            "add_instance_group": {"name": name, "group": {**group, "name": "spot", "capacity": {"type": "spot"}}},
+            "add_instance_group": {"name": name, "group": {**group, "name": "spot", "instance_count": 3,
+                                                           "capacity": {"type": "spot"}}},
         })
         enabled = await playbook_flow.run(client, "enable-features", {
-            "get_features": {"name": name}, "update_features": {"name": name, "training_operator": True}})
+            "get_features": {"name": name},
+            "update_features": {"name": name, "training_operator": True, "inference_operator": True}})
         fetched = await playbook_flow.run(client, "download-model", {
             "list_storage": {"name": name}, "list_models": {"name": name},
             "download_model": {"name": name, "model": "Qwen/Qwen2.5-0.5B"}})
@@ -1700,9 +1702,24 @@ async def playbooks_as_written(server):
             "deploy_model_server": {"name": name, "endpoint": "pb-chat", "engine": "vllm", "instance_group": "spot",
                                     "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen"},
             "invoke_endpoint": {"name": name, "endpoint": "pb-chat", "messages": [{"role": "user", "content": "Hi"}]}})
+        # The same model through the inference operator, then a catalogue model; each on
+        # a spot node of its own.
+        hello = [{"role": "user", "content": "Hi"}]
+        managed = await playbook_flow.run(client, "deploy-inference-endpoint", {
+            "get_features": {"name": name}, "list_models": {"name": name}, "list_endpoints": {"name": name},
+            "deploy_inference_endpoint": {
+                "name": name, "endpoint": "pb-kv", "engine": "vllm", "instance_group": "spot", "routing": "kv_aware",
+                "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B --served-model-name qwen"},
+            "invoke_endpoint": {"name": name, "endpoint": "pb-kv", "messages": hello}})
+        catalogue = await playbook_flow.run(client, "deploy-jumpstart-model", {
+            "list_jumpstart_models": {"name": name, "search": "qwen"}, "list_endpoints": {"name": name},
+            "deploy_jumpstart_model": {"name": name, "endpoint": "pb-js", "instance_group": "spot",
+                                       "model_id": "huggingface-llm-qwen2-5-7b-instruct"},
+            "invoke_endpoint": {"name": name, "endpoint": "pb-js", "messages": hello}})
+        assert managed[-1].answer["answer"] and catalogue[-1].answer["answer"], (managed[-1].answer, catalogue[-1].answer)
         assert trained[-1].answer["phase"] == "running", trained[-1].answer
         assert served[-1].answer["model"] == "qwen" and served[-1].answer["answer"], served[-1].answer
-        for trace in (grown, enabled, fetched, trained, served):
+        for trace in (grown, enabled, fetched, trained, served, managed, catalogue):
             assert playbook_flow.check(trace, effects, {}) is None, [c.tool for c in trace]
             assert trace[-2].answer["operation"]["state"] == "succeeded", trace[-2].answer
         assert "spot" in [g["name"] for g in grown[-1].answer["instance_groups"]], grown[-1].answer

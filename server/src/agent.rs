@@ -32,6 +32,14 @@ pub const PLAYBOOKS: &[(&str, &str)] = &[
         include_str!("../../playbooks/delete-safely.md"),
     ),
     (
+        "deploy-inference-endpoint.md",
+        include_str!("../../playbooks/deploy-inference-endpoint.md"),
+    ),
+    (
+        "deploy-jumpstart-model.md",
+        include_str!("../../playbooks/deploy-jumpstart-model.md"),
+    ),
+    (
         "deploy-model-server.md",
         include_str!("../../playbooks/deploy-model-server.md"),
     ),
