@@ -1644,7 +1644,7 @@ ACCEPTED = [
 ]
 
 
-async def playbooks_as_written(server):
+async def playbooks_as_written(server, over_http):
     """The workflow playbooks run as their `flow` declares, by a scripted agent over
     `hypd mcp` (stdio): create-cluster makes a cluster the sandbox shows active,
     add-instance-group, enable-features, download-model, submit-training-job and the
@@ -1654,8 +1654,12 @@ async def playbooks_as_written(server):
     name = "pb-flow"
     group = {"name": "gpu", "instance_type": "ml.g5.8xlarge", "instance_count": 1}
     where = {"region": "us-east-1", "availability_zone": "us-east-1a"}
+    async with Client(over_http) as direct:
+        served = (await direct.list_tools()).tools
     async with Client(server) as client:
         listed = (await client.list_tools()).tools
+        # The bridge lists exactly what /mcp serves.
+        assert [t.model_dump() for t in listed] == [t.model_dump() for t in served]
 
         def effect(t):
             a = t.annotations
@@ -1750,7 +1754,40 @@ async def playbooks_as_written(server):
 
 
 def test_workflow_playbooks_run_as_written_and_in_order(hypd):
-    anyio.run(playbooks_as_written, stdio_transport(hypd, hypd.admin_token))
+    anyio.run(playbooks_as_written, stdio_transport(hypd, hypd.admin_token), http_transport(hypd, hypd.admin_token))
+
+
+async def capacity_through_mcp(server, hypd, plan_arn):
+    """list_capacity: the account's HyperPod quota of a type with its use and what is
+    free, and the training plan that reserves it, the same on REST; a type that is not a
+    HyperPod one is refused by field."""
+    asked = {"instance_types": ["ml.g6e.48xlarge"]}
+    async with Client(server) as client:
+        found = structured(await client.call_tool("list_capacity", asked))
+        [quota] = found["quotas"]
+        assert quota["instance_type"] == "ml.g6e.48xlarge" and quota["quota"] == 4, quota
+        assert quota["free"] == quota["quota"] - quota["in_use"], quota
+        [plan] = [p for p in found["training_plans"] if p["arn"] == plan_arn]
+        assert plan["name"] == "cap-run" and plan["status"] == "Active", plan
+        assert [(r["instance_type"], r["availability_zone"]) for r in plan["reserved"]] == [
+            ("ml.g6e.48xlarge", "us-east-1a")], plan
+        with hypd.client(hypd.admin_token) as rest:
+            r = rest.get("/api/v1/capacity", params={"instance_types": "ml.g6e.48xlarge"})
+        assert r.status_code == 200, r.text
+        assert {**r.json(), "fetched_at": None} == {**found, "fetched_at": None}, (r.json(), found)
+        bad = await client.call_tool("list_capacity", {"instance_types": ["p5.48xlarge"]})
+        assert bad.is_error and bad.structured_content["error"]["errors"][0]["field"] == "instance_types[0]", bad
+
+
+def test_capacity_shows_quotas_their_use_and_training_plans(hypd, sim):
+    httpx.put(f"{sim}/_sim/sagemaker/quotas", json={"ml.g6e.48xlarge": 4}).raise_for_status()
+    sm = aws("sagemaker", sim)
+    plan = sm.create_training_plan(TrainingPlanName="cap-run", TrainingPlanOfferingId="tpo-g6e-2-use1a")
+    for _ in range(100):
+        if sm.describe_training_plan(TrainingPlanName="cap-run")["Status"] == "Active":
+            break
+        time.sleep(0.1)
+    anyio.run(capacity_through_mcp, http_transport(hypd, hypd.admin_token), hypd, plan["TrainingPlanArn"])
 
 
 def test_tools_are_compact_and_check_what_decode_checks(hypd):

@@ -117,6 +117,12 @@ test('an admin creates a cluster through the form and watches it succeed live', 
   assert.equal(await page.locator('fieldset.group').count(), 1);
   assert.equal(await page.locator('button.remove-group').count(), 0);
   assert.equal(await page.inputValue('#instance_groups-0-name'), 'accelerated-1');
+  // The account's quota of the type, what its clusters use and what is free, on demand.
+  await page.click('button.show-capacity');
+  const quota = '.capacity-quotas tr[data-type="ml.g5.8xlarge"]';
+  await page.waitForSelector(quota);
+  const [limit, used, free] = await page.locator(`${quota} td.num`).allTextContents();
+  assert.ok(Number(limit) > 0 && Number(free) === Number(limit) - Number(used), `${limit} ${used} ${free}`);
   await shot(page, 'create-form');
 
   assert.ok(fetched.some((p) => p.includes('create_cluster_route')));

@@ -72,7 +72,7 @@ pub const PLAYBOOKS: &[(&str, &str)] = &[
 /// What the agent is told before anything else: the three workflow rules.
 pub const PROMPT: &str = "You run GPU training and inference clusters on AWS through hypd's tools. \
 Follow the playbook for the job (they are loaded as your resources) and three rules. \
-(1) Inspect before you create: list what exists and query regions, zones and instance types (the plan checks quotas), then offer the user choices. \
+(1) Inspect before you create: list what exists and query regions, zones, instance types, quotas and training plans (list_capacity), then offer the user choices. \
 (2) Ask the user only decision-level questions (Availability Zone, instance type, capacity type, counts), never about CIDRs, route tables or security groups. \
 (3) Follow every long operation to a final state with the status tool the mutating tool names (wait_operation), and report that state, never a submitted request as done. \
 Show the plan (dry_run: true) before every change, and for a deletion send back the confirmation the first call returned only once the user agrees. \
@@ -565,11 +565,14 @@ mod tests {
             good.replace("`list_regions()`", "`list_regionz()`"),
             good.replace("`whoami()`", "`whoami(verbose=true)`"),
             good.replace(", then `wait_operation(operation_id)`", ""),
-            good.replace("version: 1.1.0", "version: 1.2.0"),
+            good.replace("version: 1.2.0", "version: 1.3.0"),
             // The flow may not skip the plan, the follow-up, or the inspection.
             good.replace(" > create_cluster(dry_run)", ""),
             good.replace(" > wait_operation", ""),
-            good.replace("whoami, list_clusters, list_regions > list_availability_zones, list_instance_types > ", ""),
+            good.replace(
+                "whoami, list_clusters, list_regions > list_availability_zones, list_instance_types, list_capacity > ",
+                "",
+            ),
             good.replace("flow: ", "flaw: "),
         ];
         for text in &broken {

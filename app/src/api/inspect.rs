@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::listing::Listing;
-use super::values::{AzName, InstanceType, Region, at_most};
+use super::values::{AzName, InstanceType, MlInstanceType, Region, at_most};
 
 /// How fresh an answer built from AWS is: inspection data is cached briefly so agents
 /// and consoles can ask often; `refresh: true` on the request bypasses the cache.
@@ -366,4 +366,77 @@ mod tests {
         assert!(err.to_string().contains("us-east-1a"), "{err}");
         assert!(serde_json::from_str::<ListInstanceTypes>(r#"{"zone":"x"}"#).is_err());
     }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListCapacity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<Region>,
+    /// Only these HyperPod types (e.g. `ml.p5.48xlarge`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "at_most::<_, _, 100>"
+    )]
+    #[schemars(length(max = 100))]
+    pub instance_types: Vec<MlInstanceType>,
+}
+
+/// One type's HyperPod quota (Service Quotas' "<type> for cluster usage") and what the
+/// region's HyperPod clusters hold of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QuotaUse {
+    pub instance_type: String,
+    pub quota: u32,
+    pub in_use: u32,
+    pub free: u32,
+}
+
+/// Capacity reserved in one Availability Zone by a training plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Reserved {
+    pub instance_type: Option<String>,
+    pub availability_zone: Option<String>,
+    pub instances: u32,
+}
+
+/// A SageMaker training plan: reserved capacity a group can run on (`capacity:
+/// training_plan` with its ARN), only while it is Active or Scheduled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingPlanInfo {
+    pub name: String,
+    pub arn: String,
+    /// `Pending`, `Active`, `Scheduled`, `Expired` or `Failed`.
+    pub status: String,
+    pub available_instances: u32,
+    pub in_use_instances: u32,
+    pub reserved: Vec<Reserved>,
+    pub start_time: Option<String>,
+    pub end_time: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Capacity {
+    pub region: String,
+    /// The types with a quota above zero or instances in use, by type.
+    pub quotas: Vec<QuotaUse>,
+    pub training_plans: Vec<TrainingPlanInfo>,
+    /// When AWS was asked (RFC 3339, UTC).
+    pub fetched_at: String,
+}
+
+impl Command for ListCapacity {
+    type Output = Capacity;
+    const SPEC: CommandSpec = CommandSpec {
+        name: "list_capacity",
+        summary: "Show HyperPod quotas, their use, and training plans",
+        description: "The account's HyperPod quota per instance type with what its clusters use and what is free, and its training plans (reserved capacity, zone, status). Call it before offering instance types and counts or a training plan.",
+        effect: Effect::ReadOnly,
+        role: Role::Viewer,
+        idempotent: true,
+        status_command: None,
+        method: HttpMethod::Get,
+        path: "/api/v1/capacity",
+    };
 }

@@ -37,6 +37,7 @@ macro_rules! for_each_command {
             $crate::api::inspect::ListRegions,
             $crate::api::inspect::ListAvailabilityZones,
             $crate::api::inspect::ListInstanceTypes,
+            $crate::api::inspect::ListCapacity,
             $crate::api::clusters::ListClusters,
             $crate::api::clusters::GetCluster,
             $crate::api::clusters::DescribeCluster,

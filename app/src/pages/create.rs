@@ -5,6 +5,7 @@
 //! types (with their GPU and EFA facts) come from the inspection commands, so only what
 //! the account offers is offered.
 
+use leptos::either::Either;
 use leptos::prelude::*;
 
 use super::gate::{Gate, GateActions};
@@ -12,7 +13,8 @@ use super::{CommandLink, CommandPage, loading};
 use crate::api::call::call;
 use crate::api::clusters::CreateCluster;
 use crate::api::inspect::{
-    InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones, ListInstanceTypes, ListRegions,
+    Capacity, InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones, ListCapacity,
+    ListInstanceTypes, ListRegions,
 };
 use crate::api::values::{AzName, Region};
 use crate::api::{ApiError, Command};
@@ -268,6 +270,7 @@ fn CreateForm() -> impl IntoView {
                 <h2 id="groups-title">"Instance groups"</h2>
                 <p class="hint">"Each group has its own instance type, count and capacity (for example an on-demand group beside a spot one). Type, capacity and EFA-only cannot change for a group's life."</p>
                 <ListErrors form list=groups/>
+                <CapacityPanel region/>
                 <For
                     each=move || groups.items()
                     key=|(key, _)| *key
@@ -287,6 +290,60 @@ fn CreateForm() -> impl IntoView {
             <FormAlert form/>
             <GateActions gate run="Create cluster" running="Creating…" cancel="/clusters"/>
         </form>
+    }
+}
+
+/// The account's HyperPod quotas (with what its clusters use) and training plans in the
+/// region, read on demand: what counts and plans the groups can ask for.
+#[component]
+fn CapacityPanel(region: RwSignal<String>) -> impl IntoView {
+    let found = RwSignal::new(None::<Result<Capacity, ApiError>>);
+    let show = move |_| {
+        leptos::task::spawn_local(async move {
+            let asked = ListCapacity {
+                region: Region::parse(&region.get_untracked()).ok(),
+                ..Default::default()
+            };
+            found.set(Some(call(&asked).await));
+        });
+    };
+    view! {
+        <div class="capacity">
+            <button type="button" class="show-capacity" on:click=show>"Show quotas and training plans"</button>
+            {move || found.get().map(|answer| match answer {
+                Err(e) => Either::Left(view! { <p class="hint error">{format!("Capacity could not be read: {e}")}</p> }),
+                Ok(c) => Either::Right(view! {
+                    <table class="table capacity-quotas">
+                        <caption>{format!("HyperPod quotas in {}", c.region)}</caption>
+                        <thead><tr><th scope="col">"Type"</th><th scope="col">"Quota"</th><th scope="col">"In use"</th><th scope="col">"Free"</th></tr></thead>
+                        <tbody>
+                            {c.quotas.into_iter().map(|q| view! {
+                                <tr data-type=q.instance_type.clone()>
+                                    <th scope="row" class="mono">{q.instance_type.clone()}</th>
+                                    <td class="num">{q.quota}</td>
+                                    <td class="num">{q.in_use}</td>
+                                    <td class="num free">{q.free}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                    <ul class="training-plans">
+                        {c.training_plans.into_iter().map(|p| {
+                            let reserved = p.reserved.iter()
+                                .map(|r| format!("{} × {} in {}", r.instances, r.instance_type.as_deref().unwrap_or("?"), r.availability_zone.as_deref().unwrap_or("?")))
+                                .collect::<Vec<_>>()
+                                .join(", ");
+                            view! {
+                                <li data-plan=p.name.clone()>
+                                    <span class="mono">{p.name.clone()}</span>
+                                    {format!(" ({}): {reserved}, {} available", p.status, p.available_instances)}
+                                </li>
+                            }
+                        }).collect_view()}
+                    </ul>
+                }),
+            })}
+        </div>
     }
 }
 

@@ -1,13 +1,14 @@
 //! The inspection commands (`whoami`, `list_regions`, `list_availability_zones`,
-//! `list_instance_types`): what a person or an agent asks before choosing, answered from
-//! the catalogue (`catalogue`), which pre-flights read as well.
+//! `list_instance_types`, `list_capacity`): what a person or an agent asks before
+//! choosing, answered from the catalogue (`catalogue`), which pre-flights read as well,
+//! and for capacity from the account's quotas and training plans, read now.
 
 pub mod catalogue;
 
 use app::api::ApiError;
 use app::api::inspect::{
-    AvailabilityZoneList, InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones,
-    ListInstanceTypes, ListRegions, RegionList, Whoami, WhoamiOutput,
+    AvailabilityZoneList, Capacity, InstanceTypeInfo, InstanceTypeList, ListAvailabilityZones,
+    ListCapacity, ListInstanceTypes, ListRegions, QuotaUse, RegionList, Whoami, WhoamiOutput,
 };
 use app::api::values::Region;
 
@@ -16,6 +17,7 @@ pub use catalogue::{Cache, FRESH_FOR, Inspector, check_offered, hyperpod_support
 use crate::auth::Actor;
 use crate::aws::Aws;
 use crate::operation::pipeline::{Asked, Catalogue};
+use crate::resources::sagemaker::capacity;
 use crate::service::{Handler, Service};
 use catalogue::{field_set, render_fields};
 
@@ -55,6 +57,54 @@ impl Handler<ListAvailabilityZones> for Service {
             region,
             zones: zones.to_vec(),
             freshness,
+        })
+    }
+}
+
+impl Handler<ListCapacity> for Service {
+    async fn handle(&self, _: &Actor, r: ListCapacity) -> Result<Capacity, ApiError> {
+        let fetched_at = crate::clock::now();
+        let region = self.catalogue.region(&self.aws, r.region.as_ref()).await?;
+        let sm = self.aws.sagemaker(&region);
+        let service_quotas = self.aws.service_quotas(&region);
+        let (quotas, in_use, plans) = tokio::try_join!(
+            capacity::all_cluster_usage_quotas(&service_quotas),
+            capacity::instances_in_use(&sm),
+            capacity::training_plans(&sm),
+        )?;
+        let wanted = |t: &str| {
+            r.instance_types.is_empty() || r.instance_types.iter().any(|w| w.as_str() == t)
+        };
+        let types: std::collections::BTreeSet<&String> =
+            quotas.keys().chain(in_use.keys()).collect();
+        let quotas = types
+            .into_iter()
+            .filter(|t| wanted(t))
+            .filter_map(|t| {
+                let quota = quotas.get(t).copied().unwrap_or(0.0).max(0.0) as u32;
+                let used = in_use.get(t).copied().unwrap_or(0).max(0) as u32;
+                (quota > 0 || used > 0).then(|| QuotaUse {
+                    instance_type: t.clone(),
+                    quota,
+                    in_use: used,
+                    free: quota.saturating_sub(used),
+                })
+            })
+            .collect();
+        let training_plans = plans
+            .into_iter()
+            .filter(|p| {
+                r.instance_types.is_empty()
+                    || p.reserved
+                        .iter()
+                        .any(|c| c.instance_type.as_deref().is_some_and(wanted))
+            })
+            .collect();
+        Ok(Capacity {
+            region: region.to_string(),
+            quotas,
+            training_plans,
+            fetched_at,
         })
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use app::api::ApiError;
+use app::api::inspect::{Reserved, TrainingPlanInfo};
 use aws_sdk_sagemaker::types::TrainingPlanStatus;
 
 use super::Client;
@@ -21,7 +22,15 @@ pub async fn cluster_usage_quotas(
     quotas: &aws_sdk_servicequotas::Client,
     ml_types: &[&str],
 ) -> Result<BTreeMap<String, f64>, ApiError> {
-    let wanted: Vec<String> = ml_types.iter().map(|t| quota_name(t)).collect();
+    let mut all = all_cluster_usage_quotas(quotas).await?;
+    all.retain(|t, _| ml_types.contains(&t.as_str()));
+    Ok(all)
+}
+
+/// Every cluster-usage quota of the account in the region, by HyperPod type.
+pub async fn all_cluster_usage_quotas(
+    quotas: &aws_sdk_servicequotas::Client,
+) -> Result<BTreeMap<String, f64>, ApiError> {
     let mut found = BTreeMap::new();
     let mut pages = quotas
         .list_service_quotas()
@@ -32,13 +41,11 @@ pub async fn cluster_usage_quotas(
         let page = page.upstream("servicequotas", "ListServiceQuotas")?;
         for q in page.quotas() {
             if let (Some(name), Some(value)) = (q.quota_name(), q.value())
-                && let Some(i) = wanted.iter().position(|w| w == name)
+                && let Some(ml_type) = name.strip_suffix(" for cluster usage")
+                && ml_type.starts_with("ml.")
             {
-                found.insert(ml_types[i].to_owned(), value);
+                found.insert(ml_type.to_owned(), value);
             }
-        }
-        if found.len() == ml_types.len() {
-            break;
         }
     }
     Ok(found)
@@ -128,4 +135,38 @@ pub async fn training_plan(
             .collect(),
         available_instances: p.available_instance_count().unwrap_or(0),
     }))
+}
+
+/// The region's training plans, as `list_capacity` shows them.
+pub async fn training_plans(sagemaker: &Client) -> Result<Vec<TrainingPlanInfo>, ApiError> {
+    let count = |n: Option<i32>| n.unwrap_or(0).max(0) as u32;
+    let mut plans = Vec::new();
+    let mut pages = sagemaker.list_training_plans().into_paginator().send();
+    while let Some(page) = pages.next().await {
+        let page = page.upstream("sagemaker", "ListTrainingPlans")?;
+        for p in page.training_plan_summaries() {
+            plans.push(TrainingPlanInfo {
+                name: p.training_plan_name().unwrap_or_default().to_owned(),
+                arn: p.training_plan_arn().unwrap_or_default().to_owned(),
+                status: p
+                    .status()
+                    .map(|s| s.as_str().to_owned())
+                    .unwrap_or_default(),
+                available_instances: count(p.available_instance_count()),
+                in_use_instances: count(p.in_use_instance_count()),
+                reserved: p
+                    .reserved_capacity_summaries()
+                    .iter()
+                    .map(|rc| Reserved {
+                        instance_type: rc.instance_type().map(|t| t.as_str().to_owned()),
+                        availability_zone: rc.availability_zone().map(str::to_owned),
+                        instances: count(rc.total_instance_count()),
+                    })
+                    .collect(),
+                start_time: p.start_time().map(ToString::to_string),
+                end_time: p.end_time().map(ToString::to_string),
+            });
+        }
+    }
+    Ok(plans)
 }
