@@ -1761,18 +1761,18 @@ async def capacity_through_mcp(server, hypd, plan_arn):
     """list_capacity: the account's HyperPod quota of a type with its use and what is
     free, and the training plan that reserves it, the same on REST; a type that is not a
     HyperPod one is refused by field."""
-    asked = {"instance_types": ["ml.g6e.48xlarge"]}
+    asked = {"instance_types": ["ml.p5.48xlarge"]}
     async with Client(server) as client:
         found = structured(await client.call_tool("list_capacity", asked))
         [quota] = found["quotas"]
-        assert quota["instance_type"] == "ml.g6e.48xlarge" and quota["quota"] == 4, quota
+        assert quota["instance_type"] == "ml.p5.48xlarge" and quota["quota"] == 4, quota
         assert quota["free"] == quota["quota"] - quota["in_use"], quota
         [plan] = [p for p in found["training_plans"] if p["arn"] == plan_arn]
         assert plan["name"] == "cap-run" and plan["status"] == "Active", plan
         assert [(r["instance_type"], r["availability_zone"]) for r in plan["reserved"]] == [
-            ("ml.g6e.48xlarge", "us-east-1a")], plan
+            ("ml.p5.48xlarge", "us-east-1a")], plan
         with hypd.client(hypd.admin_token) as rest:
-            r = rest.get("/api/v1/capacity", params={"instance_types": "ml.g6e.48xlarge"})
+            r = rest.get("/api/v1/capacity", params={"instance_types": "ml.p5.48xlarge"})
         assert r.status_code == 200, r.text
         assert {**r.json(), "fetched_at": None} == {**found, "fetched_at": None}, (r.json(), found)
         bad = await client.call_tool("list_capacity", {"instance_types": ["p5.48xlarge"]})
@@ -1780,9 +1780,10 @@ async def capacity_through_mcp(server, hypd, plan_arn):
 
 
 def test_capacity_shows_quotas_their_use_and_training_plans(hypd, sim):
-    httpx.put(f"{sim}/_sim/sagemaker/quotas", json={"ml.g6e.48xlarge": 4}).raise_for_status()
+    # The p5 offering: the g6e one is the instance groups' test's to buy.
+    httpx.put(f"{sim}/_sim/sagemaker/quotas", json={"ml.p5.48xlarge": 4}).raise_for_status()
     sm = aws("sagemaker", sim)
-    plan = sm.create_training_plan(TrainingPlanName="cap-run", TrainingPlanOfferingId="tpo-g6e-2-use1a")
+    plan = sm.create_training_plan(TrainingPlanName="cap-run", TrainingPlanOfferingId="tpo-p5-2-use1a")
     for _ in range(100):
         if sm.describe_training_plan(TrainingPlanName="cap-run")["Status"] == "Active":
             break

@@ -81,6 +81,16 @@ pub struct Diagnosis {
     pub remaining: Option<Plan>,
 }
 
+impl Diagnosis {
+    /// Each suggestion's command and effect, in the order to try them.
+    pub fn suggested(&self) -> Vec<(&str, Effect)> {
+        self.suggestions
+            .iter()
+            .map(|s| (s.command.as_str(), s.effect))
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiagnoseOperation {

@@ -91,12 +91,7 @@ pub struct Managed {
 impl Managed {
     /// Cluster `name`, or not found.
     pub async fn load(store: &Store, name: &str) -> Result<Managed, ApiError> {
-        let summary = super::rows::get(store, name)
-            .await?
-            .ok_or_else(|| ApiError::NotFound {
-                resource: "cluster".into(),
-                name: name.to_owned(),
-            })?;
+        let summary = super::rows::required(store, name).await?;
         let row: Option<(String, String, String)> = on_pool!(store, |pool| sqlx::query_as(
             "SELECT made_by, request, outputs FROM desired_clusters WHERE name = $1"
         )

@@ -30,7 +30,7 @@ use crate::store::Store;
 use managed::Managed;
 
 pub use rows::{
-    Record, active, forget, get, observe_nodes, record, record_and_activate, set_status,
+    Record, active, forget, get, observe_nodes, record, record_and_activate, required, set_status,
 };
 
 /// The region a stored request was given by its pre-flight.

@@ -103,6 +103,14 @@ pub async fn get(store: &Store, name: &str) -> Result<Option<ClusterSummary>, St
     Ok(row.map(summary))
 }
 
+/// Cluster `name` as hypd stores it, or not found.
+pub async fn required(store: &Store, name: &str) -> Result<ClusterSummary, ApiError> {
+    get(store, name).await?.ok_or_else(|| ApiError::NotFound {
+        resource: "cluster".into(),
+        name: name.to_owned(),
+    })
+}
+
 /// What a finished import or creation records.
 pub struct Record<'a> {
     pub name: &'a str,

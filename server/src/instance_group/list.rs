@@ -24,12 +24,7 @@ impl Handler<ListInstanceGroups> for Service {
         r: ListInstanceGroups,
     ) -> Result<InstanceGroupList, ApiError> {
         let name = r.name.as_str();
-        let cluster = crate::cluster::get(&self.store, name)
-            .await?
-            .ok_or_else(|| ApiError::NotFound {
-                resource: "cluster".into(),
-                name: name.to_owned(),
-            })?;
+        let cluster = crate::cluster::required(&self.store, name).await?;
         let fetched_at = crate::clock::now();
         let hyperpod = cluster.hyperpod_cluster_arn.as_deref().unwrap_or(name);
         let sm = self.aws.sagemaker(&cluster.region);

@@ -44,12 +44,7 @@ impl Handler<DiagnoseNode> for Service {
     async fn handle(&self, _: &Actor, r: DiagnoseNode) -> Result<Diagnosis, ApiError> {
         let name = r.name.as_str();
         let id = r.node_id.as_str();
-        let cluster = crate::cluster::get(&self.store, name)
-            .await?
-            .ok_or_else(|| ApiError::NotFound {
-                resource: "cluster".into(),
-                name: name.to_owned(),
-            })?;
+        let cluster = crate::cluster::required(&self.store, name).await?;
         let not_found = || ApiError::NotFound {
             resource: "node".into(),
             name: format!("{name}/{id}"),
@@ -461,13 +456,6 @@ mod tests {
         }
     }
 
-    fn commands(d: &Diagnosis) -> Vec<(&str, Effect)> {
-        d.suggestions
-            .iter()
-            .map(|s| (s.command.as_str(), s.effect))
-            .collect()
-    }
-
     #[test]
     fn an_agent_fault_under_automatic_recovery_is_waited_for_then_escalated_to_replacement() {
         let kube = side(node("UnschedulablePendingReboot", Some("True"), "True"), 2);
@@ -503,7 +491,7 @@ mod tests {
             "{said:?}"
         );
         assert_eq!(
-            commands(&d),
+            d.suggested(),
             [
                 ("list_nodes", Effect::ReadOnly),
                 ("replace_nodes", Effect::Destructive)
@@ -517,7 +505,7 @@ mod tests {
         let kube = side(node("UnschedulablePendingReboot", Some("True"), "True"), 0);
         let d = diagnose("ml", &hyperpod("Running"), Some("None"), &kube);
         assert_eq!(
-            commands(&d),
+            d.suggested(),
             [
                 ("reboot_nodes", Effect::Mutating),
                 ("replace_nodes", Effect::Destructive)
@@ -525,14 +513,14 @@ mod tests {
         );
         let kube = side(node("UnschedulablePendingReplacement", None, "True"), 0);
         let d = diagnose("ml", &hyperpod("Running"), Some("None"), &kube);
-        assert_eq!(commands(&d), [("replace_nodes", Effect::Destructive)]);
+        assert_eq!(d.suggested(), [("replace_nodes", Effect::Destructive)]);
     }
 
     #[test]
     fn a_node_hyperpod_is_rebooting_is_followed() {
         let kube = side(node("UnschedulablePendingReboot", Some("True"), "False"), 0);
         let d = diagnose("ml", &hyperpod("Pending"), Some("Automatic"), &kube);
-        assert_eq!(commands(&d)[0], ("list_nodes", Effect::ReadOnly));
+        assert_eq!(d.suggested()[0], ("list_nodes", Effect::ReadOnly));
         assert!(
             d.findings
                 .iter()

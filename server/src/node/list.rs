@@ -23,12 +23,7 @@ use crate::service::{Handler, Service};
 impl Handler<ListNodes> for Service {
     async fn handle(&self, _: &Actor, r: ListNodes) -> Result<NodeList, ApiError> {
         let name = r.name.as_str();
-        let cluster = crate::cluster::get(&self.store, name)
-            .await?
-            .ok_or_else(|| ApiError::NotFound {
-                resource: "cluster".into(),
-                name: name.to_owned(),
-            })?;
+        let cluster = crate::cluster::required(&self.store, name).await?;
         let after = r.page_token.as_deref().map(token).transpose()?;
         let Some(place) = Place::of(&cluster) else {
             return Ok(NodeList {

@@ -357,13 +357,6 @@ mod tests {
                 "message": "refused", "request_id": "req-9", "transient": transient })
     }
 
-    fn commands(d: &Diagnosis) -> Vec<(&str, Effect)> {
-        d.suggestions
-            .iter()
-            .map(|s| (s.command.as_str(), s.effect))
-            .collect()
-    }
-
     #[test]
     fn a_refused_permission_is_retried_once_granted_and_nothing_else_is_suggested() {
         let d = diagnose(
@@ -387,7 +380,7 @@ mod tests {
             Some("refused (request id req-9)")
         );
         assert!(d.findings[1].summary.contains("sagemaker.CreateCluster"));
-        assert_eq!(commands(&d), [("retry_operation", Effect::Mutating)]);
+        assert_eq!(d.suggested(), [("retry_operation", Effect::Mutating)]);
         assert_eq!(d.suggestions[0].arguments["operation_id"], "op-1");
     }
 
@@ -403,7 +396,7 @@ mod tests {
             None,
         );
         assert_eq!(
-            commands(&d),
+            d.suggested(),
             [
                 ("list_instance_types", Effect::ReadOnly),
                 ("retry_operation", Effect::Mutating),
@@ -424,7 +417,7 @@ mod tests {
             ),
             None,
         );
-        assert!(commands(&d).is_empty(), "{d:?}");
+        assert!(d.suggested().is_empty(), "{d:?}");
         assert!(d.findings[1].summary.contains("retrying repeats it"));
     }
 
@@ -444,7 +437,7 @@ mod tests {
             d.findings[1].evidence.as_deref(),
             Some("2 of 4 nodes Running")
         );
-        assert_eq!(commands(&d), [("wait_operation", Effect::ReadOnly)]);
+        assert_eq!(d.suggested(), [("wait_operation", Effect::ReadOnly)]);
     }
 
     #[test]
@@ -472,7 +465,7 @@ mod tests {
             "{said:?}"
         );
         assert!(d.remaining.is_some());
-        assert_eq!(commands(&d)[0], ("retry_operation", Effect::Mutating));
+        assert_eq!(d.suggested()[0], ("retry_operation", Effect::Mutating));
     }
 
     #[test]

@@ -489,13 +489,8 @@ mod tests {
             f.summary
                 .starts_with("pod sft-pod-1 exited with code 134: SIGABRT")
         }));
-        let suggested: Vec<(&str, Effect)> = d
-            .suggestions
-            .iter()
-            .map(|s| (s.command.as_str(), s.effect))
-            .collect();
         assert_eq!(
-            suggested,
+            d.suggested(),
             [
                 ("diagnose_node", Effect::ReadOnly),
                 ("get_training_job_logs", Effect::ReadOnly)

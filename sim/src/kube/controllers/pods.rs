@@ -295,16 +295,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_pass_over_pods_is_due_again_when_a_container_starts_or_exits() {
-        use crate::clock::recording;
+    /// A store with one Ready node, `n1`, and the epoch its clock starts at.
+    fn one_node() -> (Store, f64) {
         let mut store = Store::new();
         bootstrap(&mut store, "2026-01-01T00:00:00Z");
-        let t0 = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
             "spec": {}, "status": {"allocatable": {"cpu": "8"},
             "conditions": [{"type": "Ready", "status": "True"}]}});
         store.put(Key::new("/nodes", "", "n1"), node);
+        (store, parse_rfc3339("2026-01-01T00:00:00Z").unwrap())
+    }
+
+    #[test]
+    fn a_pass_over_pods_is_due_again_when_a_container_starts_or_exits() {
+        use crate::clock::recording;
+        let (mut store, t0) = one_node();
         for (name, run) in [("job", Some("30")), ("server", None)] {
             let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": "default", "uid": name},
@@ -329,13 +334,7 @@ mod tests {
     #[test]
     fn probed_pods_are_ready_once_loaded_and_the_pass_is_due_then() {
         use crate::clock::recording;
-        let mut store = Store::new();
-        bootstrap(&mut store, "2026-01-01T00:00:00Z");
-        let t0 = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
-            "spec": {}, "status": {"allocatable": {"cpu": "8"},
-            "conditions": [{"type": "Ready", "status": "True"}]}});
-        store.put(Key::new("/nodes", "", "n1"), node);
+        let (mut store, t0) = one_node();
         let probe = json!({"httpGet": {"path": "/health", "port": 8000}});
         let vllm = json!(["vllm", "serve", "/s3/models/m", "--served-model-name", "m"]);
         for (name, command, annotation, startup) in [
@@ -435,13 +434,7 @@ mod tests {
     fn a_hung_collective_ends_the_container_with_an_abort_unless_told_otherwise() {
         use crate::clock::recording;
         use crate::kube::logs::{NCCL_TIMEOUT_ANNOTATION, NCCL_TIMEOUT_SECS};
-        let mut store = Store::new();
-        bootstrap(&mut store, "2026-01-01T00:00:00Z");
-        let t0 = parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
-            "spec": {}, "status": {"allocatable": {"cpu": "8"},
-            "conditions": [{"type": "Ready", "status": "True"}]}});
-        store.put(Key::new("/nodes", "", "n1"), node);
+        let (mut store, t0) = one_node();
         for (name, exit) in [("sft-pod-0", None), ("sft-pod-1", Some("3"))] {
             let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": "default", "uid": name,
