@@ -418,6 +418,18 @@ def aws(service, endpoint):
     )
 
 
+def bought_training_plan(sim, name, offering):
+    """Training plan `name` bought from `offering` in the sim, once Active (it is Pending
+    while it is paid for; only then does it provide capacity): its ARN."""
+    sm = aws("sagemaker", sim)
+    arn = sm.create_training_plan(TrainingPlanName=name, TrainingPlanOfferingId=offering)["TrainingPlanArn"]
+    for _ in range(100):
+        if sm.describe_training_plan(TrainingPlanName=name)["Status"] == "Active":
+            break
+        time.sleep(0.1)
+    return arn
+
+
 def drift_outside_hypd(hypd, sim):
     """What a person does by hand to mcp-gpu, with the official clients."""
     moto = hypd.env["AWS_ENDPOINT_URL"]
@@ -586,15 +598,9 @@ async def groups_through_mcp(server, hypd, sim):
 
         # A training-plan group beside it, on a plan the account bought.
         httpx.put(f"{sim}/_sim/sagemaker/quotas", json={"ml.g6e.48xlarge": 2}).raise_for_status()
-        sm = aws("sagemaker", sim)
-        plan = sm.create_training_plan(TrainingPlanName="mcp-run", TrainingPlanOfferingId="tpo-g6e-2-use1a")
-        # Pending while it is paid for, then Active: only then does it provide capacity.
-        for _ in range(100):
-            if sm.describe_training_plan(TrainingPlanName="mcp-run")["Status"] == "Active":
-                break
-            time.sleep(0.1)
+        plan = bought_training_plan(sim, "mcp-run", "tpo-g6e-2-use1a")
         tp = {"name": "tp", "instance_type": "ml.g6e.48xlarge", "instance_count": 2,
-              "capacity": {"type": "training_plan", "training_plan_arn": plan["TrainingPlanArn"]}}
+              "capacity": {"type": "training_plan", "training_plan_arn": plan}}
         too_many = await client.call_tool("add_instance_group", {"name": "mcp-gpu", "group": {**tp, "instance_count": 3}})
         assert too_many.is_error and too_many.structured_content["error"]["errors"][0]["field"] == "group.capacity.training_plan_arn", too_many
         started = structured(await client.call_tool("add_instance_group", {"name": "mcp-gpu", "group": tp}))
@@ -1782,13 +1788,8 @@ async def capacity_through_mcp(server, hypd, plan_arn):
 def test_capacity_shows_quotas_their_use_and_training_plans(hypd, sim):
     # The p5 offering: the g6e one is the instance groups' test's to buy.
     httpx.put(f"{sim}/_sim/sagemaker/quotas", json={"ml.p5.48xlarge": 4}).raise_for_status()
-    sm = aws("sagemaker", sim)
-    plan = sm.create_training_plan(TrainingPlanName="cap-run", TrainingPlanOfferingId="tpo-p5-2-use1a")
-    for _ in range(100):
-        if sm.describe_training_plan(TrainingPlanName="cap-run")["Status"] == "Active":
-            break
-        time.sleep(0.1)
-    anyio.run(capacity_through_mcp, http_transport(hypd, hypd.admin_token), hypd, plan["TrainingPlanArn"])
+    plan = bought_training_plan(sim, "cap-run", "tpo-p5-2-use1a")
+    anyio.run(capacity_through_mcp, http_transport(hypd, hypd.admin_token), hypd, plan)
 
 
 def test_tools_are_compact_and_check_what_decode_checks(hypd):
