@@ -80,7 +80,9 @@ impl Live {
         })
     }
 
-    /// Applies one message from the channel; returns whether it was the server's hello.
+    /// Applies one message from the channel; returns whether the console must read again
+    /// what it shows: after the server's hello, and when the server says this tab fell
+    /// behind and changes were dropped (`lagged`).
     pub fn apply(&self, text: &str) -> bool {
         /// One message, decoded straight from text like every other `Operation` the
         /// console reads (one decoder in the bundle).
@@ -94,7 +96,7 @@ impl Live {
             return false;
         };
         match message.kind.as_str() {
-            "hello" => true,
+            "hello" | "lagged" => true,
             "operation" => {
                 if let Some(op) = message.operation {
                     self.operations.update(|m| {

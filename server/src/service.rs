@@ -72,6 +72,8 @@ pub struct Service {
     pub nodes: crate::node::view::Views,
     /// Training pods' logs: one upstream stream per container, shared by every viewer.
     pub logs: crate::training::logs::LogHub,
+    /// Every operation change, read from the store once for all who follow it.
+    pub changes: Arc<crate::operation::feed::Feed>,
 }
 
 impl Service {
@@ -79,6 +81,7 @@ impl Service {
     pub fn new(store: Store, aws: Arc<Aws>, sandbox: bool, fresh: std::time::Duration) -> Self {
         Self {
             auth: Auth::new(store.clone()),
+            changes: Arc::new(crate::operation::feed::Feed::new(store.clone())),
             store,
             aws,
             sandbox,

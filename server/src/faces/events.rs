@@ -1,9 +1,9 @@
 //! The live channel: a WebSocket at `/api/v1/events` that pushes every operation change
 //! as it is stored, for the console's progress panel and for agents that prefer pushing
-//! to polling. Changes are read from the store (not from an in-process bus), so a client
-//! connected to any replica sees what every replica did. The caller's token or session
-//! is checked again on every poll (through auth's 2 s cache), so a revoked token or an
-//! ended session stops the stream as soon as any other request of its would be refused.
+//! to polling. Changes come from the one operation feed (`operation::feed`), which reads
+//! the store for every follower at once. The caller's token or session is checked again
+//! every 2 s (auth's cache), so a revoked token or an ended session stops the stream as
+//! soon as any other request of its would be refused.
 
 use std::time::Duration;
 
@@ -17,10 +17,10 @@ use serde_json::json;
 use crate::auth::{Actor, Face};
 use crate::faces::errors::error_response;
 use crate::faces::state::AppState;
-use crate::operation;
+use tokio::sync::broadcast::error::RecvError;
 
-/// How often the store is asked for changes.
-const POLL: Duration = Duration::from_millis(250);
+/// How often the caller's credential is checked again (auth caches it this long).
+const RECHECK: Duration = Duration::from_secs(2);
 
 pub async fn subscribe(
     State(state): State<AppState>,
@@ -55,6 +55,8 @@ const CLOSE_UNAUTHORIZED: u16 = 4401;
 
 async fn stream(state: AppState, actor: Actor, credential: Credential, mut socket: WebSocket) {
     tracing::debug!(actor = %actor.name, "events subscriber connected");
+    // Follow before saying hello: nothing stored after the hello is missed.
+    let mut changes = state.service.changes.follow();
     let hello = json!({ "type": "hello", "subscriber": actor.name, "role": actor.role });
     if socket
         .send(Message::Text(hello.to_string().into()))
@@ -63,60 +65,54 @@ async fn stream(state: AppState, actor: Actor, credential: Credential, mut socke
     {
         return;
     }
-    // Start from now: the console reads current state through get/list, then follows.
-    let mut cursor = crate::clock::now();
-    // Several changes can share a millisecond: remember which were sent at the cursor.
-    let mut sent_at_cursor: Vec<String> = Vec::new();
-    let mut ticker = tokio::time::interval(POLL);
+    let mut recheck = tokio::time::interval(RECHECK);
     loop {
-        tokio::select! {
+        // What to send, once the credential is checked again: on the timer (nothing to
+        // send), and before every event, so no change reaches a revoked token.
+        let event = tokio::select! {
             incoming = socket.recv() => match incoming {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                Some(Ok(_)) => {}
+                Some(Ok(_)) => continue,
             },
-            _ = ticker.tick() => {
-                if let Err(e) = state
-                    .service
-                    .auth
-                    .authenticate(&credential.headers, &credential.method, Face::Console)
-                    .await
-                {
-                    // A store that cannot answer is not a revocation: only a refusal ends
-                    // the stream.
-                    if matches!(e, ApiError::Unauthorized { .. } | ApiError::Forbidden { .. }) {
-                        tracing::info!(actor = %actor.name, "events: credential no longer valid, closing");
-                        let close = CloseFrame {
-                            code: CLOSE_UNAUTHORIZED,
-                            reason: "the token was revoked or the session ended: sign in again".into(),
-                        };
-                        let _ = socket.send(Message::Close(Some(close))).await;
-                        return;
-                    }
-                    continue;
-                }
-                let changes = match operation::changed_since(&state.store, &cursor).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "events: cannot read operation changes");
-                        continue;
-                    }
-                };
-                for op in changes {
-                    if op.updated_at == cursor && sent_at_cursor.contains(&op.operation_id) {
-                        continue;
-                    }
-                    if op.updated_at > cursor {
-                        cursor = op.updated_at.clone();
-                        sent_at_cursor.clear();
-                    }
-                    sent_at_cursor.push(op.operation_id.clone());
-                    let event = json!({ "type": "operation", "operation": op });
-                    if socket.send(Message::Text(event.to_string().into())).await.is_err() {
-                        return;
-                    }
-                }
-            }
+            _ = recheck.tick() => None,
+            change = changes.recv() => match change {
+                Ok(op) => Some(json!({ "type": "operation", "operation": op })),
+                // A console that cannot keep up is told to read again rather than be
+                // shown a panel with gaps.
+                Err(RecvError::Lagged(missed)) => Some(json!({ "type": "lagged", "missed": missed })),
+                Err(RecvError::Closed) => return,
+            },
+        };
+        if refused(&state, &credential).await {
+            tracing::info!(actor = %actor.name, "events: credential no longer valid, closing");
+            let close = CloseFrame {
+                code: CLOSE_UNAUTHORIZED,
+                reason: "the token was revoked or the session ended: sign in again".into(),
+            };
+            let _ = socket.send(Message::Close(Some(close))).await;
+            return;
+        }
+        if let Some(event) = event
+            && socket
+                .send(Message::Text(event.to_string().into()))
+                .await
+                .is_err()
+        {
+            return;
         }
     }
     tracing::debug!(actor = %actor.name, "events subscriber left");
+}
+
+/// Whether the socket's credential is refused now (through auth's 2 s cache). A store
+/// that cannot answer is not a revocation: only a refusal ends the stream.
+async fn refused(state: &AppState, credential: &Credential) -> bool {
+    matches!(
+        state
+            .service
+            .auth
+            .authenticate(&credential.headers, &credential.method, Face::Console)
+            .await,
+        Err(ApiError::Unauthorized { .. } | ApiError::Forbidden { .. })
+    )
 }

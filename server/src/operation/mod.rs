@@ -6,6 +6,7 @@
 pub mod commands;
 pub mod control;
 pub mod diagnose;
+pub mod feed;
 pub mod pipeline;
 pub mod preview;
 pub mod submit;
