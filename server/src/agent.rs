@@ -69,6 +69,100 @@ pub const PLAYBOOKS: &[(&str, &str)] = &[
     ),
 ];
 
+/// A playbook as its front matter declares it (`key: value` lines between `---` lines)
+/// and as its body opens (the H1 title, then a paragraph saying what it does). MCP's
+/// prompts and the drift tests read playbooks through this one parse, so a field the
+/// tests hold to a rule is the field clients see. Fields are optional here: which are
+/// required, and in what form, is the tests' to say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Playbook<'a> {
+    /// The file's name, e.g. `create-cluster.md`.
+    pub file: &'a str,
+    /// The file's stem: the name a playbook is known by (its MCP prompt's name).
+    pub name: &'a str,
+    /// The front matter's `playbook:`, which should be `name`.
+    pub playbook: Option<&'a str>,
+    /// `major.minor.patch`, with a changelog entry in the body.
+    pub version: Option<&'a str>,
+    /// `workflow` or `diagnostic`.
+    pub kind: Option<&'a str>,
+    /// What the user may have decided before the playbook starts (the playbook asks for
+    /// whatever is missing), in declared order.
+    pub arguments: Vec<&'a str>,
+    /// A workflow's order of calls: phases separated by `>`, calls within one by `,`.
+    pub flow: Option<&'a str>,
+    /// The body's H1 heading.
+    pub title: Option<&'a str>,
+    /// The first paragraph after the title (what the playbook does), on one line.
+    pub intro: Option<String>,
+    /// Everything after the front matter.
+    pub body: &'a str,
+    /// The whole file, front matter included.
+    pub text: &'a str,
+}
+
+impl<'a> Playbook<'a> {
+    /// `text` read as the playbook in `file`; `None` when it opens with no front matter.
+    pub fn parse(file: &'a str, text: &'a str) -> Option<Self> {
+        let (front, body) = text
+            .strip_prefix("---\n")
+            .and_then(|t| t.split_once("\n---\n"))?;
+        // The first line of a key wins, as a reader scanning from the top would take it.
+        let field = |key: &str| {
+            front.lines().find_map(|l| {
+                l.strip_prefix(key)
+                    .and_then(|rest| rest.strip_prefix(": "))
+                    .map(str::trim)
+            })
+        };
+        let title = body
+            .lines()
+            .find_map(|l| l.strip_prefix("# "))
+            .map(str::trim);
+        Some(Self {
+            file,
+            name: file.strip_suffix(".md").unwrap_or(file),
+            playbook: field("playbook"),
+            version: field("version"),
+            kind: field("kind"),
+            arguments: field("arguments")
+                .map(|a| {
+                    a.split(',')
+                        .map(str::trim)
+                        .filter(|a| !a.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            flow: field("flow"),
+            title,
+            intro: intro(body),
+            body,
+            text,
+        })
+    }
+}
+
+/// The first paragraph after the body's H1 heading, its lines joined by spaces.
+fn intro(body: &str) -> Option<String> {
+    let lines: Vec<&str> = body
+        .lines()
+        .skip_while(|l| !l.starts_with("# "))
+        .skip(1)
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(str::trim)
+        .collect();
+    (!lines.is_empty()).then(|| lines.join(" "))
+}
+
+/// The compiled playbooks, parsed, in `PLAYBOOKS` order; one without front matter is
+/// left out (the drift test names it).
+pub fn playbooks() -> impl Iterator<Item = Playbook<'static>> {
+    PLAYBOOKS
+        .iter()
+        .filter_map(|(file, text)| Playbook::parse(file, text))
+}
+
 /// What the agent is told before anything else: the three workflow rules.
 pub const PROMPT: &str = "You run GPU training and inference clusters on AWS through hypd's tools. \
 Follow the playbook for the job (they are loaded as your resources) and three rules. \
@@ -455,27 +549,25 @@ mod tests {
     /// changelog entry, and every change it applies followed by the tool that decides it.
     fn problems(file: &str, text: &str) -> Vec<String> {
         let mut found = Vec::new();
-        let Some((front, body)) = text
-            .strip_prefix("---\n")
-            .and_then(|t| t.split_once("\n---\n"))
-        else {
+        let Some(playbook) = Playbook::parse(file, text) else {
             return vec![format!("{file}: no front matter")];
         };
-        let field = |key: &str| {
-            front
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}: ")))
-                .map(str::trim)
-        };
-        if field("playbook") != file.strip_suffix(".md") {
+        let body = playbook.body;
+        if playbook.playbook != Some(playbook.name) {
             found.push(format!(
                 "{file}: front matter's playbook is not the file's name"
             ));
         }
-        if !matches!(field("kind"), Some("workflow" | "diagnostic")) {
+        if !matches!(playbook.kind, Some("workflow" | "diagnostic")) {
             found.push(format!("{file}: kind is workflow or diagnostic"));
         }
-        match field("version") {
+        // MCP describes the playbook's prompt with them.
+        if playbook.title.is_none() || playbook.intro.is_none() {
+            found.push(format!(
+                "{file}: an H1 title, then a paragraph saying what it does"
+            ));
+        }
+        match playbook.version {
             Some(v) if v.split('.').count() == 3 => {
                 if !body.contains(&format!("\n- {v} (")) {
                     found.push(format!("{file}: no changelog entry for version {v}"));
@@ -488,7 +580,7 @@ mod tests {
             .flat_map(|s| calls(s))
             .map(|c| c.tool)
             .collect();
-        match (field("kind"), field("flow")) {
+        match (playbook.kind, playbook.flow) {
             (Some("workflow"), Some(line)) => found.extend(flow_problems(file, line, &body_tools)),
             (Some("workflow"), None) => found.push(format!("{file}: a workflow declares its flow")),
             _ => {}
@@ -574,11 +666,44 @@ mod tests {
                 "",
             ),
             good.replace("flow: ", "flaw: "),
+            // MCP's prompt description is made of the title and the paragraph under it.
+            good.replace("# Create a GPU cluster", "Create a GPU cluster"),
         ];
         for text in &broken {
             assert!(!problems(file, text).is_empty(), "{text}");
         }
         assert!(problems(file, good).is_empty());
+    }
+
+    #[test]
+    fn a_playbook_is_read_from_its_front_matter_and_its_opening() {
+        let all: Vec<Playbook> = playbooks().collect();
+        assert_eq!(all.len(), PLAYBOOKS.len(), "every playbook parses");
+        let create = all
+            .iter()
+            .find(|p| p.file == "create-cluster.md")
+            .expect("listed");
+        assert_eq!(create.name, "create-cluster");
+        assert_eq!(create.playbook, Some("create-cluster"));
+        assert_eq!(create.version, Some("1.2.0"));
+        assert_eq!(create.kind, Some("workflow"));
+        assert_eq!(create.arguments, ["region", "availability_zone"]);
+        assert!(create.flow.is_some_and(|f| f.starts_with("whoami, ")));
+        assert_eq!(create.title, Some("Create a GPU cluster"));
+        let intro = create.intro.as_deref().unwrap_or_default();
+        assert!(
+            intro.starts_with("Makes a HyperPod-on-EKS cluster from the user's decisions only:")
+                && intro.ends_with("is hypd's to choose."),
+            "{intro}"
+        );
+        assert!(!intro.contains('\n'), "{intro}");
+        assert!(create.body.starts_with("\n# Create a GPU cluster"));
+        assert_eq!(Playbook::parse("x.md", "# No front matter\n"), None);
+        let bare = Playbook::parse("x.md", "---\nkind: diagnostic\n---\nNo title.\n").unwrap();
+        assert_eq!(
+            (bare.title, bare.intro, bare.arguments.len()),
+            (None, None, 0)
+        );
     }
 
     #[test]
