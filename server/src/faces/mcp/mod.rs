@@ -1,8 +1,11 @@
 //! MCP for agents, over streamable HTTP at `/mcp` (and stdio through `hypd mcp`, which
 //! relays to this endpoint). Tools are the command registry: names, descriptions, input
-//! and output schemas and annotations come from it, and every call goes through the same
-//! `dispatch` as REST and the console. A tool that fails returns the `ApiError` as a tool
-//! error the agent can read; only protocol problems are JSON-RPC errors.
+//! schemas and annotations come from it, and every call goes through the same `dispatch`
+//! as REST and the console. A tool that fails returns the `ApiError` as a tool error the
+//! agent can read; only protocol problems are JSON-RPC errors. Beyond tools, the same
+//! registry and store serve the playbooks as prompts (`prompts`), hypd's state as
+//! resources an agent reads and subscribes to (`resources`, `session`), and a wait's
+//! progress (`progress`), each as the caller: nothing is shown that REST would not show.
 
 use std::sync::Arc;
 
@@ -10,10 +13,15 @@ use app::api::{ApiError, COMMANDS, CommandEntry, Effect, Role};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+    CompleteResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
+    UnsubscribeRequestParams,
 };
+use rmcp::service::SubscriptionContext;
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -22,6 +30,13 @@ use serde_json::Value;
 
 use crate::auth::Actor;
 use crate::service::Service;
+use resources::Uri;
+use session::Session;
+
+mod progress;
+mod prompts;
+mod resources;
+mod session;
 
 const INSTRUCTIONS: &str = "hypd manages GPU training and inference clusters on AWS (EKS + SageMaker HyperPod). \
 Inspect before you change anything: whoami, list_clusters, list_regions, list_availability_zones, list_instance_types. \
@@ -271,27 +286,36 @@ fn tool(entry: &CommandEntry) -> Tool {
     Tool::new(spec.name, description, Arc::new(input)).with_annotations(annotations)
 }
 
+/// One per MCP session (the HTTP service makes one at each `initialize`): the registry's
+/// tools, shared by all, and the session's own live state.
 #[derive(Clone)]
 pub struct McpServer {
     service: Arc<Service>,
     tools: Arc<Vec<(Role, Tool)>>,
+    session: Arc<Session>,
 }
 
 impl McpServer {
-    pub fn new(service: Arc<Service>) -> Self {
+    pub fn new(service: Arc<Service>, tools: Arc<Vec<(Role, Tool)>>) -> Self {
         Self {
+            session: Session::new(service.clone()),
             service,
-            tools: Arc::new(tools()),
+            tools,
         }
     }
 
-    fn actor(context: &RequestContext<RoleServer>) -> Result<Actor, McpError> {
-        context
-            .extensions
-            .get::<http::request::Parts>()
+    /// The caller, authenticated by the HTTP layer for this very request, and admitted to
+    /// this session only if it is the caller that opened it.
+    fn actor(&self, context: &RequestContext<RoleServer>) -> Result<Actor, McpError> {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let actor = parts
             .and_then(|p| p.extensions.get::<Actor>())
             .cloned()
-            .ok_or_else(|| McpError::invalid_request("not authenticated", None))
+            .ok_or_else(|| McpError::invalid_request("not authenticated", None))?;
+        self.session
+            .admit(&actor, parts.map(|p| &p.headers), &context.peer)
+            .map_err(|e| McpError::invalid_request(e, None))?;
+        Ok(actor)
     }
 }
 
@@ -328,9 +352,33 @@ impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let mut server = Implementation::new("hypd", env!("CARGO_PKG_VERSION"));
         server.title = Some("hypd control plane".to_owned());
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        // Exactly what is served: no list changes (the lists are fixed for a build).
+        #[expect(
+            deprecated,
+            reason = "logging is what 2025-era clients (the conformance suite among them) ask for"
+        )]
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_logging()
+            .enable_completions()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(server)
             .with_instructions(INSTRUCTIONS)
+    }
+
+    /// The handshake binds the session to the caller that opens it.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        self.actor(&context)?;
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -338,7 +386,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let actor = Self::actor(&context)?;
+        let actor = self.actor(&context)?;
         let visible = self
             .tools
             .iter()
@@ -354,10 +402,32 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let actor = Self::actor(&context)?;
+        let actor = self.actor(&context)?;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
-        let result = match self.service.dispatch(&actor, &request.name, input).await {
-            Ok(output) => answer_result(&output),
+        let followed = progress::followed(&request.name, &input);
+        let dispatch = self.service.dispatch(&actor, &request.name, input);
+        let reporter =
+            followed.and_then(|id| progress::Reporter::new(&self.service, &actor, &context, id));
+        let outcome = match reporter {
+            // Cancelling the call stops the wait, never the operation: the operation runs
+            // in the worker, not in this future.
+            Some(reporter) => tokio::select! {
+                outcome = reporter.around(dispatch) => outcome,
+                () = context.ct.cancelled() => return Err(cancelled()),
+            },
+            None => tokio::select! {
+                outcome = dispatch => outcome,
+                () = context.ct.cancelled() => return Err(cancelled()),
+            },
+        };
+        let result = match outcome {
+            Ok(output) => {
+                let result = answer_result(&output);
+                if let Some(id) = started_operation(&result) {
+                    self.session.started(id);
+                }
+                result
+            }
             Err(ApiError::NotFound { resource, name }) if resource == "command" => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {name}"),
@@ -368,19 +438,175 @@ impl ServerHandler for McpServer {
         };
         Ok(CallToolResponse::Complete(result))
     }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        self.actor(&context)?;
+        Ok(ListPromptsResult::with_all_items(prompts::list()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.actor(&context)?;
+        prompts::get(&request.name, request.arguments).map(GetPromptResponse::from)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let actor = self.actor(&context)?;
+        prompts::complete(&self.service, &actor, request).await
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let actor = self.actor(&context)?;
+        let found = resources::list(&self.service, &actor).await?;
+        Ok(ListResourcesResult::with_all_items(found))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.actor(&context)?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            resources::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let actor = self.actor(&context)?;
+        let json = resources::read(&self.service, &actor, &request.uri).await?;
+        Ok(ReadResourceResult::new(vec![resources::contents(&request.uri, json)]).into())
+    }
+
+    /// The resources of a 2026-07-28 `subscriptions/listen` hypd can follow; no list
+    /// changes (the lists are fixed for a build).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|u| resources::parse(u).is_ok_and(|u| followable(&u).is_ok()))
+                .cloned()
+                .collect()
+        });
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let request = context.request_context();
+        let actor = self.actor(request)?;
+        let credential = request
+            .extensions
+            .get::<http::request::Parts>()
+            .map(|p| p.headers.clone())
+            .unwrap_or_default();
+        let mut follower = session::Follower::default();
+        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+            // Only what the caller may read can be followed: read it once, as the caller.
+            let now = resources::read(&self.service, &actor, uri).await?;
+            follower.add(resources::parse(uri)?, &now);
+        }
+        session::listen(&self.service, credential, follower, context).await
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let actor = self.actor(&context)?;
+        let uri = resources::parse(&request.uri)?;
+        followable(&uri)?;
+        // Only what the caller may read can be followed: read it once, as the caller.
+        let now = resources::read(&self.service, &actor, &request.uri).await?;
+        self.session.subscribe(uri, &now);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.actor(&context)?;
+        let uri = resources::parse(&request.uri)?;
+        self.session.unsubscribe(&uri);
+        Ok(())
+    }
+
+    #[expect(
+        deprecated,
+        reason = "logging/setLevel is how 2025-era clients ask for log messages"
+    )]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.actor(&context)?;
+        self.session.set_level(request.level);
+        Ok(())
+    }
 }
 
-/// The `/mcp` endpoint as a tower service. Sessions are not needed (every request carries
-/// its token), so it runs stateless and answers plain JSON where it can.
+/// What a subscription can follow: what operations change (an operation, a cluster, its
+/// nodes). A training job moves on its own, outside any operation, so it is read instead.
+fn followable(uri: &Uri) -> Result<(), McpError> {
+    match uri {
+        Uri::TrainingJob { .. } | Uri::TrainingJobLogs { .. } => Err(McpError::invalid_params(
+            format!(
+                "{}: a training job is read, not followed; its logs stream from get_training_job_logs' WebSocket",
+                uri.to_uri()
+            ),
+            None,
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn cancelled() -> McpError {
+    McpError::internal_error("the call was cancelled by the client", None)
+}
+
+/// The operation a successful call started (its answer is an `OperationRef`), which the
+/// session then reports on in its log messages.
+fn started_operation(result: &CallToolResult) -> Option<&str> {
+    let answer = result.structured_content.as_ref()?;
+    answer.get("status_command")?;
+    answer.get("operation_id")?.as_str()
+}
+
+/// The `/mcp` endpoint as a tower service. Each `initialize` opens a session (its id in
+/// `Mcp-Session-Id`), which is what lets a client hold a stream for the notifications of
+/// its subscriptions and logs and get a wait's progress; every request still carries its
+/// token, checked by the HTTP layer and against the session's owner. A session idle for
+/// 5 minutes ends.
 pub fn service(service: Arc<Service>) -> StreamableHttpService<McpServer, LocalSessionManager> {
-    let server = McpServer::new(service);
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_sse_keep_alive(None);
+    let tools = Arc::new(tools());
     StreamableHttpService::new(
-        move || Ok(server.clone()),
+        move || Ok(McpServer::new(service.clone(), tools.clone())),
         LocalSessionManager::default().into(),
-        config,
+        StreamableHttpServerConfig::default(),
     )
 }
