@@ -8,4 +8,7 @@ export HYPD_SIM_MLFLOW=${HYPD_SIM_MLFLOW:-$HYPD_VENV/bin/mlflow}
 # binaryen 108 rewrites the wasm-bindgen externref table's export to the function
 # table, which breaks a split bundle at load.
 export HYPD_BINARYEN=${HYPD_BINARYEN:-$HOME/.cache/hypd/binaryen}
+# The MCP conformance suite and the Node 22 it runs on (scripts/setup --tests installs
+# both; end2end/py/test_conformance.py puts their bin directory first on its PATH).
+export HYPD_CONFORMANCE=${HYPD_CONFORMANCE:-$HOME/.cache/hypd/conformance}
 export PATH="$HOME/.cargo/bin:$HYPD_VENV/bin:$HYPD_BINARYEN/node_modules/.bin:$PATH"
