@@ -145,6 +145,31 @@ def hypd(moto, sim):
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
+MCP_PROTOCOL = "2025-11-25"
+
+
+def mcp_session(hypd, token: str) -> dict:
+    """The headers of a new MCP session of `token`, as a 2025-11-25 client opens one
+    (initialize, then initialized): what a raw JSON-RPC request to /mcp must carry."""
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {token}"}
+    init = {"protocolVersion": MCP_PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}, headers=headers)
+    assert r.status_code == 200, r.text
+    headers |= {"Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": MCP_PROTOCOL}
+    r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    assert r.status_code == 202, r.text
+    return headers
+
+
+def rpc_answer(r: httpx.Response) -> dict:
+    """The JSON-RPC answer of a response, sent as JSON or as an event stream (whose
+    priming event has no data)."""
+    if r.headers["content-type"].startswith("application/json"):
+        return r.json()
+    data = [l[5:] for l in r.text.splitlines() if l.startswith("data:") and l[5:].strip()]
+    return json.loads(data[-1])
+
+
 def eks_token(cluster: str, region: str = "us-east-1") -> str:
     """What `aws eks get-token` prints: a presigned STS GetCallerIdentity URL naming the
     cluster in the signed header x-k8s-aws-id, base64url without padding."""

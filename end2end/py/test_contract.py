@@ -13,6 +13,7 @@ import httpx
 from mcp.client import Client
 from openapi_spec_validator import validate
 
+from conftest import mcp_session, rpc_answer
 from test_mcp import http_transport
 
 BAD_REQUESTS = [
@@ -117,13 +118,9 @@ def test_arrays_are_not_objects_on_every_face(hypd):
 
 def raw_mcp(hypd, token, method, params):
     """One JSON-RPC request to /mcp as the wire carries it: (status, bytes of the answer, answer)."""
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Authorization": f"Bearer {token}",
-        "MCP-Protocol-Version": "2025-11-25",
-    }
+    headers = mcp_session(hypd, token)
     r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers, timeout=60)
-    return r.status_code, len(r.content), r.json()
+    return r.status_code, len(r.content), rpc_answer(r)
 
 
 def test_long_values_get_short_answers_on_every_face(hypd):

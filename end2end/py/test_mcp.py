@@ -12,10 +12,13 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+import mcp_types as types
+
 import playbook_flow
-from conftest import HYPD, kubectl
+from conftest import HYPD, REPO, kubectl, mcp_session, rpc_answer
 
 INSPECTION = ["whoami", "list_regions", "list_availability_zones", "list_instance_types", "list_clusters"]
 
@@ -73,14 +76,18 @@ async def call_confirmed(client, tool, args):
     return answer
 
 
-async def keyed(client, hypd, tool, request, other):
+async def keyed(client, hypd, tool, request, other, watch=None):
     """Starts `tool` with a new idempotency key and holds the key to that request (see
-    `key_held`). Returns the operation the key started, finished."""
+    `key_held`). Returns the operation the key started, finished. `watch(operation_id)`,
+    when given, follows the operation meanwhile."""
     key = f"key-{tool}-{time.monotonic_ns()}"
     started = structured(await call_confirmed(client, tool, {**request, "idempotency_key": key}))
     assert started["created"] is True, started
-    await key_held(client, hypd, tool, {**request, "idempotency_key": key}, other, started["operation_id"])
-    op = (await finished(client, started["operation_id"]))["operation"]
+    async with anyio.create_task_group() as watching:
+        if watch:
+            watching.start_soon(watch, started["operation_id"])
+        await key_held(client, hypd, tool, {**request, "idempotency_key": key}, other, started["operation_id"])
+        op = (await finished(client, started["operation_id"]))["operation"]
     # Retried once it has run (an answer lost on the way back): the same operation, with no
     # new plan or confirmation, even where what it deleted could no longer be planned.
     status, answer = rest_call(hypd, tool, {**request, "idempotency_key": key})
@@ -201,27 +208,22 @@ def test_no_or_wrong_token_is_refused(hypd):
 
 
 def test_unknown_method_is_method_not_found(hypd):
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Authorization": f"Bearer {hypd.admin_token}",
-    }
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
-    r = httpx.post(f"{hypd.url}/mcp", json=init, headers=headers)
-    assert r.status_code == 200, r.text
-    r = httpx.post(
-        f"{hypd.url}/mcp",
-        json={"jsonrpc": "2.0", "id": 2, "method": "no/such/method", "params": {}},
-        headers={**headers, "MCP-Protocol-Version": "2025-11-25"},
-    )
-    answer = r.json() if r.headers["content-type"].startswith("application/json") else json.loads(
-        [l for l in r.text.splitlines() if l.startswith("data:")][0][5:]
-    )
+    headers = mcp_session(hypd, hypd.admin_token)
+    r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "no/such/method", "params": {}}, headers=headers)
+    answer = rpc_answer(r)
     assert answer["error"]["code"] == -32601, answer
+
+
+def test_a_session_is_its_tokens_alone(hypd):
+    """A session id is not a credential: another token naming the session is refused,
+    and the session's own token still works after."""
+    headers = mcp_session(hypd, hypd.admin_token)
+    other = hypd.create_token("mcp-session-thief", "admin")
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
+    stolen = rpc_answer(httpx.post(f"{hypd.url}/mcp", json=call, headers={**headers, "Authorization": f"Bearer {other}"}))
+    assert "belongs to admin" in stolen["error"]["message"], stolen
+    mine = rpc_answer(httpx.post(f"{hypd.url}/mcp", json=call, headers=headers))
+    assert mine["result"]["structuredContent"]["token_name"] == "admin", mine
 
 
 async def import_and_follow(server, hypd, sim):
@@ -263,8 +265,83 @@ async def import_and_follow(server, hypd, sim):
         assert cancel.is_error and cancel.structured_content["error"]["kind"] == "conflict"
 
 
+async def live_state_through_mcp(hypd):
+    """Beyond tools, on a cluster just imported: the playbooks as prompts (the files,
+    byte for byte), completion of their arguments from what hypd knows, state as
+    resources a viewer reads exactly as REST answers it, log messages for what a
+    session started, and a subscription that ends when its token is revoked."""
+    files = sorted((REPO / "playbooks").glob("*.md"))
+    files = [f for f in files if f.name != "README.md"]
+    viewer = hypd.create_token("mcp-live-viewer", "viewer")
+    async with Client(http_transport(hypd, viewer)) as client:
+        prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+        assert sorted(prompts) == [f.stem for f in files], sorted(prompts)
+        for f in files:
+            got = await client.get_prompt(f.stem)
+            assert got.messages[0].content.text == f.read_text(), f.name
+        assert [a.name for a in prompts["create-cluster"].arguments] == ["region", "availability_zone"]
+        chosen = await client.get_prompt("create-cluster", {"availability_zone": "us-east-1a"})
+        assert "availability_zone = us-east-1a" in chosen.messages[1].content.text, chosen.messages
+        completed = await client.complete(
+            types.PromptReference(name="create-cluster"), {"name": "availability_zone", "value": "us-east-1"})
+        assert "us-east-1a" in completed.completion.values, completed
+        completed = await client.complete(types.PromptReference(name="delete-safely"), {"name": "name", "value": "mcp-eks"})
+        assert set(completed.completion.values) == {"mcp-eks", "mcp-eks-keyed"}, completed
+
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+        assert {"hypd://clusters/{name}", "hypd://operations/{id}", "hypd://clusters/{name}/nodes"} <= templates
+        listed = {r.uri for r in (await client.list_resources()).resources}
+        assert {"hypd://clusters/mcp-eks", "hypd://clusters/mcp-eks/nodes"} <= listed, listed
+        read = await client.read_resource("hypd://clusters/mcp-eks")
+        assert read.contents[0].mime_type == "application/json"
+        with hypd.client(viewer) as rest:
+            assert json.loads(read.contents[0].text) == rest.get("/api/v1/clusters/mcp-eks").json()
+        with pytest.raises(Exception) as missing:
+            await client.read_resource("hypd://clusters/no-such")
+        assert "no-such" in str(missing.value)
+
+        # A subscription lasts as long as its token: revoked, the stream ends.
+        async with client.listen(resource_subscriptions=["hypd://clusters/mcp-eks"]) as subscription:
+            _, plan = rest_call(hypd, "revoke_token", {"name": "mcp-live-viewer"})
+            status, _ = rest_call(hypd, "revoke_token", {"name": "mcp-live-viewer", "confirmation": plan["confirmation"]})
+            assert status == 200
+            ended = None
+            with anyio.move_on_after(20) as waiting:
+                try:
+                    async for _ in subscription:
+                        pass
+                except Exception as e:  # noqa: BLE001 - which one is the point of the assert
+                    ended = e
+            assert not waiting.cancelled_caught, "the subscription outlived its token"
+            assert isinstance(ended, SubscriptionLost), repr(ended)
+        # Listening again is refused: the token is gone.
+        with pytest.raises(Exception) as refused:
+            async with client.listen(resource_subscriptions=["hypd://clusters/mcp-eks"]):
+                pass
+        assert not isinstance(refused.value, TimeoutError), repr(refused.value)
+
+    # Log messages, at the level asked, for the operations this session started.
+    messages = []
+
+    async def on_log(params):
+        messages.append(params)
+
+    async with Client(http_transport(hypd, hypd.admin_token), mode="legacy", logging_callback=on_log) as client:
+        await client.set_logging_level("info")
+        started = structured(await client.call_tool("import_cluster", {"name": "mcp-live"}))
+        op = (await finished(client, started["operation_id"]))["operation"]
+        assert op["state"] == "succeeded", op
+        with anyio.fail_after(20):
+            while not any(m.level == "notice" for m in messages):
+                await anyio.sleep(0.2)
+    mine = [m.data for m in messages if m.data["operation_id"] == started["operation_id"]]
+    stages = [s["name"] for s in op["stages"]]
+    assert [d["stage"] for d in mine if d["state"] == "succeeded" and d["stage"]] == stages, mine
+    assert mine[-1]["state"] == "succeeded" and mine[-1]["stage"] is None, mine
+
+
 def test_import_cluster_through_mcp(hypd, sim):
-    for name in ["mcp-eks", "mcp-eks-keyed"]:
+    for name in ["mcp-eks", "mcp-eks-keyed", "mcp-live"]:
         created = httpx.post(
             f"{sim}/clusters",
             json={
@@ -278,6 +355,7 @@ def test_import_cluster_through_mcp(hypd, sim):
     anyio.run(import_and_follow, http_transport(hypd, hypd.admin_token), hypd, sim)
     entries = httpx.get(f"{sim}/clusters/mcp-eks/access-entries").json()["accessEntries"]
     assert len(entries) == 1, entries
+    anyio.run(live_state_through_mcp, hypd)
 
 
 async def diagnose_refused_import(admin, viewer, hypd, sim, name):
@@ -357,11 +435,77 @@ async def create_and_follow(server, hypd):
         listed = structured(await client.call_tool("list_operations", {"target": "cluster/mcp-gpu"}))
         assert listed["operations"] == [], listed
         bigger = {**request, "instance_groups": [{**request["instance_groups"][0], "instance_count": 2}]}
-        op = await keyed(client, hypd, "create_cluster", request, bigger)
+        op = await keyed(client, hypd, "create_cluster", request, bigger, watch=lambda op_id: watch_operation(hypd, op_id))
         assert op["state"] == "succeeded", op
         assert op["stages"][-1]["name"] == "storage"
         cluster = structured(await client.call_tool("get_cluster", {"name": "mcp-gpu"}))
         assert cluster["status"] == "active" and cluster["hyperpod_cluster_arn"], cluster
+
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+async def watch_operation(hypd, op_id):
+    """Follows operation `op_id` the three ways MCP offers, all at once, until it ends: a
+    2025 session's resources/subscribe (an update per stage that moved, in plan order,
+    the stage and its state in `_meta`, then one for the end), a 2026
+    subscriptions/listen (each update read back: the operation only moves forward), and
+    wait_operation's progress notifications (increasing, ending at the stage count)."""
+    uri = f"hypd://operations/{op_id}"
+    updates, ended = [], anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ResourceUpdatedNotification) and message.params.uri == uri:
+            meta = message.params.meta or {}
+            updates.append((meta.get("hypd/stage"), meta.get("hypd/state")))
+            if meta.get("hypd/stage") is None and meta.get("hypd/state") in TERMINAL:
+                ended.set()
+
+    progress, reads = [], []
+
+    async def on_progress(done, total, message):
+        progress.append((done, total, message))
+
+    admin = hypd.admin_token
+    async with Client(http_transport(hypd, admin), mode="legacy", message_handler=on_message) as legacy, \
+            Client(http_transport(hypd, admin)) as modern:
+        now = json.loads((await legacy.read_resource(uri)).contents[0].text)
+        await legacy.subscribe_resource(uri)
+        async with modern.listen(resource_subscriptions=[uri]) as subscription:
+
+            async def read_on_each_update():
+                async for _ in subscription:
+                    op = json.loads((await modern.read_resource(uri)).contents[0].text)
+                    reads.append([s["state"] for s in op["stages"]])
+                    if op["state"] in TERMINAL:
+                        return
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(read_on_each_update)
+                waited = structured(await modern.call_tool(
+                    "wait_operation", {"operation_id": op_id, "timeout_seconds": 300}, progress_callback=on_progress))
+                assert not waited["timed_out"], waited
+        with anyio.fail_after(30):
+            await ended.wait()
+        await legacy.unsubscribe_resource(uri)
+    final = waited["operation"]
+    names = [s["name"] for s in final["stages"]]
+    assert final["state"] == "succeeded", final
+    # Every stage not done when the subscription began was told of, finished, in order.
+    open_at_start = [s["name"] for s in now["stages"] if s["state"] != "succeeded"]
+    told_done = [stage for stage, state in updates if stage and state == "succeeded"]
+    assert told_done == open_at_start, (told_done, updates)
+    assert [stage for stage, _ in updates if stage] == sorted(
+        [stage for stage, _ in updates if stage], key=names.index), updates
+    assert updates[-1] == (None, "succeeded"), updates
+    # The listener's reads never go back, and end with the operation done.
+    done_counts = [sum(st == "succeeded" for st in r) for r in reads]
+    assert reads and done_counts == sorted(done_counts) and done_counts[-1] == len(names), reads
+    # Progress: strictly increasing, out of the stage count, ending there.
+    assert progress, "no progress notification"
+    values = [p for p, _, _ in progress]
+    assert values == sorted(set(values)) and values[-1] == len(names), progress
+    assert all(total == len(names) for _, total, _ in progress), progress
 
 
 def test_create_cluster_through_mcp(hypd, sim):
@@ -1800,14 +1944,10 @@ def test_tools_are_compact_and_check_what_decode_checks(hypd):
     refuses."""
     from jsonschema import Draft202012Validator
 
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Authorization": f"Bearer {hypd.admin_token}",
-        "MCP-Protocol-Version": "2025-11-25",
-    }
+    headers = mcp_session(hypd, hypd.admin_token)
     r = httpx.post(f"{hypd.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=headers)
     assert r.status_code == 200, r.text
-    tools = {t["name"]: t for t in r.json()["result"]["tools"]}
+    tools = {t["name"]: t for t in rpc_answer(r)["result"]["tools"]}
     # One tool per command of the registry, as REST has one operation per command.
     spec = httpx.get(f"{hypd.url}/api/v1/openapi.json", headers={"Authorization": f"Bearer {hypd.admin_token}"}).json()
     operations = {o["operationId"] for path in spec["paths"].values() for o in path.values() if isinstance(o, dict) and "operationId" in o}
@@ -1817,9 +1957,10 @@ def test_tools_are_compact_and_check_what_decode_checks(hypd):
     largest = sorted(((len(json.dumps(t)), n) for n, t in tools.items()), reverse=True)[:6]
     assert per_tool <= 1000, f"{len(r.content)} bytes for {len(tools)} tools; the largest: {largest}"
     # The shared fields go undescribed in every tool because the instructions say them.
-    init = httpx.post(f"{hypd.url}/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
-    instructions = init.json()["result"]["instructions"]
+    init = httpx.post(f"{hypd.url}/mcp", headers={k: v for k, v in headers.items() if k != "Mcp-Session-Id"},
+                      json={"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+                          "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    instructions = rpc_answer(init)["result"]["instructions"]
     assert all(f"`{field}" in instructions for field in ("dry_run", "confirmation", "idempotency_key")), instructions
     assert "description" not in tools["delete_cluster"]["inputSchema"]["properties"]["confirmation"]
 
