@@ -649,18 +649,7 @@ async fn add_ons_services_claims_and_training_jobs_come_alive() {
     let eks = eks_client(&sim_url).await;
     let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
     let client = kube_client(&endpoint, &ca, &eks_token("ml-1"));
-    crate::support::create_hyperpod(&sim_url, &net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
-    let nodes: Api<Node> = Api::all(client.clone());
-    crate::support::wait_for("two HyperPod nodes", || async {
-        nodes
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .len()
-            == 2
-    })
-    .await;
+    crate::support::hyperpod_nodes(&client, &sim_url, &net, 2).await;
     crate::support::control(
         &sim_url,
         reqwest::Method::PUT,

@@ -716,25 +716,32 @@ pub async fn call_in(
 /// EKS cluster `ml-1` with HyperPod `hp-1`'s two ml.g5.8xlarge nodes Ready and the
 /// inference operator's add-on installed, once it serves the CRD named `crd`: the
 /// cluster's client.
-pub async fn inference_cluster(sim_url: &str, net: &Network, crd: &str) -> kube::Client {
+/// HyperPod cluster `hp-1` on EKS cluster `ml-1` with `count` ml.g5.8xlarge nodes, once
+/// every one of them is a Node of `client`'s API server.
+pub async fn hyperpod_nodes(client: &kube::Client, sim_url: &str, net: &Network, count: usize) {
     use k8s_openapi::api::core::v1::Node;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, ListParams};
-    let eks = eks_client(sim_url).await;
-    let (endpoint, ca) = active_cluster(&eks, net, "ml-1").await;
-    let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
-    create_hyperpod(sim_url, net, "hp-1", "ml-1", "ml.g5.8xlarge", 2).await;
+    create_hyperpod(sim_url, net, "hp-1", "ml-1", "ml.g5.8xlarge", count as i32).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_for("two ml.g5.8xlarge nodes", || async {
+    wait_for(&format!("{count} ml.g5.8xlarge nodes"), || async {
         nodes
             .list(&ListParams::default().labels("node.kubernetes.io/instance-type=ml.g5.8xlarge"))
             .await
             .unwrap()
             .items
             .len()
-            == 2
+            == count
     })
     .await;
+}
+
+pub async fn inference_cluster(sim_url: &str, net: &Network, crd: &str) -> kube::Client {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::Api;
+    let eks = eks_client(sim_url).await;
+    let (endpoint, ca) = active_cluster(&eks, net, "ml-1").await;
+    let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
+    hyperpod_nodes(&client, sim_url, net, 2).await;
     eks.create_addon()
         .cluster_name("ml-1")
         .addon_name("amazon-sagemaker-hyperpod-inference")
