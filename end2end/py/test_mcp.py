@@ -482,6 +482,11 @@ async def watch_operation(hypd, op_id):
 
             async with anyio.create_task_group() as group:
                 group.start_soon(read_on_each_update)
+                # A wait the client gives up on (notifications/cancelled) stops waiting;
+                # the operation goes on (the wait below sees it succeed).
+                with anyio.move_on_after(1) as gave_up:
+                    await modern.call_tool("wait_operation", {"operation_id": op_id, "timeout_seconds": 300})
+                assert gave_up.cancelled_caught, "the operation ended within a second"
                 waited = structured(await modern.call_tool(
                     "wait_operation", {"operation_id": op_id, "timeout_seconds": 300}, progress_callback=on_progress))
                 assert not waited["timed_out"], waited

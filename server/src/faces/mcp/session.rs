@@ -525,6 +525,157 @@ async fn delivered<E>(send: impl std::future::Future<Output = Result<(), E>>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    /// An operation on cluster ml-1 with three stages in the given states.
+    fn op(id: &str, state: &str, stages: [&str; 3]) -> Operation {
+        let stage = |name: &str, state: &str| {
+            json!({ "name": name, "title": name, "state": state, "attempts": 1,
+                    "started_at": null, "finished_at": null, "next_poll_at": null,
+                    "message": null, "error": null, "cancellable": true })
+        };
+        serde_json::from_value(json!({
+            "operation_id": id, "command": "create_cluster", "target": "cluster/ml-1",
+            "state": state, "requested_by": "admin", "created_at": "t0", "updated_at": "t1",
+            "stages": [stage("network", stages[0]), stage("eks", stages[1]), stage("nodes", stages[2])],
+            "outputs": {}, "error": null, "retryable": false, "cancellable": false,
+        }))
+        .unwrap()
+    }
+
+    fn told(updates: &[ResourceUpdatedNotificationParam]) -> Vec<(String, Option<String>, String)> {
+        updates
+            .iter()
+            .map(|u| {
+                let meta = &u.meta.as_ref().unwrap().0.0;
+                (
+                    u.uri.clone(),
+                    meta.get("hypd/stage")
+                        .and_then(|v| v.as_str())
+                        .map(str::to_owned),
+                    meta["hypd/state"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_operations_follower_is_told_each_stage_that_moved_in_order_then_the_end() {
+        let mut f = Follower::default();
+        let started = op("op-1", "running", ["succeeded", "running", "pending"]);
+        f.add(
+            Uri::Operation { id: "op-1".into() },
+            &serde_json::to_string(&started).unwrap(),
+        );
+        let uri = "hypd://operations/op-1".to_owned();
+        // Two stages moved between two reads: both are told, in plan order.
+        let moved = op("op-1", "running", ["succeeded", "succeeded", "running"]);
+        assert_eq!(
+            told(&f.updates(&moved)),
+            [
+                (uri.clone(), Some("eks".into()), "succeeded".into()),
+                (uri.clone(), Some("nodes".into()), "running".into()),
+            ]
+        );
+        // A read where no stage moved is still one update (a message changed).
+        assert_eq!(
+            told(&f.updates(&moved)),
+            [(uri.clone(), None, "running".into())]
+        );
+        let done = op("op-1", "succeeded", ["succeeded", "succeeded", "succeeded"]);
+        assert_eq!(
+            told(&f.updates(&done)),
+            [
+                (uri.clone(), Some("nodes".into()), "succeeded".into()),
+                (uri, None, "succeeded".into()),
+            ]
+        );
+        // Another operation is not this follower's business.
+        assert!(
+            f.updates(&op("op-2", "running", ["running", "pending", "pending"]))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_clusters_follower_is_told_of_every_operation_on_that_cluster_only() {
+        let mut f = Follower::default();
+        f.add(
+            Uri::Cluster {
+                name: "ml-1".into(),
+            },
+            "{}",
+        );
+        f.add(
+            Uri::Nodes {
+                name: "ml-2".into(),
+            },
+            "{}",
+        );
+        let change = op("op-3", "running", ["succeeded", "running", "pending"]);
+        let updates = f.updates(&change);
+        assert_eq!(
+            told(&updates),
+            [(
+                "hypd://clusters/ml-1".into(),
+                Some("eks".into()),
+                "running".into()
+            )]
+        );
+        let meta = &updates[0].meta.as_ref().unwrap().0.0;
+        assert_eq!(meta["hypd/operation_id"], "op-3");
+        f.remove(&Uri::Cluster {
+            name: "ml-1".into(),
+        });
+        assert!(f.updates(&change).is_empty());
+        assert_eq!(f.everything().len(), 1);
+    }
+
+    #[test]
+    fn log_messages_say_each_start_end_and_failure_once_at_their_level() {
+        let running = op("op-1", "running", ["succeeded", "running", "pending"]);
+        let before = [
+            OperationState::Succeeded,
+            OperationState::Pending,
+            OperationState::Pending,
+        ];
+        let messages = transitions(&running, &before);
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].data["stage"], "eks");
+        assert_eq!(messages[0].data["state"], "running");
+        assert!(matches!(messages[0].level, LoggingLevel::Info));
+        // A waiting stage polled again is not news; its wait is debug.
+        let waiting = op("op-1", "running", ["succeeded", "waiting", "pending"]);
+        let polled = [
+            OperationState::Succeeded,
+            OperationState::Waiting,
+            OperationState::Pending,
+        ];
+        assert!(transitions(&running, &polled).is_empty());
+        let wait = transitions(
+            &waiting,
+            &[
+                OperationState::Succeeded,
+                OperationState::Running,
+                OperationState::Pending,
+            ],
+        );
+        assert!(matches!(wait[0].level, LoggingLevel::Debug));
+        assert!(!at_least(wait[0].level, LoggingLevel::Info));
+        // The end comes last, a notice when it succeeded.
+        let done = op("op-1", "succeeded", ["succeeded", "succeeded", "succeeded"]);
+        let end = transitions(
+            &done,
+            &[
+                OperationState::Succeeded,
+                OperationState::Succeeded,
+                OperationState::Running,
+            ],
+        );
+        assert_eq!(end.len(), 2);
+        assert_eq!(end[1].data["stage"], Value::Null);
+        assert!(matches!(end[1].level, LoggingLevel::Notice));
+    }
 
     #[test]
     fn targets_name_their_cluster() {
