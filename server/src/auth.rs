@@ -386,6 +386,16 @@ impl Auth {
         Ok((name, role))
     }
 
+    /// Whether the credential a live stream (a WebSocket, an MCP subscription) was opened
+    /// with is refused now, through the 2 s token and session caches. A store that
+    /// cannot answer is not a revocation: only a refusal ends the stream.
+    pub async fn revoked(&self, headers: &HeaderMap, method: &Method, face: Face) -> bool {
+        matches!(
+            self.authenticate(headers, method, face).await,
+            Err(ApiError::Unauthorized { .. } | ApiError::Forbidden { .. })
+        )
+    }
+
     /// Authenticates a request. A bearer token wins; otherwise the session cookie, which
     /// for anything but a plain read (and for WebSocket upgrades) must come from our own
     /// origin.

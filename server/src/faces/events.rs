@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use app::api::ApiError;
 use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, Method};
@@ -83,7 +82,12 @@ async fn stream(state: AppState, actor: Actor, credential: Credential, mut socke
                 Err(RecvError::Closed) => return,
             },
         };
-        if refused(&state, &credential).await {
+        if state
+            .service
+            .auth
+            .revoked(&credential.headers, &credential.method, Face::Console)
+            .await
+        {
             tracing::info!(actor = %actor.name, "events: credential no longer valid, closing");
             let close = CloseFrame {
                 code: CLOSE_UNAUTHORIZED,
@@ -102,17 +106,4 @@ async fn stream(state: AppState, actor: Actor, credential: Credential, mut socke
         }
     }
     tracing::debug!(actor = %actor.name, "events subscriber left");
-}
-
-/// Whether the socket's credential is refused now (through auth's 2 s cache). A store
-/// that cannot answer is not a revocation: only a refusal ends the stream.
-async fn refused(state: &AppState, credential: &Credential) -> bool {
-    matches!(
-        state
-            .service
-            .auth
-            .authenticate(&credential.headers, &credential.method, Face::Console)
-            .await,
-        Err(ApiError::Unauthorized { .. } | ApiError::Forbidden { .. })
-    )
 }

@@ -238,8 +238,7 @@ impl Viewer {
                     Some(Ok(_)) => {}
                 },
                 _ = recheck.tick() => {
-                    let again = self.state.service.auth.authenticate(&self.headers, &self.method, Face::Console).await;
-                    if let Err(ApiError::Unauthorized { .. } | ApiError::Forbidden { .. }) = again {
+                    if self.state.service.auth.revoked(&self.headers, &self.method, Face::Console).await {
                         close(&mut socket, CLOSE_UNAUTHORIZED, "the token was revoked or the session ended: sign in again").await;
                         break;
                     }

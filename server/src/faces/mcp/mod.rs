@@ -317,6 +317,16 @@ impl McpServer {
             .map_err(|e| McpError::invalid_request(e, None))?;
         Ok(actor)
     }
+
+    /// The start of following `uri` (a subscription of either protocol): a resource
+    /// that can be followed, read once as the caller, since only what the caller may
+    /// read can be followed; its JSON is where its updates start from.
+    async fn first_read(&self, actor: &Actor, uri: &str) -> Result<(Uri, String), McpError> {
+        let parsed = resources::parse(uri)?;
+        followable(&parsed)?;
+        let now = resources::read(&self.service, actor, uri).await?;
+        Ok((parsed, now))
+    }
 }
 
 /// A result carries its data once as `structuredContent`, and, as the MCP specification
@@ -408,17 +418,17 @@ impl ServerHandler for McpServer {
         let dispatch = self.service.dispatch(&actor, &request.name, input);
         let reporter =
             followed.and_then(|id| progress::Reporter::new(&self.service, &actor, &context, id));
-        let outcome = match reporter {
-            // Cancelling the call stops the wait, never the operation: the operation runs
-            // in the worker, not in this future.
-            Some(reporter) => tokio::select! {
-                outcome = reporter.around(dispatch) => outcome,
-                () = context.ct.cancelled() => return Err(cancelled()),
-            },
-            None => tokio::select! {
-                outcome = dispatch => outcome,
-                () = context.ct.cancelled() => return Err(cancelled()),
-            },
+        let work = async move {
+            match reporter {
+                Some(reporter) => reporter.around(dispatch).await,
+                None => dispatch.await,
+            }
+        };
+        // Cancelling the call stops the wait, never the operation: the operation runs in
+        // the worker, not in this future.
+        let outcome = tokio::select! {
+            outcome = work => outcome,
+            () = context.ct.cancelled() => return Err(cancelled()),
         };
         let result = match outcome {
             Ok(output) => {
@@ -523,9 +533,8 @@ impl ServerHandler for McpServer {
             .unwrap_or_default();
         let mut follower = session::Follower::default();
         for uri in context.accepted().resource_subscriptions.iter().flatten() {
-            // Only what the caller may read can be followed: read it once, as the caller.
-            let now = resources::read(&self.service, &actor, uri).await?;
-            follower.add(resources::parse(uri)?, &now);
+            let (uri, now) = self.first_read(&actor, uri).await?;
+            follower.add(uri, &now);
         }
         session::listen(&self.service, credential, follower, context).await
     }
@@ -536,10 +545,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let actor = self.actor(&context)?;
-        let uri = resources::parse(&request.uri)?;
-        followable(&uri)?;
-        // Only what the caller may read can be followed: read it once, as the caller.
-        let now = resources::read(&self.service, &actor, &request.uri).await?;
+        let (uri, now) = self.first_read(&actor, &request.uri).await?;
         self.session.subscribe(uri, &now);
         Ok(())
     }

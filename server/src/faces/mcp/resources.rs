@@ -184,11 +184,7 @@ fn resource(uri: Uri, name: String, description: String) -> Resource {
 /// The resource's JSON: the read command's answer, as REST sends it.
 pub async fn read(service: &Service, actor: &Actor, uri: &str) -> Result<String, McpError> {
     let (command, input) = parse(uri)?.read();
-    let text = service
-        .dispatch(actor, command, input)
-        .await
-        .map_err(|e| refusal(&e))?;
-    Ok(text.get().to_owned())
+    dispatch(service, actor, command, input).await
 }
 
 pub fn contents(uri: &str, json: String) -> ResourceContents {
@@ -211,17 +207,28 @@ pub fn parse(uri: &str) -> Result<Uri, McpError> {
     })
 }
 
+/// A read command's JSON answer for the caller, or its refusal as a protocol error.
+async fn dispatch(
+    service: &Service,
+    actor: &Actor,
+    command: &str,
+    input: Value,
+) -> Result<String, McpError> {
+    let text = service
+        .dispatch(actor, command, input)
+        .await
+        .map_err(|e| refusal(&e))?;
+    Ok(text.get().to_owned())
+}
+
 async fn answer(
     service: &Service,
     actor: &Actor,
     command: &str,
     input: Value,
 ) -> Result<Value, McpError> {
-    let text = service
-        .dispatch(actor, command, input)
-        .await
-        .map_err(|e| refusal(&e))?;
-    serde_json::from_str(text.get()).map_err(|e| McpError::internal_error(e.to_string(), None))
+    let text = dispatch(service, actor, command, input).await?;
+    serde_json::from_str(&text).map_err(|e| McpError::internal_error(e.to_string(), None))
 }
 
 /// A refused read as a protocol error that carries hypd's own error (field path, rule,

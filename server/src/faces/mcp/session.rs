@@ -456,16 +456,12 @@ async fn notify(
     }
 }
 
-/// Whether the credential a follower was admitted with still holds. A store that cannot
-/// answer is not a revocation: only a refusal ends the following.
+/// Whether the credential a follower was admitted with still holds.
 async fn still_admitted(service: &Service, credential: &HeaderMap) -> bool {
-    !matches!(
-        service
-            .auth
-            .authenticate(credential, &Method::POST, Face::Mcp)
-            .await,
-        Err(ApiError::Unauthorized { .. } | ApiError::Forbidden { .. })
-    )
+    !service
+        .auth
+        .revoked(credential, &Method::POST, Face::Mcp)
+        .await
 }
 
 /// A 2026-07-28 `subscriptions/listen` stream: the same updates as a session's
