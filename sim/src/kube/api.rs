@@ -403,14 +403,15 @@ async fn handle(
                         &call,
                         now,
                     );
-                    // The answer may take its decode time: nothing waits on the cluster.
+                    // The answer may take its decode time, or a gateway's retries: nothing
+                    // waits on the cluster, whose store each retry locks anew.
                     drop(store);
                     match backend {
                         Ok(b) => {
                             service_proxy::answer(
                                 b,
                                 ctx.world.clock.clone(),
-                                &api.serving,
+                                &api,
                                 &call,
                                 uri.path(),
                                 uri.query(),

@@ -399,6 +399,16 @@ enum Counted {
     Routed(String, Option<String>),
 }
 
+impl InFlight {
+    /// Names the worker (by URL) that a request the gateway took before it had one went
+    /// to, so that the load the gateway's pick counted in is counted out with it.
+    pub(super) fn routed_to(&mut self, url: String) {
+        if let Counted::Routed(_, worker) = &mut self.what {
+            *worker = Some(url);
+        }
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         let mut ledger = lock(&self.ledger);

@@ -8,8 +8,11 @@
 //! passes the request on to the worker it picks, whose answer comes back with
 //! [`ROUTER_HEADER`] naming the router. Resolving reads the store under the cluster's
 //! lock; the answer is computed once it is let go, and a completion's is then sent as
-//! its decode time passes on the sim's clock, with no lock held while it waits. The same
-//! resolution serves what a pod fetches from a Service inside the cluster ([`get`]).
+//! its decode time passes on the sim's clock, with no lock held while it waits. A
+//! completion an SGLang gateway found no worker for is [`Held`] while the gateway's
+//! retries back off on the sim's clock, also with no lock held: each attempt takes the
+//! lock again and reads the workers anew. The same resolution serves what a pod fetches
+//! from a Service inside the cluster ([`get`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -20,11 +23,12 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::ClusterApi;
 use super::api::Status;
 use super::controllers::is_ready;
 use super::inference_router::Router;
 use super::model_server::{self, Answer, InFlight, Serving};
-use super::sglang_router::{Gateway, Handling};
+use super::sglang_router::{Gateway, Handling, Held};
 use super::store::{Key, Obj, Store, meta};
 use crate::clock::Clock;
 
@@ -64,6 +68,8 @@ enum Routed {
     Own(Answer),
     /// Nothing listens on the gateway's port the request went to.
     Refused,
+    /// A gateway (the backend's pod) found no worker for it yet, and tries again.
+    Held(Box<Held>),
 }
 
 fn no_endpoints(what: &str) -> Status {
@@ -203,6 +209,22 @@ fn through_gateway(
         now,
     );
     match handling {
+        Handling::Answer(answer, Some(counted))
+            if gateway.retries(call.method, path, answer.status) =>
+        {
+            let held = Held::new(gateway, &via.pod, path, call.body, counted);
+            Backend {
+                routed: Some(Routed::Held(held)),
+                ..via
+            }
+        }
+        handling => handled(via, handling),
+    }
+}
+
+/// Where a gateway's `handling` of a request sends it: `via` is the gateway's own pod.
+fn handled(via: Backend, handling: Handling) -> Backend {
+    match handling {
         Handling::Forward {
             worker,
             port,
@@ -327,6 +349,17 @@ fn reply(
             });
         }
         Some(Routed::Refused) => return Err(refused(&backend.ip, backend.port)),
+        // Nothing waits here: `answer` holds a request before it gets this far, and what
+        // a pod fetches inside the cluster is never a completion.
+        Some(Routed::Held(held)) => {
+            let (answer, counted) = held.give_up();
+            return Ok(Reply {
+                answer,
+                pod,
+                router: None,
+                counted: Some(counted),
+            });
+        }
         Some(Routed::Via(router)) => (Some(router), backend.counted),
         None => (None, backend.counted),
     };
@@ -353,12 +386,13 @@ fn reply(
     })
 }
 
-/// What `backend` answers to `call` (whose full path was `request_path`) at sim time
-/// `created` (epoch seconds): sent as `clock` reaches the time each part of it is due.
+/// What `backend` in `cluster` answers to `call` (whose full path was `request_path`)
+/// taken at sim time `created` (epoch seconds): sent as `clock` reaches the time each
+/// part of it is due, after any hold of a gateway's retries.
 pub async fn answer(
     backend: Backend,
     clock: Arc<Clock>,
-    serving: &Serving,
+    cluster: &ClusterApi,
     call: &Call<'_>,
     request_path: &str,
     query: Option<&str>,
@@ -375,11 +409,68 @@ pub async fn answer(
             .into_response();
     }
     let path = if call.path.is_empty() { "/" } else { call.path };
+    let serving = &cluster.serving;
+    let (backend, created) = match backend.routed {
+        Some(Routed::Held(held)) => {
+            let via = Backend {
+                routed: None,
+                ..backend
+            };
+            match hold(via, held, &clock, cluster).await {
+                // The worker takes it when the attempt that found it was made.
+                Ok(b) => (b, clock.epoch(clock.now()) as i64),
+                Err(s) => return s.into_response(),
+            }
+        }
+        routed => (Backend { routed, ..backend }, created),
+    };
     let start = clock.now();
     match reply(backend, serving, call.method, path, call.body, created) {
         Ok(r) => send(r, clock, start).await,
         Err(s) => s.into_response(),
     }
+}
+
+/// Holds a request the gateway (the pod of `via`) found no worker for: each backoff
+/// waits on `clock` with no lock held, and each attempt after it reads `cluster`'s
+/// workers as they are then. The backend the request ends with: a worker, or the
+/// gateway's own answer once the attempts are spent. The client's connection ends if
+/// the gateway's pod goes meanwhile.
+async fn hold(
+    via: Backend,
+    mut held: Box<Held>,
+    clock: &Clock,
+    cluster: &ClusterApi,
+) -> Result<Backend, Status> {
+    let serving = &cluster.serving;
+    let gateway = Key::new(
+        "/pods",
+        &meta(&via.pod, "namespace"),
+        &meta(&via.pod, "name"),
+    );
+    let uid = meta(&via.pod, "uid");
+    while let Some(delay) = held.back_off(serving) {
+        // SMG sleeps after each attempt, and an attempt takes no sim time.
+        until(clock, clock.now() + delay).await;
+        let store = cluster.store.lock().await;
+        if store.get(&gateway).is_none_or(|p| meta(p, "uid") != uid) {
+            return Err(Status::new(
+                503,
+                "ServiceUnavailable",
+                "error trying to reach service: EOF",
+            ));
+        }
+        match held.attempt(&store, serving, clock.epoch(clock.now())) {
+            Ok(handling) => return Ok(handled(via, handling)),
+            Err(again) => held = again,
+        }
+    }
+    let (answer, counted) = held.give_up();
+    Ok(Backend {
+        routed: Some(Routed::Own(answer)),
+        counted: Some(counted),
+        ..via
+    })
 }
 
 /// Waits until `clock` reads `at` (sim seconds), however its speed changes meanwhile.

@@ -3,13 +3,19 @@
 //! it passes completions to a worker it discovered by label (`--service-discovery`) or
 //! was given (`--worker-urls`), picked by its `--policy`, answers its probes and
 //! `/workers` itself, and serves its Prometheus metrics on `--prometheus-port`, under
-//! SMG's metric names. The sim runs no process: what the gateway does follows from its
-//! command line alone, and what it has in flight and has learnt (the requests it counts,
-//! each worker's load, the cache-aware policy's prefix trees) is kept per gateway pod in
-//! the cluster's [`Serving`] ledger, so that routing writes no object. Its choices must be
-//! deterministic (tests assert where a request went), so "random" is a hash of its
-//! request count, and a cache-aware tree holds whole texts, matched through their
-//! neighbours in sorted order, instead of a radix tree.
+//! SMG's metric names. A completion it finds no worker for is not answered at once: SMG's
+//! retry executor answers each attempt that finds none `503 no_available_workers`, a
+//! status it retries, so the request is [`Held`] and tried again on the `--retry-*`
+//! schedule, the client's connection open and counted in flight all the while, until a
+//! worker is Ready or the attempts are spent. That is what lets KEDA see demand for
+//! workers scaled to zero. The sim runs no process: what the gateway does follows from
+//! its command line alone, and what it has in flight and has learnt (the requests it
+//! counts, each worker's load, the cache-aware policy's prefix trees) is kept per gateway
+//! pod in the cluster's [`Serving`] ledger, so that routing writes no object. Its choices
+//! must be deterministic (tests assert where a request went), so "random" is a hash of
+//! its request count, a cache-aware tree holds whole texts, matched through their
+//! neighbours in sorted order, instead of a radix tree, and retries wait their mean
+//! delay, without jitter.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -76,6 +82,39 @@ pub struct CacheAware {
     pub max_tree_size: usize,
 }
 
+/// SMG's retry settings (`--retry-*`, `--disable-retries`), which its HTTP router's
+/// retry executor applies to every generation request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retries {
+    /// SMG's `max_retries` counts attempts, the first one included: five make four
+    /// retries. Zero is taken as one, which is what `--disable-retries` sets.
+    pub max_retries: u32,
+    pub initial_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+    pub multiplier: f64,
+    pub jitter: f64,
+    pub disabled: bool,
+}
+
+impl Retries {
+    /// The sim seconds before retry `k` (0-based), none once the attempts are spent:
+    /// `initial * multiplier^k` ms, cut to whole ms as SMG does, at most `max`. SMG
+    /// spreads each delay by up to `jitter` either way at random; the sim waits the mean,
+    /// so that a held request is tried again at instants a test can tell.
+    pub fn delay(&self, k: u32) -> Option<f64> {
+        let attempts = if self.disabled {
+            1
+        } else {
+            self.max_retries.max(1)
+        };
+        if k.saturating_add(1) >= attempts {
+            return None;
+        }
+        let ms = (self.initial_backoff_ms as f64 * self.multiplier.powf(f64::from(k))) as u64;
+        Some(ms.min(self.max_backoff_ms) as f64 / 1000.0)
+    }
+}
+
 /// A gateway as its command line configures it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gateway {
@@ -92,6 +131,7 @@ pub struct Gateway {
     pub worker_urls: Vec<String>,
     pub policy: Policy,
     pub cache: CacheAware,
+    pub retry: Retries,
     /// Where it serves its metrics.
     pub prometheus_host: String,
     pub prometheus_port: u16,
@@ -168,6 +208,84 @@ pub enum Handling {
     Refused,
 }
 
+/// A generation request the gateway found no worker for, held open while SMG's retry
+/// executor backs off and tries again. It is one connection and one request, so the
+/// gateway counts it once, in flight and among its requests, however many attempts it
+/// takes; each backoff counts a retry.
+pub struct Held {
+    gateway: Gateway,
+    /// The gateway pod's UID.
+    uid: String,
+    path: String,
+    text: String,
+    attempts: u32,
+    counted: InFlight,
+}
+
+impl Held {
+    /// A request to `path` with `body` that the gateway `pod` took (`counted`) and found
+    /// no worker for at its first attempt. It waits on the heap: it keeps its gateway's
+    /// whole configuration.
+    pub fn new(
+        gateway: &Gateway,
+        pod: &Obj,
+        path: &str,
+        body: &[u8],
+        counted: InFlight,
+    ) -> Box<Self> {
+        Box::new(Self {
+            gateway: gateway.clone(),
+            uid: meta(pod, "uid"),
+            path: path.to_owned(),
+            text: routing_text(path, body),
+            attempts: 1,
+            counted,
+        })
+    }
+
+    /// The sim seconds to wait before the next attempt, counted as a retry; none once
+    /// the attempts are spent.
+    pub fn back_off(&mut self, serving: &Serving) -> Option<f64> {
+        let delay = self.gateway.retry.delay(self.attempts - 1)?;
+        serving.gateway(&self.uid, |l| l.retried(&self.path));
+        Some(delay)
+    }
+
+    /// The next attempt, at sim time `now` (epoch seconds), among the workers Ready in
+    /// `store` now: passed to the one picked, or held still.
+    pub fn attempt(
+        mut self: Box<Self>,
+        store: &Store,
+        serving: &Serving,
+        now: f64,
+    ) -> Result<Handling, Box<Self>> {
+        self.attempts += 1;
+        let workers = self.gateway.workers(store);
+        let picked = serving.gateway(&self.uid, |l| {
+            l.forget(&workers);
+            l.pick(&self.gateway, &workers, &self.text, now)
+        });
+        let Some(i) = picked else {
+            return Err(self);
+        };
+        let worker = &workers[i];
+        // Counted in already: the load the pick added is the worker's to count out.
+        self.counted.routed_to(worker.url.clone());
+        let Self { counted, .. } = *self;
+        Ok(Handling::Forward {
+            worker: worker.pod.clone(),
+            port: worker.port,
+            counted,
+        })
+    }
+
+    /// What the client gets once the attempts are spent, and what counts the request
+    /// until that is sent.
+    pub fn give_up(self: Box<Self>) -> (Answer, InFlight) {
+        (no_workers(), self.counted)
+    }
+}
+
 impl Gateway {
     /// The gateway `pod`'s first container runs, if it runs one.
     pub fn of(pod: &Value) -> Option<Self> {
@@ -225,6 +343,14 @@ impl Gateway {
                 balance_rel: number(args, "--balance-rel-threshold", 1.5)?,
                 eviction_interval_secs: number(args, "--eviction-interval-secs", 120)?,
                 max_tree_size: number(args, "--max-tree-size", 67_108_864)?,
+            },
+            retry: Retries {
+                max_retries: number(args, "--retry-max-retries", 5)?,
+                initial_backoff_ms: number(args, "--retry-initial-backoff-ms", 50)?,
+                max_backoff_ms: number(args, "--retry-max-backoff-ms", 30_000)?,
+                multiplier: number(args, "--retry-backoff-multiplier", 1.5)?,
+                jitter: number(args, "--retry-jitter-factor", 0.2)?,
+                disabled: args.iter().any(|w| w == "--disable-retries"),
             },
             prometheus_host: host("--prometheus-host"),
             prometheus_port: number(args, "--prometheus-port", 29000)?,
@@ -383,6 +509,17 @@ impl Gateway {
         Handling::Answer(answer, Some(counted))
     }
 
+    /// Whether SMG's retry executor tries a request again that an attempt answered with
+    /// `status`: a generation request (what its router runs through the executor) with a
+    /// status SMG counts as transient, when the budget allows another attempt.
+    pub fn retries(&self, method: &Method, path: &str, status: StatusCode) -> bool {
+        let transient = matches!(status.as_u16(), 408 | 429 | 500 | 502 | 503 | 504);
+        method == Method::POST
+            && GENERATE.contains(&path)
+            && transient
+            && self.retry.delay(0).is_some()
+    }
+
     /// `GET /workers`: each worker's identity, health and load through this gateway.
     fn list_workers(&self, workers: &[Worker], serving: &Serving, uid: &str) -> Answer {
         let loads = serving.gateway(uid, |l| {
@@ -412,12 +549,12 @@ impl Gateway {
     /// `GET /metrics` on its Prometheus port, as SMG's exporter renders them.
     fn metrics(&self, store: &Store, serving: &Serving, uid: &str) -> Answer {
         let workers = self.workers(store);
-        let (active, requests, loads) = serving.gateway(uid, |l| {
+        let (active, requests, loads, retries) = serving.gateway(uid, |l| {
             let loads: Vec<u64> = workers
                 .iter()
                 .map(|w| l.workers.get(&w.url).map_or(0, |load| load.active))
                 .collect();
-            (l.active, l.requests.clone(), loads)
+            (l.active, l.requests.clone(), loads, l.retries.clone())
         });
         let mut out = String::new();
         let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
@@ -495,6 +632,20 @@ impl Gateway {
             "Worker health status (1=healthy, 0=unhealthy)",
             per_worker(vec![1; workers.len()]),
         );
+        family(
+            "smg_worker_retries_total",
+            "counter",
+            "Total retry attempts by worker_type and endpoint",
+            retries
+                .into_iter()
+                .map(|(endpoint, n)| {
+                    (
+                        format!("worker_type=\"regular\",endpoint=\"{endpoint}\""),
+                        n,
+                    )
+                })
+                .collect(),
+        );
         Answer::new(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -508,6 +659,16 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// SMG's `endpoint` label of a generation path.
+fn endpoint(path: &str) -> &'static str {
+    match path {
+        "/v1/chat/completions" => "chat",
+        "/v1/completions" => "completions",
+        "/generate" => "generate",
+        _ => "other",
+    }
 }
 
 /// SMG's answer when no worker can take a request.
@@ -556,6 +717,8 @@ pub struct Ledger {
     active: u64,
     /// Requests taken, by method and path.
     requests: BTreeMap<(String, String), u64>,
+    /// Retries, by SMG's endpoint label.
+    retries: BTreeMap<&'static str, u64>,
     /// By worker URL.
     workers: BTreeMap<String, Load>,
     trees: BTreeMap<String, Tree>,
@@ -580,6 +743,10 @@ impl Ledger {
             .requests
             .entry((method.to_string(), path.to_owned()))
             .or_default() += 1;
+    }
+
+    fn retried(&mut self, path: &str) {
+        *self.retries.entry(endpoint(path)).or_default() += 1;
     }
 
     /// Counts out a request, and the worker it went to.
@@ -752,6 +919,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::kube::store::Key;
 
     fn args(line: &str) -> Vec<String> {
         line.split_whitespace().map(str::to_owned).collect()
@@ -822,6 +990,197 @@ mod tests {
         let pod = json!({ "spec": { "containers": [{ "name": "router", "image": "lmsysorg/sglang:v0.5.4",
             "command": ["/bin/sh", "-c", LINE] }] } });
         assert_eq!(Gateway::of(&pod), Gateway::from_command(&args(LINE)));
+
+        assert_eq!(
+            g.retry,
+            Retries {
+                max_retries: 5,
+                initial_backoff_ms: 50,
+                max_backoff_ms: 30_000,
+                multiplier: 1.5,
+                jitter: 0.2,
+                disabled: false,
+            },
+            "SMG's defaults"
+        );
+        let budget = Gateway::from_command(&args(
+            "smg --retry-max-retries 15 --retry-initial-backoff-ms=1000 \
+             --retry-max-backoff-ms 5000 --retry-backoff-multiplier 2 --retry-jitter-factor 0",
+        ))
+        .unwrap();
+        assert_eq!(
+            budget.retry,
+            Retries {
+                max_retries: 15,
+                initial_backoff_ms: 1000,
+                max_backoff_ms: 5000,
+                multiplier: 2.0,
+                jitter: 0.0,
+                disabled: false,
+            }
+        );
+        let off = Gateway::from_command(&args(&format!("{LINE} --disable-retries"))).unwrap();
+        assert!(off.retry.disabled);
+        assert_eq!(off.selector, g.selector, "a flag ends the selector's words");
+        for refused in [
+            "smg --retry-max-retries -1",
+            "smg --retry-initial-backoff-ms soon",
+            "smg --retry-backoff-multiplier x",
+        ] {
+            assert_eq!(Gateway::from_command(&args(refused)), None, "{refused}");
+        }
+    }
+
+    #[test]
+    fn retries_back_off_exponentially_to_their_cap_without_jitter() {
+        let smg = |line: &str| Gateway::from_command(&args(line)).unwrap().retry;
+        let defaults = smg("smg");
+        let delays: Vec<Option<f64>> = (0..5).map(|k| defaults.delay(k)).collect();
+        assert_eq!(
+            delays,
+            [Some(0.05), Some(0.075), Some(0.112), Some(0.168), None],
+            "five attempts: four retries, cut to whole ms"
+        );
+        let long = smg(
+            "smg --retry-max-retries 15 --retry-initial-backoff-ms 1000 --retry-max-backoff-ms 5000",
+        );
+        let delays: Vec<f64> = (0..).map_while(|k| long.delay(k)).collect();
+        assert_eq!(delays.len(), 14);
+        assert_eq!(delays[..5], [1.0, 1.5, 2.25, 3.375, 5.0], "capped at 5 s");
+        assert_eq!(delays.iter().sum::<f64>(), 58.125);
+        for none in [
+            "smg --disable-retries",
+            "smg --retry-max-retries 1",
+            "smg --retry-max-retries 0",
+        ] {
+            assert_eq!(smg(none).delay(0), None, "{none}: one attempt");
+        }
+        let huge = smg("smg --retry-max-retries 4294967295");
+        assert_eq!(huge.delay(4_000_000_000), Some(30.0));
+        assert_eq!(huge.delay(u32::MAX), None);
+    }
+
+    #[test]
+    fn a_held_request_counts_once_and_goes_to_a_worker_ready_at_a_later_attempt() {
+        let g = Gateway::from_command(&args(&format!("{LINE} --retry-max-retries 3"))).unwrap();
+        let mut store = Store::new();
+        let gateway = store.put(
+            Key::new("/pods", "default", "router"),
+            json!({ "metadata": { "name": "router", "namespace": "default", "uid": "r" },
+                    "status": { "phase": "Running", "podIP": "10.0.0.9",
+                                "conditions": [{ "type": "Ready", "status": "True" }] } }),
+        );
+        let serving = Serving::default();
+        let chat = json!({ "messages": [{ "role": "user", "content": "hi" }] }).to_string();
+        let path = "/v1/chat/completions";
+        let first = g.handle(
+            &gateway,
+            30000,
+            &store,
+            &serving,
+            &Method::POST,
+            path,
+            chat.as_bytes(),
+            0.0,
+        );
+        let Handling::Answer(answer, Some(counted)) = first else {
+            panic!("no worker: the first attempt answers")
+        };
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(g.retries(&Method::POST, path, answer.status));
+        assert!(!g.retries(&Method::GET, "/v1/models", answer.status));
+        assert!(!g.retries(&Method::POST, path, StatusCode::BAD_REQUEST));
+        let metrics = |store: &Store| g.metrics(store, &serving, "r").body;
+        let mut held = Held::new(&g, &gateway, path, chat.as_bytes(), counted);
+        assert_eq!(held.back_off(&serving), Some(0.05));
+        let mut held = held
+            .attempt(&store, &serving, 1.0)
+            .err()
+            .expect("still none");
+        let text = metrics(&store);
+        assert!(text.contains("\nsmg_http_connections_active 1\n"), "{text}");
+        assert!(
+            text.contains(
+                "smg_http_requests_total{method=\"POST\",path=\"/v1/chat/completions\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "smg_worker_retries_total{worker_type=\"regular\",endpoint=\"chat\"} 1\n"
+            ),
+            "{text}"
+        );
+
+        // A worker is Ready by the next attempt: it takes the request.
+        store.put(
+            Key::new("/pods", "default", "w0"),
+            json!({ "metadata": { "name": "w0", "namespace": "default", "uid": "u0",
+                                  "labels": { "hypd.dev/endpoint": "qwen", "tier": "gpu" } },
+                    "status": { "phase": "Running", "podIP": "10.0.0.1",
+                                "conditions": [{ "type": "Ready", "status": "True" }] } }),
+        );
+        assert_eq!(held.back_off(&serving), Some(0.075));
+        let Ok(Handling::Forward {
+            worker,
+            port,
+            counted,
+        }) = held.attempt(&store, &serving, 2.0)
+        else {
+            panic!("the worker takes it")
+        };
+        assert_eq!((meta(&worker, "name").as_str(), port), ("w0", 30000));
+        let text = metrics(&store);
+        assert!(text.contains("\nsmg_http_connections_active 1\n"), "{text}");
+        assert!(
+            text.contains("smg_worker_requests_active{worker=\"http://10.0.0.1:30000\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("endpoint=\"chat\"} 2\n"), "{text}");
+        assert!(
+            text.contains("path=\"/v1/chat/completions\"} 1\n"),
+            "one request"
+        );
+        drop(counted);
+        let text = metrics(&store);
+        assert!(text.contains("\nsmg_http_connections_active 0\n"), "{text}");
+        assert!(
+            text.contains("worker=\"http://10.0.0.1:30000\"} 0\n"),
+            "{text}"
+        );
+
+        // Without a worker its three attempts are spent after two retries.
+        store.remove(&Key::new("/pods", "default", "w0"));
+        let Handling::Answer(_, Some(counted)) = g.handle(
+            &gateway,
+            30000,
+            &store,
+            &serving,
+            &Method::POST,
+            "/generate",
+            b"{}",
+            3.0,
+        ) else {
+            panic!("no worker")
+        };
+        let mut held = Held::new(&g, &gateway, "/generate", b"{}", counted);
+        for _ in 0..2 {
+            assert!(held.back_off(&serving).is_some());
+            held = held.attempt(&store, &serving, 4.0).err().unwrap();
+        }
+        assert_eq!(held.back_off(&serving), None);
+        let (answer, counted) = held.give_up();
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            answer.body.contains("no_available_workers"),
+            "{}",
+            answer.body
+        );
+        assert!(metrics(&store).contains("\nsmg_http_connections_active 1\n"));
+        drop(counted);
+        let text = metrics(&store);
+        assert!(text.contains("\nsmg_http_connections_active 0\n"), "{text}");
+        assert!(text.contains("endpoint=\"generate\"} 2\n"), "{text}");
     }
 
     #[test]

@@ -5,14 +5,15 @@
 //! the sim's clock, so a load generator's concurrent requests pile up in flight, and the
 //! HPA KEDA drives scales the workers up within the ScaledObject's bounds and back down
 //! once the load has stopped for its stabilization window, as `SuccessfulRescale` events
-//! tell.
+//! tell. Workers may also rest at zero: the gateway holds a completion while its retries
+//! back off, the held request counts in flight, and KEDA wakes a worker that answers it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use crate::support::{
-    active_cluster, call, client_without_retries, eks_client, eks_token, moto, network,
+    Proc, active_cluster, call, client_without_retries, eks_client, eks_token, moto, network,
     register_node, set_time_scale, sim, wait_for, wait_for_within,
 };
 use k8s_openapi::api::apps::v1::Deployment;
@@ -65,11 +66,12 @@ async fn replicas(deployments: &Api<Deployment>) -> i32 {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
-    let (_moto, moto_url) = moto();
-    let net = network(&moto_url).await;
-    let (_sim, sim_url) = sim(&moto_url, 600.0);
+/// EKS cluster `ml-1` with a 64-CPU node and KEDA up, brought by the inference
+/// operator's add-on, the sim running 600 times as fast meanwhile: the sim, its URL and
+/// the cluster's client.
+async fn keda_cluster(moto_url: &str) -> (Proc, String, kube::Client) {
+    let net = network(moto_url).await;
+    let (sim, sim_url) = sim(moto_url, 600.0);
     let eks = eks_client(&sim_url).await;
     let (endpoint, ca) = active_cluster(&eks, &net, "ml-1").await;
     let client = client_without_retries(&endpoint, &ca, &eks_token("ml-1"));
@@ -109,14 +111,16 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
             )
     })
     .await;
+    (sim, sim_url, client)
+}
 
-    // Slow enough to see the gateway up before its worker has loaded.
-    set_time_scale(&sim_url, 5.0).await;
+/// The SGLang workers `qwen`, `replicas` of them, each loading its model for 10 s.
+async fn workers(client: &kube::Client, replicas: i32) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let worker = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": { "name": "qwen", "labels": { "hypd.dev/endpoint": "qwen" } },
-        "spec": { "replicas": 1, "selector": { "matchLabels": { "hypd.dev/endpoint": "qwen" } },
+        "spec": { "replicas": replicas, "selector": { "matchLabels": { "hypd.dev/endpoint": "qwen" } },
             "template": {
                 "metadata": { "labels": { "hypd.dev/endpoint": "qwen" },
                               "annotations": { "sim.hypd.dev/ready-seconds": "10" } },
@@ -128,6 +132,13 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
                     "readinessProbe": { "httpGet": { "path": "/health", "port": 30000 } } }] } } }
     });
     apply(&deployments, "qwen", worker).await;
+}
+
+/// The SGLang Model Gateway `<name>-router`, discovering the `qwen` workers with the
+/// flags hypd gives it and `extra`; its pods are labelled
+/// `hypd.dev/endpoint-router: <name>`, and Service `name` takes completions to them on
+/// 30000.
+async fn gateway(client: &kube::Client, name: &str, extra: &[&str]) {
     apply(
         &Api::<ServiceAccount>::namespaced(client.clone(), "default"),
         "qwen-router",
@@ -151,65 +162,108 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
                 "subjects": [{ "kind": "ServiceAccount", "name": "qwen-router", "namespace": "default" }] }),
     )
     .await;
-    let router_labels = json!({ "hypd.dev/endpoint-router": "qwen" });
+    let labels = json!({ "hypd.dev/endpoint-router": name });
+    let mut command: Vec<&str> = vec![
+        "python3",
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "30000",
+        "--service-discovery",
+        "--selector",
+        "hypd.dev/endpoint=qwen",
+        "--service-discovery-namespace",
+        "default",
+        "--service-discovery-port",
+        "30000",
+        "--policy",
+        "cache_aware",
+        "--cache-threshold",
+        "0.3",
+        "--balance-abs-threshold",
+        "64",
+        "--balance-rel-threshold",
+        "1.5",
+        "--eviction-interval-secs",
+        "120",
+        "--max-tree-size",
+        "67108864",
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        "29000",
+    ];
+    command.extend(extra);
     let router = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": { "name": "qwen-router", "labels": router_labels },
-        "spec": { "replicas": 1, "selector": { "matchLabels": router_labels },
-            "template": { "metadata": { "labels": router_labels },
+        "metadata": { "name": format!("{name}-router"), "labels": labels },
+        "spec": { "replicas": 1, "selector": { "matchLabels": labels },
+            "template": { "metadata": { "labels": labels },
                 "spec": { "serviceAccountName": "qwen-router",
                     "containers": [{ "name": "router", "image": "lmsysorg/sglang:v0.5.4",
-                        "command": ["python3", "-m", "sglang_router.launch_router",
-                            "--host", "0.0.0.0", "--port", "30000",
-                            "--service-discovery", "--selector", "hypd.dev/endpoint=qwen",
-                            "--service-discovery-namespace", "default",
-                            "--service-discovery-port", "30000",
-                            "--policy", "cache_aware", "--cache-threshold", "0.3",
-                            "--balance-abs-threshold", "64", "--balance-rel-threshold", "1.5",
-                            "--eviction-interval-secs", "120", "--max-tree-size", "67108864",
-                            "--prometheus-host", "0.0.0.0", "--prometheus-port", "29000"],
+                        "command": command,
                         "ports": [{ "name": "http", "containerPort": 30000 },
                                   { "name": "metrics", "containerPort": 29000 }],
                         "resources": { "requests": { "cpu": "500m", "memory": "512Mi" } },
                         "readinessProbe": { "httpGet": { "path": "/liveness", "port": "http" } },
                         "livenessProbe": { "httpGet": { "path": "/liveness", "port": "http" } } }] } } }
     });
-    apply(&deployments, "qwen-router", router).await;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
     apply(
-        &services,
-        "qwen",
-        json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "qwen" },
-                "spec": { "selector": router_labels,
+        &Api::<Deployment>::namespaced(client.clone(), "default"),
+        &format!("{name}-router"),
+        router,
+    )
+    .await;
+    apply(
+        &Api::<Service>::namespaced(client.clone(), "default"),
+        name,
+        json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": name },
+                "spec": { "selector": labels,
                           "ports": [{ "name": "http", "port": 30000, "targetPort": 30000 }] } }),
     )
     .await;
+}
+
+/// Service `qwen-router`: the metrics port of the gateway labelled `gateway`, which KEDA
+/// reads.
+async fn metrics_service(client: &kube::Client, gateway: &str) {
     apply(
-        &services,
+        &Api::<Service>::namespaced(client.clone(), "default"),
         "qwen-router",
         json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "qwen-router" },
-                "spec": { "selector": router_labels,
+                "spec": { "selector": { "hypd.dev/endpoint-router": gateway },
                           "ports": [{ "name": "metrics", "port": 29000, "targetPort": 29000 }] } }),
     )
     .await;
+}
+
+fn scaled_objects(client: &kube::Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "scaledobjects");
-    let scaled_objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
-    let scaled_object = json!({
+    Api::namespaced_with(client.clone(), "default", &ar)
+}
+
+/// The ScaledObject `qwen` sizing the workers between `min` and `max` on the requests in
+/// flight at the gateway (two a worker), as hypd writes it, with `spec` merged in.
+async fn scaled_object(client: &kube::Client, min: i32, max: i32, spec: Value) {
+    let mut scaled_object = json!({
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": { "name": "qwen", "labels": { "hypd.dev/endpoint": "qwen" } },
         "spec": {
             "scaleTargetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen" },
-            "minReplicaCount": 1, "maxReplicaCount": 3, "pollingInterval": 5, "cooldownPeriod": 20,
-            "advanced": { "horizontalPodAutoscalerConfig": { "name": "keda-hpa-qwen",
-                "behavior": { "scaleDown": { "stabilizationWindowSeconds": 20 } } } },
+            "minReplicaCount": min, "maxReplicaCount": max, "pollingInterval": 5,
             "triggers": [{ "type": "metrics-api", "name": "router-requests", "metricType": "AverageValue",
                 "metadata": { "url": "http://qwen-router.default.svc.cluster.local:29000/metrics",
                     "format": "prometheus", "valueLocation": "smg_http_connections_active",
                     "targetValue": "2", "activationTargetValue": "0" } }],
         },
     });
-    scaled_objects
+    if let (Some(s), Some(extra)) = (scaled_object["spec"].as_object_mut(), spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    scaled_objects(client)
         .patch(
             "qwen",
             &PatchParams::apply("hypd").force(),
@@ -217,8 +271,10 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
         )
         .await
         .unwrap();
+}
 
-    // The gateway is up before its worker has loaded: it answers for itself.
+/// How many pods with labels `selector` are Ready.
+async fn count_ready(client: &kube::Client, selector: &str) -> usize {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let ready = |p: &Pod| {
         p.status
@@ -226,43 +282,75 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     };
-    let count_ready = |selector: &'static str| {
-        let pods = pods.clone();
-        async move {
-            pods.list(&ListParams::default().labels(selector))
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .filter(|p| ready(p))
-                .count()
-        }
-    };
+    pods.list(&ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| ready(p))
+        .count()
+}
+
+/// A chat completion asking `content`, with `extra` fields.
+/// A completion sent to gateway `gateway` (Service `<gateway>:30000`) with no worker to
+/// take it: SMG's retryable 503, from the gateway's pod, never a 404.
+async fn refused_for_no_worker(client: &kube::Client, gateway: &str) {
+    let answer = call(
+        client,
+        "POST",
+        &format!("{gateway}:30000"),
+        "/v1/chat/completions",
+        Some(ask("hi", json!({}))),
+    )
+    .await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert_eq!(answer.body["error"]["code"], "no_available_workers");
+    let pod = answer.pod.unwrap();
+    assert!(pod.starts_with(&format!("{gateway}-router-")), "{pod}");
+}
+
+fn ask(content: &str, extra: Value) -> Value {
+    let mut body = json!({ "model": "qwen", "messages": [{ "role": "user", "content": content }] });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    body
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
+    let (_moto, moto_url) = moto();
+    let (_sim, sim_url, client) = keda_cluster(&moto_url).await;
+
+    // Slow enough to see the gateway up before its worker has loaded.
+    set_time_scale(&sim_url, 5.0).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    workers(&client, 1).await;
+    // Its retries off: a completion before the worker has loaded is answered at once,
+    // with the clock stopped (`a_gateway_holds_a_completion_while_keda_wakes_a_worker`
+    // holds one).
+    gateway(&client, "qwen", &["--disable-retries"]).await;
+    metrics_service(&client, "qwen").await;
+    let scaled_objects = scaled_objects(&client);
+    scaled_object(
+        &client,
+        1,
+        3,
+        json!({ "cooldownPeriod": 20,
+                "advanced": { "horizontalPodAutoscalerConfig": { "name": "keda-hpa-qwen",
+                    "behavior": { "scaleDown": { "stabilizationWindowSeconds": 20 } } } } }),
+    )
+    .await;
+
+    // The gateway is up before its worker has loaded: it answers for itself.
+    let count_ready = |selector: &'static str| count_ready(&client, selector);
     wait_for("the gateway ready, its worker loading", || async {
         count_ready("hypd.dev/endpoint-router=qwen").await == 1
             && count_ready("hypd.dev/endpoint=qwen").await == 0
     })
     .await;
     set_time_scale(&sim_url, 0.0).await;
-    let ask = |content: &str, extra: Value| {
-        let mut body =
-            json!({ "model": "qwen", "messages": [{ "role": "user", "content": content }] });
-        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-            b.extend(e.clone());
-        }
-        body
-    };
-    let early = call(
-        &client,
-        "POST",
-        "qwen:30000",
-        "/v1/chat/completions",
-        Some(ask("hi", json!({}))),
-    )
-    .await;
-    assert_eq!(early.status, 503, "{}", early.body);
-    assert_eq!(early.body["error"]["code"], "no_available_workers");
-    assert!(early.pod.as_deref().unwrap().starts_with("qwen-router-"));
+    refused_for_no_worker(&client, "qwen").await;
     let readiness = call(&client, "GET", "qwen:30000", "/readiness", None).await;
     assert_eq!(readiness.status, 503, "{}", readiness.body);
     let liveness = call(&client, "GET", "qwen:30000", "/liveness", None).await;
@@ -442,4 +530,166 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replicas(&deployments).await, 1);
+}
+
+/// The value of `name`'s series with `labels` in Prometheus `text`, if it has one.
+fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}{labels} ")))
+        .map(|v| v.parse().unwrap())
+}
+
+/// When KEDA last wrote event `reason` about the ScaledObject (epoch seconds).
+async fn last_event(client: &kube::Client, reason: &str) -> Option<i64> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.last_timestamp.map(|t| t.0.as_second()))
+        .max()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_holds_a_completion_while_keda_wakes_a_worker() {
+    let (_moto, moto_url) = moto();
+    let (_sim, sim_url, client) = keda_cluster(&moto_url).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    workers(&client, 1).await;
+    // 15 attempts: 1, 1.5, 2.25, 3.375 s and then 5 s apart, 58 s in all, past KEDA's
+    // next look (5 s) and a worker's start (5 s) and load (10 s).
+    gateway(
+        &client,
+        "qwen",
+        &[
+            "--retry-max-retries",
+            "15",
+            "--retry-initial-backoff-ms",
+            "1000",
+            "--retry-max-backoff-ms",
+            "5000",
+        ],
+    )
+    .await;
+    metrics_service(&client, "qwen").await;
+    // A gateway whose budget is one attempt, which no wake fits in.
+    gateway(&client, "qwen-now", &["--disable-retries"]).await;
+    wait_for("both gateways ready", || async {
+        count_ready(&client, "hypd.dev/endpoint-router=qwen").await == 1
+            && count_ready(&client, "hypd.dev/endpoint-router=qwen-now").await == 1
+    })
+    .await;
+    scaled_object(&client, 0, 2, json!({ "cooldownPeriod": 30 })).await;
+
+    // Never active since it was made (and no initialCooldownPeriod): KEDA takes the
+    // idle workers to zero at its first look.
+    wait_for("no worker", || async {
+        replicas(&deployments).await == 0
+            && count_ready(&client, "hypd.dev/endpoint=qwen").await == 0
+    })
+    .await;
+    assert!(
+        last_event(&client, "KEDAScaleTargetDeactivated")
+            .await
+            .is_some()
+    );
+    refused_for_no_worker(&client, "qwen-now").await;
+
+    // The clock stopped: the completion is held at its first backoff, one connection in
+    // flight and one request.
+    set_time_scale(&sim_url, 0.0).await;
+    let held = tokio::spawn({
+        let client = client.clone();
+        async move {
+            call(
+                &client,
+                "POST",
+                "qwen:30000",
+                "/v1/chat/completions",
+                Some(ask("hello", json!({ "max_tokens": 20 }))),
+            )
+            .await
+        }
+    });
+    wait_for("the completion held at the gateway", || async {
+        in_flight(&client).await >= 1.0
+    })
+    .await;
+    let metrics = call(&client, "GET", "qwen-router:29000", "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap();
+    assert_eq!(
+        sample(
+            text,
+            "smg_http_requests_total",
+            "{method=\"POST\",path=\"/v1/chat/completions\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(!held.is_finished());
+
+    // KEDA sees the held request and wakes a worker; the request's next attempt after
+    // the worker has loaded gets it, and the worker answers as it always does.
+    set_time_scale(&sim_url, 20.0).await;
+    let answered = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .expect("answered within the hold")
+        .unwrap();
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert_eq!(answered.body["model"], "qwen");
+    assert_eq!(answered.body["object"], "chat.completion");
+    let worker = answered.pod.unwrap();
+    assert!(
+        worker.starts_with("qwen-") && !worker.starts_with("qwen-router-"),
+        "{worker}"
+    );
+    assert!(answered.router.unwrap().starts_with("qwen-router-"));
+    let so = scaled_objects(&client).get("qwen").await.unwrap();
+    let woke = last_event(&client, "KEDAScaleTargetActivated")
+        .await
+        .expect("woken by KEDA");
+    assert!(so.data["status"]["lastActiveTime"].is_string());
+    let metrics = call(&client, "GET", "qwen-router:29000", "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap();
+    assert_eq!(sample(text, "smg_http_connections_active", ""), Some(0.0));
+    assert_eq!(
+        sample(
+            text,
+            "smg_http_requests_total",
+            "{method=\"POST\",path=\"/v1/chat/completions\"}"
+        ),
+        Some(1.0),
+        "one request however many attempts: {text}"
+    );
+    let retries = sample(
+        text,
+        "smg_worker_retries_total",
+        "{worker_type=\"regular\",endpoint=\"chat\"}",
+    )
+    .unwrap_or(0.0);
+    assert!((2.0..15.0).contains(&retries), "{text}");
+
+    // Idle again: back to zero once the cooldown has passed since KEDA last saw it
+    // active.
+    wait_for("no worker again", || async {
+        replicas(&deployments).await == 0
+    })
+    .await;
+    let so = scaled_objects(&client).get("qwen").await.unwrap();
+    let last_active = so.data["status"]["lastActiveTime"].as_str().unwrap();
+    let last_active = last_active
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap()
+        .as_second();
+    let slept = last_event(&client, "KEDAScaleTargetDeactivated")
+        .await
+        .unwrap();
+    assert!(last_active >= woke, "active while held and answered");
+    assert!(
+        slept - last_active >= 30,
+        "deactivated {slept}, last active {last_active}"
+    );
 }

@@ -713,9 +713,6 @@ pub async fn call_in(
     }
 }
 
-/// EKS cluster `ml-1` with HyperPod `hp-1`'s two ml.g5.8xlarge nodes Ready and the
-/// inference operator's add-on installed, once it serves the CRD named `crd`: the
-/// cluster's client.
 /// HyperPod cluster `hp-1` on EKS cluster `ml-1` with `count` ml.g5.8xlarge nodes, once
 /// every one of them is a Node of `client`'s API server.
 pub async fn hyperpod_nodes(client: &kube::Client, sim_url: &str, net: &Network, count: usize) {
@@ -735,6 +732,9 @@ pub async fn hyperpod_nodes(client: &kube::Client, sim_url: &str, net: &Network,
     .await;
 }
 
+/// EKS cluster `ml-1` with HyperPod `hp-1`'s two ml.g5.8xlarge nodes Ready and the
+/// inference operator's add-on installed, once it serves the CRD named `crd`: the
+/// cluster's client.
 pub async fn inference_cluster(sim_url: &str, net: &Network, crd: &str) -> kube::Client {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::Api;
