@@ -1,5 +1,6 @@
 //! The router the HyperPod inference operator runs in front of an InferenceEndpointConfig's
-//! workers when intelligent routing is on, as the service proxy finds it behind the
+//! or a JumpStartModel's workers when intelligent routing is on, as the service proxy
+//! finds it behind the
 //! routing Service. The sim runs no process, so what the router does follows from its
 //! command line alone — the vLLM production-stack router's flags, whose routing logics
 //! are the CRD's strategies — and the operator builds that line with [`Router::args`],

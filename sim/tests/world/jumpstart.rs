@@ -1,13 +1,14 @@
 //! JumpStart as hypd reaches it: the SageMaker public hub's catalogue through the real
 //! `aws-sdk-sagemaker` (ListHubContents in pages, DescribeHubContent with its JSON
 //! document, AWS's error codes), and a JumpStartModel the inference operator deploys
-//! from it, answering SageMaker's `/invocations` through the API server's service proxy,
-//! refused in its status when its licence is not accepted, scaled and deleted through
-//! the custom resource.
+//! from it, with KV caching and intelligent routing, answering SageMaker's
+//! `/invocations` through the API server's service proxy, both at its worker Service
+//! and through its router's, refused in its status when its licence is not accepted,
+//! scaled and deleted (router and all) through the custom resource.
 
 use crate::support::{
-    call, inference_cluster, moto, network, refused, sagemaker_client, set_time_scale, sim,
-    wait_for,
+    call, call_in, inference_cluster, moto, network, refused, sagemaker_client, set_time_scale,
+    sim, wait_for,
 };
 use aws_sdk_sagemaker::types::HubContentType;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -165,13 +166,10 @@ async fn the_public_hubs_models_are_listed_described_and_deployed_as_jumpstart_m
 
     // Ten simulated seconds a real one: the worker's 5 s start and 20 s load take 2.5 s.
     set_time_scale(&sim_url, 10.0).await;
-    models
-        .create(
-            &PostParams::default(),
-            &jsm("qwen", json!({ "modelId": QWEN, "acceptEula": false })),
-        )
-        .await
-        .unwrap();
+    let mut qwen = jsm("qwen", json!({ "modelId": QWEN, "acceptEula": false }));
+    qwen.data["spec"]["kvCacheSpec"] = json!({ "enableL1Cache": true });
+    qwen.data["spec"]["intelligentRoutingSpec"] = json!({ "enabled": true });
+    models.create(&PostParams::default(), &qwen).await.unwrap();
     models
         .create(
             &PostParams::default(),
@@ -200,6 +198,11 @@ async fn the_public_hubs_models_are_listed_described_and_deployed_as_jumpstart_m
         container.image.as_deref(),
         Some("763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.11.0-gpu-py312")
     );
+    assert_eq!(
+        container.args.as_ref().unwrap()[0],
+        "--kv-transfer-config",
+        "LMCache"
+    );
     let status = models.get("qwen").await.unwrap().data["status"].clone();
     assert_eq!(
         (&status["selector"], &status["replicas"]),
@@ -224,10 +227,40 @@ async fn the_public_hubs_models_are_listed_described_and_deployed_as_jumpstart_m
         "POST",
         "qwen-service:8080",
         "/v1/chat/completions",
-        Some(ask),
+        Some(ask.clone()),
     )
     .await;
     assert_eq!(chat.body["choices"], invoked.body["choices"]);
+    // As AWS's docs invoke the routing Service; the router passes the path on as it is.
+    let system = "hyperpod-inference-system";
+    let routed = call_in(
+        &client,
+        system,
+        "POST",
+        "https:qwen-default-routing-service:443",
+        "/invocations",
+        Some(ask.clone()),
+    )
+    .await;
+    assert_eq!(routed.status, 200, "{}", routed.body);
+    assert!(
+        routed
+            .router
+            .as_deref()
+            .is_some_and(|r| r.starts_with("qwen-default-router-")),
+        "{:?}",
+        routed.router
+    );
+    assert!(
+        routed
+            .pod
+            .as_deref()
+            .is_some_and(|p| p.starts_with("qwen-")),
+        "{:?}",
+        routed.pod
+    );
+    assert_eq!(routed.body["model"], QWEN);
+    assert_eq!(routed.body["choices"], invoked.body["choices"]);
     let unknown = call(
         &client,
         "POST",
@@ -255,16 +288,28 @@ async fn the_public_hubs_models_are_listed_described_and_deployed_as_jumpstart_m
     })
     .await;
 
-    // Deleting the model takes what it made.
+    // Deleting the model takes what it made, here and in the operator's namespace.
     models
         .delete("qwen", &DeleteParams::default())
         .await
         .unwrap();
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let routers: Api<Deployment> = Api::namespaced(client.clone(), system);
+    let routing_services: Api<Service> = Api::namespaced(client.clone(), system);
     wait_for("qwen's objects gone", || async {
         deployments.get_opt("qwen").await.unwrap().is_none()
             && services.get_opt("qwen-service").await.unwrap().is_none()
+            && routers
+                .get_opt("qwen-default-router")
+                .await
+                .unwrap()
+                .is_none()
+            && routing_services
+                .get_opt("qwen-default-routing-service")
+                .await
+                .unwrap()
+                .is_none()
             && pods
                 .list(&ListParams::default().labels("app=qwen"))
                 .await

@@ -10,9 +10,10 @@
 //! routing on or off on an existing deployment. The status goes through the CRD's
 //! schema, as a write to the status subresource would, and is written only on change.
 //! The same operator's JumpStartModel controller
-//! ([`jumpstart_models`](super::jumpstart_models)) deploys and reports through this one's
-//! worker shape, [`deploy`] and [`write_statuses`], so the two kinds' workers and
-//! statuses cannot drift apart.
+//! ([`jumpstart_models`](super::jumpstart_models)) deploys, routes, sweeps and reports
+//! through this one's worker shape, [`cache_and_routing`], [`deploy`], [`sweep`] and
+//! [`write_statuses`], so the two kinds' workers, routers and statuses cannot drift
+//! apart.
 
 use serde_json::{Value, json};
 
@@ -70,8 +71,7 @@ pub(super) fn refuse<T>(reason: &'static str, message: impl Into<String>) -> Res
     })
 }
 
-/// What the operator deploys for one IEC (or JumpStartModel, which has neither router
-/// nor volume).
+/// What the operator deploys for one IEC (or JumpStartModel, which has no volume).
 #[derive(Debug)]
 pub(super) struct Plan {
     pub(super) routing: bool,
@@ -421,6 +421,106 @@ pub(super) fn worker_specs(
     (worker, service)
 }
 
+/// What `o`'s `kvCacheSpec` and `intelligentRoutingSpec` make of its worker, for IECs
+/// and JumpStartModels alike (their CRDs share the schema, and the operator the
+/// feature), so the two kinds cannot differ in what they refuse or deploy: LMCache's
+/// environment and arguments join the user's `env` and `args` on `container`; the
+/// answer is whether routing is on and, if so, the specs of the router Deployment and
+/// Service that reach `o`'s workers on `port`.
+pub(super) fn cache_and_routing(
+    store: &Store,
+    o: &Value,
+    container: &mut Value,
+    mut env: Vec<Value>,
+    mut args: Vec<Value>,
+    port: u64,
+) -> Result<(bool, Option<(Value, Value)>), Refusal> {
+    let name = meta(o, "name");
+    let ns = meta(o, "namespace");
+    let spec = &o["spec"];
+    let kv = spec["kvCacheSpec"].is_object();
+    let routing = spec["intelligentRoutingSpec"]["enabled"].as_bool() == Some(true);
+    let engine = engine_of(container);
+    if (kv || routing) && engine != Some(Engine::Vllm) {
+        let asked = match (kv, routing) {
+            (true, true) => "KV caching and intelligent routing are",
+            (true, false) => "KV caching is",
+            _ => "intelligent routing is",
+        };
+        let runs = match engine {
+            Some(Engine::Sglang) => "runs SGLang".to_owned(),
+            _ => format!(
+                "does not run vLLM (image {})",
+                container["image"].as_str().unwrap_or_default()
+            ),
+        };
+        return refuse(
+            "UnsupportedModelServer",
+            format!(
+                "{asked} supported only with vLLM-based inference containers: the worker {runs}"
+            ),
+        );
+    }
+    if let Some(d) = store.get(&Key::new("apps/deployments", &ns, &name))
+        && let Some(was) = d["metadata"]["annotations"][ROUTING_ANNOTATION].as_str()
+        && was != routing.to_string()
+    {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        return refuse(
+            "IntelligentRoutingImmutable",
+            format!(
+                "intelligentRoutingSpec.enabled cannot be changed on an existing deployment (deployed with {was}, now {routing}): delete the {kind} and create it again"
+            ),
+        );
+    }
+    if kv {
+        kv_cache(&spec["kvCacheSpec"], &mut env, &mut args)?;
+        container["args"] = json!(args);
+    }
+    if !env.is_empty() {
+        container["env"] = json!(env);
+    }
+    let router = routing.then(|| router_specs(&name, &ns, &spec["intelligentRoutingSpec"], port));
+    Ok((routing, router))
+}
+
+/// The Deployment and Service specs of the router in front of the workers `app=<name>`
+/// of `ns` on `port`, routing as `routing` (an `intelligentRoutingSpec`) asks.
+fn router_specs(name: &str, ns: &str, routing: &Value, port: u64) -> (Value, Value) {
+    let logic = routing["routingStrategy"]
+        .as_str()
+        .and_then(Logic::parse)
+        .unwrap_or(Logic::PrefixAware);
+    let r = Router {
+        port: ROUTER_PORT,
+        namespace: ns.to_owned(),
+        selector: format!("app={name}"),
+        worker_port: u16::try_from(port).unwrap_or(u16::MAX),
+        logic,
+        session_key: (logic == Logic::Session).then(|| SESSION_HEADER.to_owned()),
+    };
+    let labels = json!({ "app": router_name(name, ns) });
+    let deployment = json!({
+        "replicas": 1,
+        "selector": { "matchLabels": labels },
+        "template": { "metadata": { "labels": labels }, "spec": { "containers": [{
+            "name": "router-container",
+            "image": ROUTER_IMAGE,
+            "command": [ROUTER_PROGRAM],
+            "args": r.args(),
+            "ports": [{ "name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP" }],
+            "readinessProbe": { "httpGet": { "path": "/health", "port": ROUTER_PORT } },
+            "resources": { "requests": { "cpu": "500m", "memory": "1Gi" } },
+        }] } },
+    });
+    let service = json!({
+        "type": "ClusterIP",
+        "selector": labels,
+        "ports": [{ "name": "https", "protocol": "TCP", "port": ROUTER_SERVICE_PORT, "targetPort": ROUTER_PORT }],
+    });
+    (deployment, service)
+}
+
 /// What the operator deploys for `iec`, or why it will not.
 fn plan(
     store: &Store,
@@ -429,7 +529,6 @@ fn plan(
     region: &str,
 ) -> Result<Plan, Refusal> {
     let name = meta(iec, "name");
-    let ns = meta(iec, "namespace");
     let spec = &iec["spec"];
     let w = &spec["worker"];
     let Some(image) = w["image"].as_str() else {
@@ -443,8 +542,8 @@ fn plan(
     };
     let port_name = w["modelInvocationPort"]["name"].as_str().unwrap_or("http");
     let (volume_name, mount_path) = model_mount(w);
-    let mut env = strings(&w["environmentVariables"]);
-    let mut args = strings(&w["args"]);
+    let env = strings(&w["environmentVariables"]);
+    let args = strings(&w["args"]);
     let command = strings(&w["command"]);
 
     let mut container = json!({
@@ -459,44 +558,7 @@ fn plan(
     if !args.is_empty() {
         container["args"] = json!(args);
     }
-    let engine = engine_of(&container);
-    let kv = spec["kvCacheSpec"].is_object();
-    let routing = spec["intelligentRoutingSpec"]["enabled"].as_bool() == Some(true);
-    if (kv || routing) && engine != Some(Engine::Vllm) {
-        let asked = match (kv, routing) {
-            (true, true) => "KV caching and intelligent routing are",
-            (true, false) => "KV caching is",
-            _ => "intelligent routing is",
-        };
-        let runs = match engine {
-            Some(Engine::Sglang) => "runs SGLang".to_owned(),
-            _ => format!("does not run vLLM (image {image})"),
-        };
-        return refuse(
-            "UnsupportedModelServer",
-            format!(
-                "{asked} supported only with vLLM-based inference containers: the worker {runs}"
-            ),
-        );
-    }
-    if let Some(d) = store.get(&Key::new("apps/deployments", &ns, &name))
-        && let Some(was) = d["metadata"]["annotations"][ROUTING_ANNOTATION].as_str()
-        && was != routing.to_string()
-    {
-        return refuse(
-            "IntelligentRoutingImmutable",
-            format!(
-                "intelligentRoutingSpec.enabled cannot be changed on an existing deployment (deployed with {was}, now {routing}): delete the InferenceEndpointConfig and create it again"
-            ),
-        );
-    }
-    if kv {
-        kv_cache(&spec["kvCacheSpec"], &mut env, &mut args)?;
-        container["args"] = json!(args);
-    }
-    if !env.is_empty() {
-        container["env"] = json!(env);
-    }
+    let (routing, router) = cache_and_routing(store, iec, &mut container, env, args, port)?;
     if w["resources"].is_object() {
         container["resources"] = w["resources"].clone();
     }
@@ -523,41 +585,6 @@ fn plan(
         }
     }
     let (worker, service) = worker_specs(&name, pod, replicas(spec), port_name, port);
-    let router = routing.then(|| {
-        let logic = spec["intelligentRoutingSpec"]["routingStrategy"]
-            .as_str()
-            .and_then(Logic::parse)
-            .unwrap_or(Logic::PrefixAware);
-        let r = Router {
-            port: ROUTER_PORT,
-            namespace: ns.clone(),
-            selector: format!("app={name}"),
-            worker_port: u16::try_from(port).unwrap_or(u16::MAX),
-            logic,
-            session_key: (logic == Logic::Session).then(|| SESSION_HEADER.to_owned()),
-        };
-        let app = router_name(&name, &ns);
-        let labels = json!({ "app": app });
-        let deployment = json!({
-            "replicas": 1,
-            "selector": { "matchLabels": labels },
-            "template": { "metadata": { "labels": labels }, "spec": { "containers": [{
-                "name": "router-container",
-                "image": ROUTER_IMAGE,
-                "command": [ROUTER_PROGRAM],
-                "args": r.args(),
-                "ports": [{ "name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP" }],
-                "readinessProbe": { "httpGet": { "path": "/health", "port": ROUTER_PORT } },
-                "resources": { "requests": { "cpu": "500m", "memory": "1Gi" } },
-            }] } },
-        });
-        let service = json!({
-            "type": "ClusterIP",
-            "selector": labels,
-            "ports": [{ "name": "https", "protocol": "TCP", "port": ROUTER_SERVICE_PORT, "targetPort": ROUTER_PORT }],
-        });
-        (deployment, service)
-    });
     Ok(Plan {
         routing,
         worker,
@@ -567,10 +594,10 @@ fn plan(
     })
 }
 
-/// What ties an object the operator makes to its IEC.
+/// What ties an object the operator makes to the IEC or JumpStartModel it made it for.
 struct Owner<'a> {
     labels: Value,
-    /// The ownerReferences, for what lives in the IEC's namespace.
+    /// The ownerReferences, for what lives in that object's namespace.
     refs: Option<&'a Value>,
 }
 
@@ -648,7 +675,7 @@ pub(super) fn inference_endpoints(
         };
         deploy(store, &iec, plan, &IEC_OWNER, now);
     }
-    sweep(store);
+    sweep(store, IEC_GR, &IEC_OWNER);
 }
 
 /// Makes what `plan` says for `o` (an IEC or a JumpStartModel), or brings it back to
@@ -742,8 +769,10 @@ pub(super) fn deploy(store: &mut Store, o: &Value, plan: Plan, keys: &OwnerLabel
     }
 }
 
-/// Removes the routers and volumes whose IEC is gone (or is another by now).
-fn sweep(store: &mut Store) {
+/// Removes the routers and volumes whose object of `owner_gr` (an IEC, a JumpStartModel),
+/// as its `keys` labels name it, is gone (or is another by now): no owner reference can
+/// tie them to it (see [`OWNER_NAME`]), so the garbage collector never takes them.
+pub(super) fn sweep(store: &mut Store, owner_gr: &str, keys: &OwnerLabels) {
     let places = [
         ("apps/deployments", Some(ROUTER_NS)),
         ("/services", Some(ROUTER_NS)),
@@ -753,16 +782,16 @@ fn sweep(store: &mut Store) {
     for (gr, ns) in places {
         for o in store.list(gr, ns) {
             let labels = &o["metadata"]["labels"];
-            let (Some(name), Some(iec_ns), Some(uid)) = (
-                labels[OWNER_NAME].as_str(),
-                labels[OWNER_NS].as_str(),
-                labels[OWNER_UID].as_str(),
+            let (Some(name), Some(owner_ns), Some(uid)) = (
+                labels[keys.name].as_str(),
+                labels[keys.namespace].as_str(),
+                labels[keys.uid].as_str(),
             ) else {
                 continue;
             };
             let alive = store
-                .get(&Key::new(IEC_GR, iec_ns, name))
-                .is_some_and(|iec| iec["metadata"]["uid"] == uid);
+                .get(&Key::new(owner_gr, owner_ns, name))
+                .is_some_and(|owner| owner["metadata"]["uid"] == uid);
             if !alive {
                 gone.push(Key::new(gr, ns.unwrap_or_default(), &meta(o, "name")));
             }

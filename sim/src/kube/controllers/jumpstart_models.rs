@@ -4,17 +4,21 @@
 //! [`hub_contents`](crate::sagemaker::hub_contents), as the real operator asks
 //! DescribeHubContent) and deploys it as the IEC controller deploys a vLLM worker —
 //! Deployment `N/X` (pods `app=X`) of the hub's vLLM container on one GPU of the asked
-//! instance type, and Service `N/X-service` on port 8080 — with no router, cache or
-//! volume. A model the hub lacks, a gated model whose EULA is not accepted and an
-//! instance type the model does not support are refused in the status. Deploying and
-//! the status are the IEC controller's own code, so a JumpStartModel reads exactly as an
+//! instance type, and Service `N/X-service` on port 8080 — with no volume, since the
+//! weights come prepacked. Its `kvCacheSpec` and `intelligentRoutingSpec` (the IEC's
+//! schema) add LMCache to the worker and the router Deployment `X-N-router` and Service
+//! `X-N-routing-service` in `hyperpod-inference-system`, refused and deployed as an
+//! IEC's are; the routers of a model that is gone are swept. A model the hub lacks, a
+//! gated model whose EULA is not accepted and an instance type the model does not
+//! support are refused in the status. The cache and routing, deploying, sweeping and the
+//! status are the IEC controller's own code, so a JumpStartModel reads exactly as an
 //! IEC does.
 
 use serde_json::{Value, json};
 
 use super::inference_endpoints::{
-    OwnerLabels, Plan, Refusal, container_name, deploy, health_probe, refuse, replicas,
-    worker_specs, write_statuses,
+    OwnerLabels, Plan, Refusal, cache_and_routing, container_name, deploy, health_probe, refuse,
+    replicas, sweep, worker_specs, write_statuses,
 };
 use super::snapshot;
 use crate::kube::store::{Store, meta};
@@ -35,7 +39,7 @@ const JSM_OWNER: OwnerLabels = OwnerLabels {
 
 /// What the operator deploys for `jsm` in a cluster of `region` (whose hub it reads),
 /// or why it will not.
-fn plan(jsm: &Value, region: &str) -> Result<Plan, Refusal> {
+fn plan(store: &Store, jsm: &Value, region: &str) -> Result<Plan, Refusal> {
     let name = meta(jsm, "name");
     let spec = &jsm["spec"];
     let model = &spec["model"];
@@ -88,7 +92,7 @@ fn plan(jsm: &Value, region: &str) -> Result<Plan, Refusal> {
             ),
         );
     }
-    let container = json!({
+    let mut container = json!({
         "name": container_name(&name),
         "image": m.hosting_ecr_uri(region),
         "command": ["vllm", "serve", MODEL_DIR, "--served-model-name", id,
@@ -97,45 +101,58 @@ fn plan(jsm: &Value, region: &str) -> Result<Plan, Refusal> {
         "resources": { "limits": { "nvidia.com/gpu": "1" } },
         "readinessProbe": health_probe(JSM_PORT),
     });
+    let (routing, router) =
+        cache_and_routing(store, jsm, &mut container, Vec::new(), Vec::new(), JSM_PORT)?;
     let pod = json!({
         "containers": [container],
         "nodeSelector": { "node.kubernetes.io/instance-type": instance_type },
     });
     let (worker, service) = worker_specs(&name, pod, replicas(spec), "http", JSM_PORT);
     Ok(Plan {
-        routing: false,
+        routing,
         worker,
         service,
-        router: None,
+        router,
         volume: None,
     })
 }
 
-/// The worker objects of every JumpStartModel the hub can serve as asked; those refused
-/// keep what they have, as refused IECs do.
+/// The worker objects (and router) of every JumpStartModel the hub can serve as asked;
+/// those refused keep what they have, as refused IECs do. What a model that is gone
+/// made outside its namespace goes with it.
 pub(super) fn jumpstart_models(store: &mut Store, region: &str, now: &str) {
     for jsm in snapshot(store, JSM_GR) {
         if jsm["metadata"]["deletionTimestamp"].is_string() {
             continue;
         }
-        if let Ok(plan) = plan(&jsm, region) {
+        if let Ok(plan) = plan(store, &jsm, region) {
             deploy(store, &jsm, plan, &JSM_OWNER, now);
         }
     }
+    sweep(store, JSM_GR, &JSM_OWNER);
 }
 
 /// Every JumpStartModel's status, as IECs' are written.
 pub(super) fn jumpstart_statuses(store: &mut Store, region: &str, epoch_now: f64, now: &str) {
-    write_statuses(store, JSM_GR, |_, jsm| plan(jsm, region), epoch_now, now);
+    write_statuses(
+        store,
+        JSM_GR,
+        |store, jsm| plan(store, jsm, region),
+        epoch_now,
+        now,
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::recording;
-    use crate::kube::controllers::inference_endpoints::CAPACITY_GRACE_SECS;
     use crate::kube::controllers::inference_endpoints::tests::{T0, get, serving};
+    use crate::kube::controllers::inference_endpoints::{
+        CAPACITY_GRACE_SECS, ROUTER_NS, inference_endpoints,
+    };
     use crate::kube::controllers::{deployments, endpoints, gc, pods, replicasets};
+    use crate::kube::inference_router::{Logic, Router};
     use crate::kube::model_server::{self, Engine};
     use crate::kube::store::Key;
     use crate::kube::time::{parse_rfc3339, rfc3339};
@@ -196,6 +213,23 @@ mod tests {
             t += due;
         }
         panic!("the controllers keep writing");
+    }
+
+    /// `o` with the fields of `extra` added to its spec.
+    fn with(mut o: Value, extra: Value) -> Value {
+        if let (Some(spec), Some(extra)) = (o["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        o
+    }
+
+    /// The user's write of the fields of `extra` to JumpStartModel `name`'s spec.
+    fn rewrite(store: &mut Store, name: &str, extra: Value) {
+        let o = get(store, JSM_GR, "ml", name).unwrap();
+        let generation = o["metadata"]["generation"].as_i64().unwrap() + 1;
+        let mut o = with(o, extra);
+        o["metadata"]["generation"] = json!(generation);
+        put_jsm(store, o);
     }
 
     fn state(store: &Store, name: &str) -> (String, Value) {
@@ -447,5 +481,226 @@ mod tests {
         assert!(get(&store, "apps/deployments", "ml", "qwen").is_none());
         assert!(get(&store, "/services", "ml", "qwen-service").is_none());
         assert_eq!(store.list("/pods", None).count(), 0, "and the pods");
+    }
+
+    #[test]
+    fn kv_cache_and_session_routing_give_lmcache_and_a_router_that_goes_with_the_model() {
+        let mut store = cluster(&[("gpu-1", "ml.g5.8xlarge")]);
+        let redis = "redis://redis.ml.svc.cluster.local:6379";
+        let extra = json!({
+            "kvCacheSpec": { "enableL1Cache": true, "enableL2Cache": true,
+                "l2CacheSpec": { "l2CacheBackend": "redis", "l2CacheLocalUrl": redis } },
+            "intelligentRoutingSpec": { "enabled": true, "routingStrategy": "session" } });
+        put_jsm(
+            &mut store,
+            with(
+                jsm(
+                    "qwen",
+                    json!({ "modelId": QWEN, "acceptEula": false }),
+                    "ml.g5.8xlarge",
+                ),
+                extra,
+            ),
+        );
+        step(&mut store, 0.0);
+        assert_eq!(state(&store, "qwen").0, "DeploymentInProgress");
+        let worker = get(&store, "apps/deployments", "ml", "qwen").unwrap();
+        assert_eq!(
+            worker["metadata"]["annotations"]["inference.sagemaker.aws.amazon.com/intelligent-routing"],
+            "true"
+        );
+        let pod = &worker["spec"]["template"];
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(
+            c["args"],
+            json!([
+                "--kv-transfer-config",
+                r#"{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}"#
+            ])
+        );
+        let env: Vec<(&str, &str)> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("LMCACHE_USE_EXPERIMENTAL", "True"),
+                ("LMCACHE_CHUNK_SIZE", "256"),
+                ("LMCACHE_LOCAL_CPU", "True"),
+                ("LMCACHE_MAX_LOCAL_CPU_SIZE", "20"),
+                ("LMCACHE_REMOTE_URL", redis),
+                ("LMCACHE_REMOTE_SERDE", "naive"),
+            ]
+        );
+        let server = model_server::of(&json!({ "spec": pod["spec"] })).unwrap();
+        assert_eq!(
+            (server.engine, server.names.as_slice(), server.port),
+            (Engine::Vllm, &[QWEN.to_owned()][..], 8080),
+            "still the hub's vLLM, with the cache's arguments after its command"
+        );
+
+        let router = get(&store, "apps/deployments", ROUTER_NS, "qwen-ml-router").unwrap();
+        let parsed = Router::of(&json!({ "spec": router["spec"]["template"]["spec"] })).unwrap();
+        assert_eq!(
+            (parsed.logic, parsed.session_key.as_deref()),
+            (Logic::Session, Some("x-session-id"))
+        );
+        assert_eq!(
+            (
+                parsed.namespace.as_str(),
+                parsed.selector.as_str(),
+                parsed.worker_port
+            ),
+            ("ml", "app=qwen", 8080)
+        );
+        assert!(
+            router["metadata"]["ownerReferences"].is_null(),
+            "no owner in another namespace"
+        );
+        let labels = &router["metadata"]["labels"];
+        assert_eq!(
+            (
+                &labels[JSM_OWNER.name],
+                &labels[JSM_OWNER.namespace],
+                &labels[JSM_OWNER.uid]
+            ),
+            (&json!("qwen"), &json!("ml"), &json!("uid-qwen"))
+        );
+        assert!(
+            labels["inference.sagemaker.aws.amazon.com/endpoint-config"].is_null(),
+            "not an IEC's"
+        );
+        let routing = get(&store, "/services", ROUTER_NS, "qwen-ml-routing-service").unwrap();
+        assert_eq!(
+            routing["spec"]["selector"],
+            json!({ "app": "qwen-ml-router" })
+        );
+        assert_eq!(
+            (
+                &routing["spec"]["ports"][0]["port"],
+                &routing["spec"]["ports"][0]["targetPort"]
+            ),
+            (&json!(443), &json!(8080))
+        );
+
+        let t = settle(&mut store, 0.0);
+        let (s, c) = state(&store, "qwen");
+        assert_eq!(
+            (s.as_str(), &c["reason"]),
+            ("DeploymentComplete", &json!("DeploymentComplete"))
+        );
+        let router = get(&store, "apps/deployments", ROUTER_NS, "qwen-ml-router").unwrap();
+        assert_eq!(
+            router["status"]["readyReplicas"], 1,
+            "complete with its router"
+        );
+        let rv = store.rv();
+        step(&mut store, t + 30.0);
+        assert_eq!(store.rv(), rv, "a settled model writes nothing");
+
+        // Each kind's sweep takes only what its own kind's gone objects made: the
+        // routing Service of an IEC that is gone stays through the JumpStartModels'
+        // pass, and the model's router through the IECs'.
+        let orphan = json!({ "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "gone-ml-routing-service", "namespace": ROUTER_NS, "labels": {
+                "app": "gone-ml-router",
+                "inference.sagemaker.aws.amazon.com/endpoint-config": "gone",
+                "inference.sagemaker.aws.amazon.com/endpoint-config-namespace": "ml",
+                "inference.sagemaker.aws.amazon.com/endpoint-config-uid": "uid-gone" } },
+            "spec": routing["spec"].clone() });
+        let orphan_key = Key::new("/services", ROUTER_NS, "gone-ml-routing-service");
+        store.put(orphan_key.clone(), orphan);
+        step(&mut store, t + 31.0);
+        assert!(store.get(&orphan_key).is_some(), "not the model's to sweep");
+        let now = rfc3339(parse_rfc3339(T0).unwrap() + t + 32.0);
+        inference_endpoints(&mut store, &[], REGION, &now);
+        assert!(store.get(&orphan_key).is_none(), "the IECs' to sweep");
+        assert!(get(&store, "apps/deployments", ROUTER_NS, "qwen-ml-router").is_some());
+        assert!(get(&store, "/services", ROUTER_NS, "qwen-ml-routing-service").is_some());
+
+        store.remove(&Key::new(JSM_GR, "ml", "qwen"));
+        for i in 0..6 {
+            step(&mut store, t + 33.0 + f64::from(i));
+        }
+        assert!(get(&store, "apps/deployments", ROUTER_NS, "qwen-ml-router").is_none());
+        assert!(get(&store, "/services", ROUTER_NS, "qwen-ml-routing-service").is_none());
+        assert!(get(&store, "apps/deployments", "ml", "qwen").is_none());
+        assert_eq!(store.list("/pods", None).count(), 0, "and the pods");
+    }
+
+    #[test]
+    fn routing_turned_on_or_off_once_deployed_and_a_redis_cache_without_its_url_are_refused() {
+        let mut store = cluster(&[("gpu-1", "ml.g5.8xlarge"), ("gpu-2", "ml.g5.8xlarge")]);
+        let model = json!({ "modelId": QWEN, "acceptEula": false });
+        put_jsm(&mut store, jsm("plain", model.clone(), "ml.g5.8xlarge"));
+        put_jsm(
+            &mut store,
+            with(
+                jsm("routed", model.clone(), "ml.g5.8xlarge"),
+                json!({ "intelligentRoutingSpec": { "enabled": true } }),
+            ),
+        );
+        put_jsm(
+            &mut store,
+            with(
+                jsm("redis", model, "ml.g5.8xlarge"),
+                json!({ "kvCacheSpec": { "enableL2Cache": true,
+                                         "l2CacheSpec": { "l2CacheBackend": "redis" } } }),
+            ),
+        );
+        step(&mut store, 0.0);
+        let (s, c) = state(&store, "redis");
+        assert_eq!(
+            (s.as_str(), &c["reason"], &c["message"]),
+            (
+                "DeploymentFailed",
+                &json!("InvalidKVCacheSpec"),
+                &json!(
+                    "kvCacheSpec.l2CacheSpec.l2CacheLocalUrl is required when l2CacheBackend is redis"
+                )
+            )
+        );
+        assert!(get(&store, "apps/deployments", "ml", "redis").is_none());
+        let router = get(&store, "apps/deployments", ROUTER_NS, "routed-ml-router").unwrap();
+        let parsed = Router::of(&json!({ "spec": router["spec"]["template"]["spec"] })).unwrap();
+        assert_eq!(
+            (parsed.logic, parsed.session_key),
+            (Logic::PrefixAware, None),
+            "the CRD's default strategy"
+        );
+
+        let on = json!({ "intelligentRoutingSpec": { "enabled": true } });
+        rewrite(&mut store, "plain", on);
+        let off = json!({ "intelligentRoutingSpec": { "enabled": false } });
+        rewrite(&mut store, "routed", off);
+        step(&mut store, 1.0);
+        for (name, was, now) in [("plain", false, true), ("routed", true, false)] {
+            let (s, c) = state(&store, name);
+            assert_eq!(
+                (s.as_str(), &c["reason"], &c["message"]),
+                (
+                    "DeploymentFailed",
+                    &json!("IntelligentRoutingImmutable"),
+                    &json!(format!(
+                        "intelligentRoutingSpec.enabled cannot be changed on an existing deployment (deployed with {was}, now {now}): delete the JumpStartModel and create it again"
+                    ))
+                ),
+                "{name}"
+            );
+        }
+        assert!(get(&store, "apps/deployments", ROUTER_NS, "plain-ml-router").is_none());
+        assert!(
+            get(&store, "apps/deployments", ROUTER_NS, "routed-ml-router").is_some(),
+            "a refused model keeps what it has"
+        );
+
+        // Turned back, it is fine again.
+        let back = json!({ "intelligentRoutingSpec": { "enabled": false } });
+        rewrite(&mut store, "plain", back);
+        step(&mut store, 2.0);
+        assert_eq!(state(&store, "plain").0, "DeploymentInProgress");
     }
 }
