@@ -1206,14 +1206,16 @@ async def jumpstart_through_mcp(server, hypd, sim):
     """A JumpStart catalogue model: the catalogue lists it with its licence and the
     cluster's groups that can run it; what the hub lacks or forbids (an unknown model or
     version, a gated model whose licence is not accepted, a group of a type the model
-    does not run on) is refused alike on REST and MCP before anything is made; the plan,
-    then the JumpStartModel, which validates against AWS's CRD with the version pinned;
-    invoked through SageMaker's invocations path; listed; deleted in two steps with what
-    the operator made of it."""
+    does not run on, a KV cache with no tier) is refused alike on REST and MCP before
+    anything is made; the plan, then the JumpStartModel with the operator's KV cache and
+    session routing, which validates against AWS's CRD with the version pinned; invoked
+    through the operator's router on SageMaker's invocations path; listed with its
+    options; deleted in two steps with what the operator made of it, router included."""
     import jsonschema
 
     name = "mcp-gpu"
-    request = {"name": name, "endpoint": "llama", "model_id": LLAMA, "accept_eula": True, "instance_group": "gpu"}
+    request = {"name": name, "endpoint": "llama", "model_id": LLAMA, "accept_eula": True, "instance_group": "gpu",
+               "kv_cache": {"l2": {"backend": "redis", "url": "redis://kv.internal:6379"}}, "routing": "session"}
     async with Client(server) as client:
         catalogue = structured(await client.call_tool("list_jumpstart_models", {"name": name, "search": "llama"}))
         models = {m["model_id"]: m for m in catalogue["models"]}
@@ -1225,7 +1227,8 @@ async def jumpstart_through_mcp(server, hypd, sim):
         for bad, field in (({**request, "model_id": "no-such-model"}, "model_id"),
                            ({**request, "model_version": "9.9.9"}, "model_version"),
                            ({**request, "accept_eula": False}, "accept_eula"),
-                           ({**request, "model_id": "deepseek-llm-r1-distill-qwen-1-5b"}, "instance_group")):
+                           ({**request, "model_id": "deepseek-llm-r1-distill-qwen-1-5b"}, "instance_group"),
+                           ({**request, "kv_cache": {"cpu_offload": False}}, "kv_cache")):
             refused = await client.call_tool("deploy_jumpstart_model", bad)
             assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
             status, rest = rest_call(hypd, "deploy_jumpstart_model", bad)
@@ -1241,14 +1244,23 @@ async def jumpstart_through_mcp(server, hypd, sim):
         assert model["spec"]["model"] == {"modelHubName": "SageMakerPublicHub", "modelId": LLAMA,
                                           "modelVersion": "2.8.0", "acceptEula": True}, model["spec"]
         assert model["spec"]["server"] == {"instanceType": "ml.g5.8xlarge"}, model["spec"]
+        assert model["spec"]["kvCacheSpec"] == {"enableL1Cache": True, "enableL2Cache": True, "l2CacheSpec": {
+            "l2CacheBackend": "redis", "l2CacheLocalUrl": "redis://kv.internal:6379"}}, model["spec"]
+        assert model["spec"]["intelligentRoutingSpec"] == {"enabled": True, "routingStrategy": "session"}, model["spec"]
         assert model["status"]["state"] == "DeploymentComplete", model["status"]
+        worker = json.loads(kubectl(sim, name, "get", "deployment", "llama", "-o", "json"))
+        env = {e["name"] for e in worker["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+        assert {"LMCACHE_LOCAL_CPU", "LMCACHE_REMOTE_URL"} <= env, env
+        router = kubectl(sim, name, "-n", "hyperpod-inference-system", "get", "deployment", "llama-default-router", "-o", "json")
+        assert "session" in router, router
 
         answer = structured(await client.call_tool("invoke_endpoint", {
             "name": name, "endpoint": "llama", "messages": [{"role": "user", "content": "Say hello to HyperPod"}]}))
         assert answer["model"] == LLAMA and answer["answer"] and answer["completion_tokens"] > 0, answer
         listed = structured(await client.call_tool("list_endpoints", {"name": name}))
-        assert [(e["endpoint"], e["kind"], e["engine"], e["phase"]) for e in listed["endpoints"]] == [
-            ("llama", "jumpstart_model", "vllm", "in_service")], listed
+        assert [(e["endpoint"], e["kind"], e["engine"], e["phase"], e.get("routing"), e.get("kv_cache"))
+                for e in listed["endpoints"]] == [
+            ("llama", "jumpstart_model", "vllm", "in_service", "session", "l1_cpu+redis")], listed
         got = structured(await client.call_tool("get_endpoint", {"name": name, "endpoint": "llama"}))
         assert "vllm" in got["image"] and got["instance_group"] == "gpu" and len(got["pods"]) == 1, got
 
@@ -1258,7 +1270,7 @@ async def jumpstart_through_mcp(server, hypd, sim):
         waited = await finished(client, structured(await client.call_tool(
             "delete_endpoint", {"name": name, "endpoint": "llama", "confirmation": first["confirmation"]}))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
-    left = json.loads(kubectl(sim, name, "get", "jumpstartmodels,deployments,services", "-o", "json"))["items"]
+    left = json.loads(kubectl(sim, name, "get", "jumpstartmodels,deployments,services", "-A", "-o", "json"))["items"]
     assert not [o for o in left if o["metadata"]["name"].startswith("llama")], left
 
 
@@ -1307,8 +1319,9 @@ async def pool_through_mcp(server, hypd, sim):
 
 async def router_through_mcp(server, hypd, sim):
     """SGLang behind the SGLang router, sized by KEDA (which the inference operator
-    brings): a router before vLLM, a threshold of another policy and a minimum of zero
-    refused alike on REST and MCP; the plan lists the router's objects and the
+    brings): a router before vLLM, a threshold of another policy and an endpoint that
+    may scale to zero started with no replica to measure its cold start on refused alike
+    on REST and MCP; the plan lists the router's objects and the
     ScaledObject, which validates against KEDA's CRD; the router finds the workers by
     label; invoked through it; listed with its policy and bounds; deleted with all it
     made."""
@@ -1323,7 +1336,7 @@ async def router_through_mcp(server, hypd, sim):
     async with Client(server) as client:
         for bad, field in ((vllm, "router"),
                            ({**request, "router": {"policy": "round_robin", "cache_threshold": 0.5}}, "router.cache_threshold"),
-                           ({**request, "autoscaling": {"min_replicas": 0, "max_replicas": 1}}, "autoscaling.min_replicas")):
+                           ({**request, "replicas": 0, "autoscaling": {"min_replicas": 0, "max_replicas": 1}}, "replicas")):
             refused = await client.call_tool("deploy_model_server", bad)
             assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
             status, rest = rest_call(hypd, "deploy_model_server", bad)

@@ -884,7 +884,16 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   assert.equal(await page.inputValue(`${catalogue} input[name="model_id"]`), 'meta-textgeneration-llama-3-1-8b-instruct');
   await page.fill(`${catalogue} input[name="endpoint"]`, 'console-llama');
   await page.check(`${catalogue} input[name="accept_eula"]`);
+  // The operator's options, offered as on the operator's path, go with the request.
+  await page.selectOption(`${catalogue} select[name="kv_cache"]`, 'cpu');
+  await page.selectOption(`${catalogue} select[name="routing"]`, 'prefix_aware');
+  // The console's one server function carries the command's own JSON.
+  const sent = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/fn/run_command')
+    && JSON.parse(r.postData()).command === 'deploy_jumpstart_model');
   await page.click(`${catalogue} button[type="submit"]`);
+  const { input } = JSON.parse((await sent).postData());
+  assert.deepEqual([input.model_id, input.routing, input.kv_cache],
+    ['meta-textgeneration-llama-3-1-8b-instruct', 'prefix_aware', { cpu_offload: true }]);
   await page.waitForFunction((f) => /JumpStartModel is not served/.test(document.querySelector(f).textContent), catalogue);
   await page.selectOption(`${form} select[name="path"]`, 'model_server');
   await page.fill(`${form} input[name="endpoint"]`, 'console-chat');
@@ -976,9 +985,11 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.click('form.scale-endpoint button.delete-endpoint');
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
-  // SGLang behind its router, sized by KEDA: refused while the cluster runs no KEDA
-  // (the conflict names the feature); with KEDA on, the plan lists the router's account
-  // and the ScaledObject, the table the policy and bounds, the detail the replicas chart.
+  // SGLang behind its router, sized by KEDA down to zero: refused while the cluster runs
+  // no KEDA (the conflict names the feature); with KEDA on, the plan lists the router's
+  // account and the ScaledObject, the table the policy and bounds; idle, it goes to zero;
+  // the test panel's message is held by the router while KEDA wakes a worker, and
+  // answered; the detail's chart shows KEDA's steps.
   await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
   await hydrated(page);
   await settled(page);
@@ -987,6 +998,7 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.selectOption(`${form} select[name="engine"]`, 'sglang');
   await page.fill(`${form} input[name="command"]`, 'python3 -m sglang.launch_server --model-path /s3/models/Qwen/Qwen2.5-0.5B --served-model-name sg');
   await page.selectOption(`${form} select[name="router.policy"]`, 'round_robin');
+  await page.fill(`${form} input[name="autoscaling.min_replicas"]`, '0');
   await page.fill(`${form} input[name="autoscaling.max_replicas"]`, '1');
   await page.click(`${form} button[type="submit"]`);
   await page.waitForFunction((f) => /does not run KEDA/.test(document.querySelector(f).textContent), form);
@@ -1002,15 +1014,39 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
   await hydrated(page);
   const routed = '.endpoint-table tr[data-endpoint="console-sg"]';
-  await page.waitForSelector(`${routed} .state-in_service`);
-  assert.match(await page.textContent(routed), /cluster_ip · router round_robin · KEDA 1–1/);
+  // Five idle minutes pass in half a second at this clock; the table, read again, shows it.
+  await page.waitForSelector(routed);
+  for (const until = Date.now() + 60_000; !(await page.locator(`${routed} .state-scaled_to_zero`).count());) {
+    assert.ok(Date.now() < until, 'never scaled to zero');
+    await page.click('button.refresh-endpoints');
+    await page.waitForTimeout(250);
+  }
+  assert.match(await page.textContent(routed), /cluster_ip · router round_robin · KEDA 0–1/);
   await settled(page);
+  const setClock = async (time_scale) => {
+    const set = await fetch(new URL('/_sim/clock', server.world.simUrl), {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ time_scale }),
+    });
+    assert.equal(set.status, 200);
+  };
+  // Slower, so that the held message spans KEDA's looks in real time too; then at
+  // AWS's pace while the woken worker is looked at, before its cooldown takes it again.
+  await setClock(60);
+  await page.fill('form.try-endpoint input[name="endpoint"]', 'console-sg');
+  await page.fill('form.try-endpoint textarea[name="prompt"]', 'Wake up');
+  await page.click('form.try-endpoint button[type="submit"]');
+  await page.waitForSelector('form.try-endpoint .invocation .answer', { timeout: 60_000 });
+  await setClock(1);
+  assert.match(await page.textContent('form.try-endpoint .invocation .muted'), /^sg · /);
   await page.fill('form.endpoint-details input[name="endpoint"]', 'console-sg');
   await page.click('form.endpoint-details button[type="submit"]');
   await page.waitForSelector('form.endpoint-details .replica-chart figcaption');
-  assert.match(await page.textContent('form.endpoint-details .options'), /KEDA 1–1 replicas at 4 requests in flight each, cooldown 300 s/);
-  assert.match(await page.textContent('form.endpoint-details .replica-chart figcaption'), /Replicas over time \(max 1\)/);
+  assert.match(await page.textContent('form.endpoint-details .options'), /KEDA 0–1 replicas at 4 requests in flight each, cooldown 300 s/);
+  assert.match(await page.textContent('form.endpoint-details .replica-chart figcaption'), /Replicas over time \(max 1\)\. \d+ changes: .*0 → 1; 1 now\./);
   assert.equal(await page.locator('form.endpoint-details .pod-table tbody tr').count(), 1, 'the router is no replica');
+  await setClock(600);
   await page.fill('form.scale-endpoint input[name="endpoint"]', 'console-sg');
   await page.click('form.scale-endpoint button.delete-endpoint');
   await page.waitForSelector('form.scale-endpoint .plan li[data-kind="k8s:keda.sh/v1alpha1/ScaledObject"][data-action="delete"]');

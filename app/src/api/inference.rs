@@ -585,8 +585,10 @@ impl SglangRouter {
 
 // KEDA scales the workers between min and max replicas on the requests in flight at the
 // router: ceil(in flight / target_requests_per_replica), at once on the way up, after
-// cooldown_seconds without load on the way down. Plain comments: the tool's description
-// says it.
+// cooldown_seconds without load on the way down. min_replicas 0 scales to zero: the
+// router then holds a request while KEDA wakes a worker, and the cooldown must be at
+// least the endpoint's measured cold start. Plain comments: the tool's description says
+// it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Autoscaling {
@@ -620,22 +622,22 @@ impl Autoscaling {
     fn errors(&self, replicas: ReplicaCount) -> Vec<FieldError> {
         let mut errors = Vec::new();
         let (min, max) = (self.min_replicas.get(), self.max_replicas.get());
-        if min == 0 {
+        if max == 0 {
             errors.push(FieldError::new(
-                "autoscaling.min_replicas",
-                "at least 1: the router refuses requests while no worker runs, so the requests it counts could never wake workers scaled to zero (without autoscaling, scale_endpoint 0 scales to zero by hand)",
+                "autoscaling.max_replicas",
+                "at least 1: an endpoint KEDA may never wake serves nothing",
             ));
-        }
-        if max < min {
+        } else if max < min {
             errors.push(FieldError::new(
                 "autoscaling.max_replicas",
                 format!("at least min_replicas ({min}) (got {max})"),
             ));
-        } else if !(min..=max).contains(&replicas.get()) {
+        } else if !(min.max(1)..=max).contains(&replicas.get()) {
             errors.push(FieldError::new(
                 "replicas",
                 format!(
-                    "an autoscaled endpoint starts within its bounds: from {min} to {max} (got {})",
+                    "an autoscaled endpoint starts within its bounds, and with at least one replica, on which its cold start is measured: from {} to {max} (got {})",
+                    min.max(1),
                     replicas.get()
                 ),
             ));
@@ -816,32 +818,54 @@ impl DeployInferenceEndpoint {
 
     pub fn request_errors(&self) -> Vec<FieldError> {
         let mut errors = self.as_model_server().request_errors();
-        if self.engine != Engine::Vllm {
-            let engine = self.engine.as_str();
-            if self.kv_cache.is_some() {
-                errors.push(FieldError::new(
-                    "kv_cache",
-                    format!("the inference operator offers KV cache tiers with vLLM workers only (engine is {engine}): drop kv_cache, or serve with vllm"),
-                ));
-            }
-            if self.routing.is_some() {
-                errors.push(FieldError::new(
-                    "routing",
-                    format!("the inference operator's intelligent routing works with vLLM workers only (engine is {engine}): drop routing, or serve with vllm"),
-                ));
-            }
-        }
-        if let Some(kv) = &self.kv_cache
-            && !kv.cpu_offload
-            && kv.l2.is_none()
-        {
-            errors.push(FieldError::new(
-                "kv_cache",
-                "a KV cache with neither tier offloads nothing: set cpu_offload, give l2, or drop kv_cache",
-            ));
-        }
+        errors.extend(operator_option_errors(
+            self.kv_cache.as_ref(),
+            self.routing,
+            (self.engine != Engine::Vllm).then(|| {
+                (
+                    format!("engine is {}", self.engine.as_str()),
+                    "serve with vllm",
+                )
+            }),
+        ));
         errors
     }
+}
+
+/// The rules of the inference operator's own options, which an InferenceEndpointConfig
+/// and a JumpStartModel take alike: both work with vLLM workers only (`not_vllm` says
+/// what the worker is instead, and what the user can do about it), and a cache needs a
+/// tier.
+pub fn operator_option_errors(
+    kv_cache: Option<&KvCache>,
+    routing: Option<RoutingStrategy>,
+    not_vllm: Option<(String, &str)>,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if let Some((what, instead)) = &not_vllm {
+        if kv_cache.is_some() {
+            errors.push(FieldError::new(
+                "kv_cache",
+                format!("the inference operator offers KV cache tiers with vLLM workers only ({what}): drop kv_cache, or {instead}"),
+            ));
+        }
+        if routing.is_some() {
+            errors.push(FieldError::new(
+                "routing",
+                format!("the inference operator's intelligent routing works with vLLM workers only ({what}): drop routing, or {instead}"),
+            ));
+        }
+    }
+    if let Some(kv) = kv_cache
+        && !kv.cpu_offload
+        && kv.l2.is_none()
+    {
+        errors.push(FieldError::new(
+            "kv_cache",
+            "a KV cache with neither tier offloads nothing: set cpu_offload, give l2, or drop kv_cache",
+        ));
+    }
+    errors
 }
 
 impl Command for DeployInferenceEndpoint {

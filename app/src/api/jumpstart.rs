@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandSpec, Effect, HttpMethod, Role};
 use super::error::ApiError;
+use super::inference::{KvCache, RoutingStrategy, operator_option_errors};
 use super::operations::OperationRef;
 use super::plan::Gated;
 use super::values::{
@@ -43,6 +44,11 @@ pub struct DeployJumpstartModel {
     // Default: the one GPU group of a type the model supports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_group: Option<InstanceGroupName>,
+    // As deploy_inference_endpoint's: models the hub serves with vLLM only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<KvCache>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingStrategy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKey>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -58,7 +64,7 @@ impl Command for DeployJumpstartModel {
     const SPEC: CommandSpec = CommandSpec {
         name: "deploy_jumpstart_model",
         summary: "Deploy a SageMaker JumpStart catalogue model",
-        description: "Deploys a model of list_jumpstart_models through the inference operator (update_features inference_operator). Ask which model, replicas, the group when several fit, and whether the user accepts a gated model's licence. Returns an operation for wait_operation; dry_run returns the plan.",
+        description: "Deploys a model of list_jumpstart_models through the inference operator (update_features inference_operator), with deploy_inference_endpoint's KV cache tiers and routing if the hub serves it with vLLM. Ask which model, replicas, the group when several fit, and whether the user accepts a gated model's licence. Returns an operation for wait_operation; dry_run returns the plan.",
         effect: Effect::Mutating,
         role: Role::Operator,
         idempotent: true,
@@ -68,6 +74,16 @@ impl Command for DeployJumpstartModel {
     };
 
     super::command::dry_run_request!();
+
+    // The engine is the hub's to say, so the vLLM-only rule waits for its answer (the
+    // pre-flight); the rest holds whatever the model.
+    fn validate(&self) -> Result<(), ApiError> {
+        ApiError::unless_broken(operator_option_errors(
+            self.kv_cache.as_ref(),
+            self.routing,
+            None,
+        ))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -234,9 +234,7 @@ fn Deploy(cluster: String) -> impl IntoView {
     let token = RwSignal::new(String::new());
     // The inference operator's path and its options.
     let managed = RwSignal::new(false);
-    let kv = RwSignal::new(String::new());
-    let redis = RwSignal::new(String::new());
-    let routing = RwSignal::new(String::new());
+    let options = OperatorOptions::new(gate);
     // SGLang's router and KEDA's bounds (self-managed SGLang only).
     let router = RwSignal::new(String::new());
     let min = RwSignal::new(String::new());
@@ -276,24 +274,8 @@ fn Deploy(cluster: String) -> impl IntoView {
             gate.start::<DeployModelServer>(&inputs);
             return;
         }
-        let tier = kv.get_untracked();
-        if !tier.is_empty() {
-            inputs.push(flag("kv_cache.cpu_offload", true));
-        }
-        if tier == "tiered_storage" || tier == "redis" {
-            inputs.push(text("kv_cache.l2.backend", tier.clone()));
-        }
-        if tier == "redis" {
-            inputs.push(text("kv_cache.l2.url", redis.get_untracked()));
-        }
-        inputs.push(text("routing", routing.get_untracked()));
+        inputs.extend(options.inputs());
         gate.start::<DeployInferenceEndpoint>(&inputs);
-    };
-    let choice = move |signal: RwSignal<String>| {
-        move |ev: leptos::ev::Event| {
-            signal.set(event_target_value(&ev));
-            gate.reset();
-        }
     };
     view! {
         <form class="panel deploy-model-server" aria-label="Deploy a model server" on:submit=submit>
@@ -307,7 +289,7 @@ fn Deploy(cluster: String) -> impl IntoView {
             </select></label>
             <label>"Endpoint "<input type="text" name="endpoint" placeholder="qwen-chat"
                 prop:value=move || endpoint.get() on:input=gate.edit(endpoint)/></label>
-            <label>"Engine "<select name="engine" on:change=choice(engine)>
+            <label>"Engine "<select name="engine" on:change=gate.edit(engine)>
                 <option value="vllm" selected=true>"vLLM"</option>
                 <option value="sglang">"SGLang"</option>
                 <option value="custom">"Custom"</option>
@@ -324,42 +306,24 @@ fn Deploy(cluster: String) -> impl IntoView {
             <label>"Instance group "<input type="text" name="instance_group" placeholder="the GPU group"
                 prop:value=move || group.get() on:input=gate.edit(group)/></label>
             {move || if managed.get() {
-                view! {
-                    <label>"KV cache "<select name="kv_cache" on:change=choice(kv)>
-                        <option value="" selected=true>"None"</option>
-                        <option value="cpu">"CPU memory (L1)"</option>
-                        <option value="tiered_storage">"L1 + tiered storage (L2)"</option>
-                        <option value="redis">"L1 + Redis (L2)"</option>
-                    </select></label>
-                    <label>"Redis URL "<input type="text" name="kv_cache.l2.url" class="mono"
-                        placeholder="redis://kv.internal:6379" disabled=move || kv.get() != "redis"
-                        prop:value=move || redis.get() on:input=gate.edit(redis)/></label>
-                    <label>"Routing "<select name="routing" on:change=choice(routing)>
-                        <option value="" selected=true>"None"</option>
-                        <option value="prefix_aware">"Prefix-aware"</option>
-                        <option value="kv_aware">"KV-aware"</option>
-                        <option value="session">"Session"</option>
-                        <option value="round_robin">"Round-robin"</option>
-                    </select></label>
-                }
-                .into_any()
+                options.view().into_any()
             } else {
                 view! {
-                    <label>"Service "<select name="service" on:change=choice(service)>
+                    <label>"Service "<select name="service" on:change=gate.edit(service)>
                         <option value="cluster_ip" selected=true>"In the cluster"</option>
                         <option value="load_balancer">"Network load balancer"</option>
                         <option value="model_pool">"Model pool (warm, bound later)"</option>
                     </select></label>
                     <fieldset class="router" disabled=move || engine.get() != "sglang">
                         <legend>"SGLang router and KEDA autoscaling"</legend>
-                        <label>"Router "<select name="router.policy" on:change=choice(router)>
+                        <label>"Router "<select name="router.policy" on:change=gate.edit(router)>
                             <option value="" selected=true>"None"</option>
                             <option value="cache_aware">"Cache-aware"</option>
                             <option value="round_robin">"Round-robin"</option>
                             <option value="random">"Random"</option>
                             <option value="power_of_two">"Power of two"</option>
                         </select></label>
-                        <label>"Min replicas "<input type="number" name="autoscaling.min_replicas" min="1" placeholder="1"
+                        <label>"Min replicas "<input type="number" name="autoscaling.min_replicas" min="0" placeholder="1 (0 scales to zero)"
                             prop:value=move || min.get() on:input=gate.edit(min)/></label>
                         <label>"Max replicas "<input type="number" name="autoscaling.max_replicas" min="1" placeholder="no autoscaling"
                             prop:value=move || max.get() on:input=gate.edit(max)/></label>
@@ -382,6 +346,71 @@ fn Deploy(cluster: String) -> impl IntoView {
         </form>
     }
     .into_any()
+}
+
+/// The inference operator's own options (KV cache tiers, routing), which its
+/// InferenceEndpointConfig and JumpStartModel forms both offer.
+#[derive(Clone, Copy)]
+struct OperatorOptions {
+    gate: Gate,
+    kv: RwSignal<String>,
+    redis: RwSignal<String>,
+    routing: RwSignal<String>,
+}
+
+impl OperatorOptions {
+    fn new(gate: Gate) -> Self {
+        OperatorOptions {
+            gate,
+            kv: RwSignal::new(String::new()),
+            redis: RwSignal::new(String::new()),
+            routing: RwSignal::new(String::new()),
+        }
+    }
+
+    /// The request's `kv_cache` and `routing`, as chosen.
+    fn inputs(self) -> Vec<(String, crate::form::Input)> {
+        let tier = self.kv.get_untracked();
+        let mut inputs = Vec::new();
+        if !tier.is_empty() {
+            inputs.push(flag("kv_cache.cpu_offload", true));
+        }
+        if tier == "tiered_storage" || tier == "redis" {
+            inputs.push(text("kv_cache.l2.backend", tier.clone()));
+        }
+        if tier == "redis" {
+            inputs.push(text("kv_cache.l2.url", self.redis.get_untracked()));
+        }
+        inputs.push(text("routing", self.routing.get_untracked()));
+        inputs
+    }
+
+    fn view(self) -> impl IntoView {
+        let OperatorOptions {
+            gate,
+            kv,
+            redis,
+            routing,
+        } = self;
+        view! {
+            <label>"KV cache "<select name="kv_cache" on:change=gate.edit(kv)>
+                <option value="" selected=true>"None"</option>
+                <option value="cpu">"CPU memory (L1)"</option>
+                <option value="tiered_storage">"L1 + tiered storage (L2)"</option>
+                <option value="redis">"L1 + Redis (L2)"</option>
+            </select></label>
+            <label>"Redis URL "<input type="text" name="kv_cache.l2.url" class="mono"
+                placeholder="redis://kv.internal:6379" disabled=move || kv.get() != "redis"
+                prop:value=move || redis.get() on:input=gate.edit(redis)/></label>
+            <label>"Routing "<select name="routing" on:change=gate.edit(routing)>
+                <option value="" selected=true>"None"</option>
+                <option value="prefix_aware">"Prefix-aware"</option>
+                <option value="kv_aware">"KV-aware"</option>
+                <option value="session">"Session"</option>
+                <option value="round_robin">"Round-robin"</option>
+            </select></label>
+        }
+    }
 }
 
 /// A JumpStart catalogue model deployed by the inference operator, behind a button: the
@@ -423,6 +452,7 @@ fn catalogue_form(cluster: String) -> AnyView {
     let group = RwSignal::new(String::new());
     let search = RwSignal::new(String::new());
     let browse = RwSignal::new(0u32);
+    let options = OperatorOptions::new(gate);
     let listed = Resource::new(
         move || browse.get(),
         move |n| async move {
@@ -438,7 +468,7 @@ fn catalogue_form(cluster: String) -> AnyView {
     );
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        gate.start::<DeployJumpstartModel>(&[
+        let mut inputs = vec![
             text("name", cluster.get_value()),
             text("endpoint", endpoint.get_untracked()),
             text("model_id", model.get_untracked()),
@@ -447,7 +477,9 @@ fn catalogue_form(cluster: String) -> AnyView {
             flag("accept_eula", eula.get_untracked()),
             integer("replicas", replicas.get_untracked()),
             text("instance_group", group.get_untracked()),
-        ]);
+        ];
+        inputs.extend(options.inputs());
+        gate.start::<DeployJumpstartModel>(&inputs);
     };
     let models = move || {
         Suspend::new(async move {
@@ -508,6 +540,7 @@ fn catalogue_form(cluster: String) -> AnyView {
                 prop:value=move || replicas.get() on:input=gate.edit(replicas)/></label>
             <label>"Instance group "<input type="text" name="instance_group" placeholder="the one that fits"
                 prop:value=move || group.get() on:input=gate.edit(group)/></label>
+            {options.view()}
             <label class="check"><input type="checkbox" name="accept_eula"
                 prop:checked=move || eula.get() on:change=move |ev| { eula.set(event_target_checked(&ev)); gate.reset(); }/>
                 " I accept the model's licence (gated models)"</label>

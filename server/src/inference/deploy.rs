@@ -40,7 +40,7 @@ stages! {
         Service = "service", "The Service applied (in-cluster, or an internet-facing NLB)", true;
         Router = "router", "The SGLang router applied in front of the replicas, with the pod-reading account it discovers them with", true;
         Ready = "ready", "Every replica ready (its model loaded and answering /health), the router too, and the load balancer's address known", true;
-        Autoscaling = "autoscaling", "The KEDA ScaledObject applied: from now on KEDA sizes the replicas on the router's requests in flight", true;
+        Autoscaling = "autoscaling", "The KEDA ScaledObject applied: from now on KEDA sizes the replicas on the router's requests in flight (to zero only with a cooldown as long as the measured cold start)", true;
     }
 }
 
@@ -422,9 +422,15 @@ impl Pipeline for DeployModelServer {
                 ready(&client, at, kind, self.replicas.get(), self.service, out).await
             }
             Stage::Autoscaling => {
-                let Some(object) = super::router::scaled_object(self) else {
+                let (Some(object), Some(scaling)) =
+                    (super::router::scaled_object(self), &self.autoscaling)
+                else {
                     return Ok(Progress::Done);
                 };
+                // The cold start is known once `ready` has run, which a plan has not.
+                if !is_planning() {
+                    super::router::cooldown_outlasts(endpoint, scaling, out.cold_start_seconds)?;
+                }
                 converge(&Applied::namespaced(&client, object)).await?;
                 Ok(Progress::Done)
             }

@@ -7,7 +7,8 @@
 
 use app::api::ApiError;
 use app::api::inference::{
-    DeployInferenceEndpoint, ENDPOINT_LABEL, KvCache, L2Cache, ModelSource, NAMESPACE, Serve,
+    DeployInferenceEndpoint, ENDPOINT_LABEL, KvCache, L2Cache, ModelSource, NAMESPACE,
+    RoutingStrategy, Serve,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
@@ -88,6 +89,22 @@ fn kv_cache_spec(kv: &KvCache) -> Value {
     spec
 }
 
+/// The operator's own options, which an InferenceEndpointConfig's and a JumpStartModel's
+/// specs hold alike (the two CRDs share their schema).
+pub(crate) fn operator_options(
+    spec: &mut Value,
+    kv: Option<&KvCache>,
+    routing: Option<RoutingStrategy>,
+) {
+    if let Some(kv) = kv {
+        spec["kvCacheSpec"] = kv_cache_spec(kv);
+    }
+    if let Some(routing) = routing {
+        spec["intelligentRoutingSpec"] =
+            json!({ "enabled": true, "routingStrategy": routing.operator_name() });
+    }
+}
+
 /// The object: `replicas` workers of the serve command on the group's nodes (by node
 /// affinity on the group and its instance type), the model from `source`, the KV cache
 /// and routing asked for.
@@ -157,13 +174,7 @@ pub fn config(
             ] }],
         } });
     }
-    if let Some(kv) = &r.kv_cache {
-        spec["kvCacheSpec"] = kv_cache_spec(kv);
-    }
-    if let Some(routing) = r.routing {
-        spec["intelligentRoutingSpec"] =
-            json!({ "enabled": true, "routingStrategy": routing.operator_name() });
-    }
+    operator_options(&mut spec, r.kv_cache.as_ref(), r.routing);
     let mut annotations: std::collections::BTreeMap<String, String> = [
         (MODEL_ANNOTATION, serve.served_name.clone()),
         (PORT_ANNOTATION, serve.port.to_string()),

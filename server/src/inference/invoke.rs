@@ -4,7 +4,10 @@
 //! port-forward and no public address, and is authorised by the same credentials as
 //! every other call hypd makes to the cluster. An endpoint with no ready replica is
 //! never "not found": while it wakes the answer is unavailable with a `Retry-After`
-//! drawn from its measured cold start, so a client that retries gets its answer.
+//! drawn from its measured cold start, so a client that retries gets its answer. One
+//! that KEDA scaled to zero behind the SGLang router is sent the request all the same:
+//! the router holds it, which is what wakes a worker, and the answer comes once one is
+//! ready, or, past [`WAKE_WAIT`], the same `Retry-After`.
 
 use std::time::Instant;
 
@@ -13,6 +16,7 @@ use app::api::inference::{Invocation, InvokeEndpoint};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
+use super::workload::ROUTER_ANNOTATION;
 use crate::auth::Actor;
 use crate::resources::kube::{self as kubernetes};
 use crate::service::{Handler, Service};
@@ -20,9 +24,24 @@ use crate::storage::region_of;
 
 /// The wait suggested while a replica starts and its cold start was never measured.
 const DEFAULT_RETRY_SECONDS: u64 = 10;
+/// How long an invocation of an endpoint waking from zero waits for its answer (the
+/// router holds it meanwhile) before the caller is told to come back.
+const WAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// What to tell a caller of endpoint `live` that has no ready replica.
-fn waking(live: &super::Live, endpoint: &str) -> ApiError {
+/// What to tell a caller of endpoint `live` that has no ready replica; `wakes` when KEDA
+/// scales it from zero on the requests its router holds.
+fn waking(live: &super::Live, endpoint: &str, wakes: bool) -> ApiError {
+    let retry = live
+        .cold_start_seconds()
+        .map_or(DEFAULT_RETRY_SECONDS, |s| (s.ceil() as u64).clamp(1, 600));
+    if wakes && live.replicas() == 0 {
+        return ApiError::Unavailable {
+            message: format!(
+                "{endpoint} is scaled to zero and waking: its router holds requests while KEDA starts a worker; try again in {retry} s"
+            ),
+            retry_after_seconds: Some(retry),
+        };
+    }
     if live.replicas() == 0 {
         return ApiError::Unavailable {
             message: format!(
@@ -31,9 +50,6 @@ fn waking(live: &super::Live, endpoint: &str) -> ApiError {
             retry_after_seconds: None,
         };
     }
-    let retry = live
-        .cold_start_seconds()
-        .map_or(DEFAULT_RETRY_SECONDS, |s| (s.ceil() as u64).clamp(1, 600));
     let why = live
         .waiting()
         .map(|w| format!(" ({w})"))
@@ -77,8 +93,15 @@ impl Handler<InvokeEndpoint> for Service {
             service: None,
             scaler: None,
         };
-        if live.replicas() == 0 {
-            return Err(waking(&live, endpoint));
+        // At zero, an endpoint whose KEDA may scale it from zero is woken by a request
+        // its router holds: send it; any other waits for a scale_endpoint.
+        let wakes = live.replicas() == 0
+            && live.annotation(ROUTER_ANNOTATION).is_some()
+            && super::router::scaler(&client, endpoint)
+                .await?
+                .is_some_and(|s| super::router::state(&s).min_replicas == 0);
+        if live.replicas() == 0 && !wakes {
+            return Err(waking(&live, endpoint, false));
         }
         // A pool is asked for one of its models, through that model's Service.
         let model = match (live.is_pool(), &r.model) {
@@ -118,17 +141,28 @@ impl Handler<InvokeEndpoint> for Service {
             .map_err(ApiError::internal)?;
         let call = format!("POST services/{service}/proxy/{at}");
         let started = Instant::now();
-        let response = client
-            .send(request)
-            .await
-            .map_err(|e| kubernetes::upstream(&call, e))?;
-        let status = response.status();
-        let raw = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| kubernetes::upstream(&call, e))?
-            .to_bytes();
+        let exchange = async {
+            let response = client
+                .send(request)
+                .await
+                .map_err(|e| kubernetes::upstream(&call, e))?;
+            let status = response.status();
+            let raw = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| kubernetes::upstream(&call, e))?
+                .to_bytes();
+            Ok::<_, ApiError>((status, raw))
+        };
+        let (status, raw) = if wakes {
+            match tokio::time::timeout(WAKE_WAIT, exchange).await {
+                Ok(done) => done?,
+                Err(_) => return Err(waking(&live, endpoint, true)),
+            }
+        } else {
+            exchange.await?
+        };
         let latency_ms = started.elapsed().as_millis() as u64;
         let answer: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
         // No worker of the pool is bound to the model (its Service has no endpoint, or
@@ -142,11 +176,15 @@ impl Handler<InvokeEndpoint> for Service {
                 retry_after_seconds: None,
             });
         }
-        // The API server found no ready replica after all (one stopped in between).
-        if status == http::StatusCode::SERVICE_UNAVAILABLE && answer["kind"] == "Status" {
+        // The API server found no ready replica after all (one stopped in between), or
+        // the router held the request as long as it may and found none.
+        let unserved =
+            answer["kind"] == "Status" || answer["error"]["code"] == "no_available_workers";
+        if status == http::StatusCode::SERVICE_UNAVAILABLE && unserved {
             return Err(waking(
                 &super::required(&client, cluster, endpoint).await?,
                 endpoint,
+                wakes,
             ));
         }
         if !status.is_success() {

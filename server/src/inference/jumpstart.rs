@@ -1,5 +1,6 @@
 //! `deploy_jumpstart_model` and `list_jumpstart_models`: a SageMaker public hub model,
-//! deployed by the inference operator from a `JumpStartModel`. The hub's
+//! deployed by the inference operator from a `JumpStartModel`, with the same KV cache
+//! and routing options as an InferenceEndpointConfig when the hub serves it with vLLM. The hub's
 //! DescribeHubContent is the one authority on what a model runs on and whether its
 //! licence must be accepted: the pre-flight asks it and refuses by field what the
 //! operator would only fail later, and pins the version and group it checked, so a
@@ -8,7 +9,7 @@
 //! written.
 
 use app::api::ApiError;
-use app::api::inference::{ENDPOINT_LABEL, NAMESPACE};
+use app::api::inference::{ENDPOINT_LABEL, Engine, NAMESPACE, operator_option_errors};
 use app::api::jumpstart::{
     CatalogueModel, DeployJumpstartModel, JumpstartCatalogue, ListJumpstartModels, PORT, PUBLIC_HUB,
 };
@@ -20,6 +21,7 @@ use kube::Api;
 use serde_json::{Value, json};
 
 use super::deploy::{self, Outputs};
+use super::endpoint_config::operator_options;
 use super::workload::{
     ENGINE_LABEL, GROUP_ANNOTATION, MODEL_ANNOTATION, OPERATION_ANNOTATION, PORT_ANNOTATION,
 };
@@ -257,7 +259,7 @@ pub(crate) fn object(
     group: &Group,
     operation: &str,
 ) -> JumpStartModel {
-    let spec = json!({
+    let mut spec = json!({
         "model": {
             "modelHubName": PUBLIC_HUB,
             "modelId": model.id,
@@ -267,6 +269,7 @@ pub(crate) fn object(
         "server": { "instanceType": group.instance_type },
         "replicas": r.replicas.get(),
     });
+    operator_options(&mut spec, r.kv_cache.as_ref(), r.routing);
     let annotations = [
         (MODEL_ANNOTATION, model.id.clone()),
         (PORT_ANNOTATION, PORT.to_string()),
@@ -296,6 +299,21 @@ pub(crate) fn object(
         ..ObjectMeta::default()
     };
     JumpStartModel::new(metadata, spec)
+}
+
+/// The operator's options work with vLLM workers only, and the hub's image says what
+/// the model's workers run.
+fn options_fit(r: &DeployJumpstartModel, model: &HubModel) -> Result<(), ApiError> {
+    ApiError::unless_broken(operator_option_errors(
+        r.kv_cache.as_ref(),
+        r.routing,
+        (model.engine() != Engine::Vllm.as_str()).then(|| {
+            (
+                format!("the hub serves {} with {}", model.id, model.image),
+                "deploy the model with deploy_inference_endpoint and a vllm serve command",
+            )
+        }),
+    ))
 }
 
 /// The cluster's groups, with their types' GPUs.
@@ -340,6 +358,8 @@ impl Pipeline for DeployJumpstartModel {
             ));
         }
         let model = model_of(&self, cx.aws, &at).await?;
+        options_fit(&self, &model)?;
+        super::managed::tier_kept(self.kv_cache.as_ref(), cx.aws, &at, cluster).await?;
         let groups = cluster_groups(cx.aws, &at).await?;
         let group = choose(&model, &groups, self.instance_group.as_ref(), cluster)?;
         self.instance_group =
@@ -528,6 +548,53 @@ mod tests {
         assert_eq!(o.spec["model"]["modelVersion"], "2.8.0");
         assert_eq!(o.spec["server"]["instanceType"], "ml.g5.8xlarge");
         assert_eq!(o.spec["replicas"], 2);
+        assert!(
+            o.spec.get("kvCacheSpec").is_none() && o.spec.get("intelligentRoutingSpec").is_none()
+        );
         assert_eq!(o.metadata.labels.unwrap()[ENDPOINT_LABEL], "llama");
+    }
+
+    #[test]
+    fn the_operators_options_go_in_the_object_for_a_model_the_hub_serves_with_vllm() {
+        let r: DeployJumpstartModel = serde_json::from_value(json!({
+            "name": "c", "endpoint": "llama", "model_id": "meta-textgeneration-llama-3-1-8b-instruct",
+            "accept_eula": true, "routing": "session",
+            "kv_cache": { "l2": { "backend": "redis", "url": "redis://kv.internal:6379" } },
+        }))
+        .unwrap();
+        options_fit(&r, &model()).unwrap();
+        let o = object(&r, &model(), &group("gpu", "ml.g5.8xlarge"), "op-1");
+        assert_eq!(
+            o.spec["kvCacheSpec"],
+            json!({ "enableL1Cache": true, "enableL2Cache": true,
+                    "l2CacheSpec": { "l2CacheBackend": "redis", "l2CacheLocalUrl": "redis://kv.internal:6379" } })
+        );
+        assert_eq!(
+            o.spec["intelligentRoutingSpec"],
+            json!({ "enabled": true, "routingStrategy": "session" })
+        );
+
+        // A model the hub serves with another container: both options refused, by field,
+        // naming the image.
+        let mut tgi = model();
+        tgi.image = "763104351884.dkr.ecr.us-west-2.amazonaws.com/huggingface-pytorch-tgi-inference:2.4.0-tgi2.3.1-gpu-py311-cu124-ubuntu22.04".into();
+        let ApiError::Validation { errors } = options_fit(&r, &tgi).unwrap_err() else {
+            panic!("a validation error");
+        };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["kv_cache", "routing"]);
+        assert!(
+            errors[1].message.contains("vLLM workers only")
+                && errors[1]
+                    .message
+                    .contains("huggingface-pytorch-tgi-inference"),
+            "{}",
+            errors[1].message
+        );
+        let plain: DeployJumpstartModel = serde_json::from_value(json!({
+            "name": "c", "endpoint": "llama", "model_id": "m",
+        }))
+        .unwrap();
+        options_fit(&plain, &tgi).unwrap();
     }
 }

@@ -67,8 +67,8 @@ pub(crate) fn router_service(name: &str) -> String {
     format!("{name}-{NAMESPACE}-routing-service")
 }
 
-/// The KV cache tiers an InferenceEndpointConfig's spec asks for, as list_endpoints
-/// shows them.
+/// The KV cache tiers an InferenceEndpointConfig's or a JumpStartModel's spec asks for,
+/// as list_endpoints shows them.
 pub(crate) fn kv_cache(spec: &serde_json::Value) -> Option<String> {
     let kv = spec.get("kvCacheSpec")?;
     let l2 =
@@ -176,6 +176,34 @@ async fn source(
     endpoint_config::source_of(&serve, &storages).map_err(|why| ApiError::field("command", why))
 }
 
+/// The KV cache's tiered_storage tier lives in the cluster's managed tiered storage, so
+/// it needs that on; refused by field otherwise, before the operator would fail.
+pub(crate) async fn tier_kept(
+    kv: Option<&KvCache>,
+    aws: &crate::aws::Aws,
+    at: &Where,
+    cluster: &str,
+) -> Result<(), ApiError> {
+    let Some(KvCache {
+        l2: Some(L2Cache::TieredStorage),
+        ..
+    }) = kv
+    else {
+        return Ok(());
+    };
+    let described =
+        crate::resources::sagemaker::described(&aws.sagemaker(&at.region), &at.hyperpod).await?;
+    if tiered_storage::Observed::from(&described).enabled.is_none() {
+        return Err(ApiError::field(
+            "kv_cache.l2",
+            format!(
+                "{cluster}'s managed tiered storage is off, which the KV cache's tiered_storage tier is kept in: turn it on with update_features (tiered_checkpointing: true), or use a redis tier"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Pipeline for DeployInferenceEndpoint {
     type Stage = Stage;
     type Outputs = Outputs;
@@ -209,23 +237,7 @@ impl Pipeline for DeployInferenceEndpoint {
                 ),
             ));
         }
-        if let Some(KvCache {
-            l2: Some(L2Cache::TieredStorage),
-            ..
-        }) = &self.kv_cache
-        {
-            let described =
-                crate::resources::sagemaker::described(&cx.aws.sagemaker(&at.region), &at.hyperpod)
-                    .await?;
-            if tiered_storage::Observed::from(&described).enabled.is_none() {
-                return Err(ApiError::field(
-                    "kv_cache.l2",
-                    format!(
-                        "{cluster}'s managed tiered storage is off, which the KV cache's tiered_storage tier is kept in: turn it on with update_features (tiered_checkpointing: true), or use a redis tier"
-                    ),
-                ));
-            }
-        }
+        tier_kept(self.kv_cache.as_ref(), cx.aws, &at, cluster).await?;
         let group = deploy::check(&self.as_model_server(), cx, &at, &client).await?;
         source(&self, cx.aws, cx.store, &at).await?;
         self.instance_group = Some(group);

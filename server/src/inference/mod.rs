@@ -317,10 +317,8 @@ impl Live {
 
     /// The operator's routing strategy, when its router fronts the replicas.
     pub fn routing(&self) -> Option<RoutingStrategy> {
-        let Record::Managed(c) = &self.record else {
-            return None;
-        };
-        let spec = &c.spec["intelligentRoutingSpec"];
+        let (spec, _) = self.record.operated()?;
+        let spec = &spec["intelligentRoutingSpec"];
         if spec["enabled"] != true {
             return None;
         }
@@ -338,7 +336,7 @@ impl Live {
                 format!("{}:{}", pool::service_name(name, model), self.port()),
             ),
             Record::Server(_) => (NAMESPACE.to_owned(), format!("{name}:{}", self.port())),
-            Record::Managed(_) if self.routing().is_some() => (
+            Record::Managed(_) | Record::JumpStart(_) if self.routing().is_some() => (
                 OPERATOR_NAMESPACE.to_owned(),
                 format!("https:{}:443", managed::router_service(name)),
             ),
@@ -373,7 +371,7 @@ impl Live {
                 "cluster_ip",
                 managed::kv_cache(&c.spec),
             ),
-            Record::JumpStart(_) => ("jumpstart_model", "cluster_ip", None),
+            Record::JumpStart(m) => ("jumpstart_model", "cluster_ip", managed::kv_cache(&m.spec)),
         };
         EndpointSummary {
             name: cluster.to_owned(),

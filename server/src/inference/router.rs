@@ -17,8 +17,8 @@
 
 use app::api::ApiError;
 use app::api::inference::{
-    AutoscalingState, DeployModelServer, ENDPOINT_LABEL, NAMESPACE, ReplicaChange, Serve,
-    SglangRouter,
+    Autoscaling, AutoscalingState, DeployModelServer, ENDPOINT_LABEL, NAMESPACE, ReplicaChange,
+    Serve, SglangRouter,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Service, ServiceAccount};
@@ -61,9 +61,52 @@ fn metadata(endpoint: &str) -> Value {
     json!({ "name": name(endpoint), "namespace": NAMESPACE, "labels": labels(endpoint) })
 }
 
+/// The first wait of the router's retries while it holds a request at zero workers, how
+/// it grows, and its longest: a worker that became ready is found within five seconds.
+const HOLD_FIRST_MS: f64 = 1000.0;
+const HOLD_MULTIPLIER: f64 = 1.5;
+const HOLD_LONGEST_MS: f64 = 5000.0;
+/// SMG's default jitter: each wait may be this much shorter, so the count of retries is
+/// reckoned on the shortest waits.
+const SMG_JITTER: f64 = 0.2;
+/// The longest a request is held: past it a client is better told 503 and to retry.
+const LONGEST_HOLD_SECONDS: u32 = 600;
+
+/// How long the router holds a request while no worker runs, for an endpoint that may
+/// scale to zero: KEDA's next look, then a worker's cold start, which the cooldown is
+/// at least as long as (the rule the `autoscaling` stage holds it to). None for one
+/// that never does: SMG's own short retries stand.
+pub fn hold_seconds(scaling: &Autoscaling) -> Option<u32> {
+    (scaling.min_replicas.get() == 0).then(|| {
+        (scaling.polling_interval_seconds.get() + scaling.cooldown_seconds.get())
+            .min(LONGEST_HOLD_SECONDS)
+    })
+}
+
+/// The waits that hold a request for at least `seconds` on SMG's backoff (each wait
+/// `HOLD_MULTIPLIER` times the last, up to `HOLD_LONGEST_MS`, shortened by jitter).
+fn hold_retries(seconds: u32) -> u32 {
+    let goal = f64::from(seconds) * 1000.0;
+    let (mut held, mut wait, mut retries) = (0.0, HOLD_FIRST_MS, 0);
+    while held < goal {
+        held += wait * (1.0 - SMG_JITTER);
+        wait = (wait * HOLD_MULTIPLIER).min(HOLD_LONGEST_MS);
+        retries += 1;
+    }
+    retries
+}
+
 /// The router's command line: discovery by the workers' label on their port, the policy
-/// with its thresholds, metrics on every interface (KEDA reads them from another pod).
-pub fn args(router: &SglangRouter, endpoint: &str, port: u16) -> Vec<String> {
+/// with its thresholds, metrics on every interface (KEDA reads them from another pod),
+/// and, for an endpoint that may scale to zero, retries that hold a request while KEDA
+/// wakes a worker: SMG retries a request that found no worker (its 503 is retryable),
+/// and a request held so counts in the gauge KEDA reads, which is what wakes it.
+pub fn args(
+    router: &SglangRouter,
+    endpoint: &str,
+    port: u16,
+    scaling: Option<&Autoscaling>,
+) -> Vec<String> {
     let mut words: Vec<String> = [
         "python3",
         "-m",
@@ -99,6 +142,19 @@ pub fn args(router: &SglangRouter, endpoint: &str, port: u16) -> Vec<String> {
             c.max_tree_size.to_string(),
         ]);
     }
+    if let Some(seconds) = scaling.and_then(hold_seconds) {
+        // SMG's "max retries" counts attempts: the first one plus each retry.
+        words.extend([
+            "--retry-max-retries".to_owned(),
+            (hold_retries(seconds) + 1).to_string(),
+            "--retry-initial-backoff-ms".to_owned(),
+            HOLD_FIRST_MS.to_string(),
+            "--retry-max-backoff-ms".to_owned(),
+            HOLD_LONGEST_MS.to_string(),
+            "--retry-backoff-multiplier".to_owned(),
+            HOLD_MULTIPLIER.to_string(),
+        ]);
+    }
     words.extend([
         "--prometheus-host".to_owned(),
         "0.0.0.0".to_owned(),
@@ -106,6 +162,37 @@ pub fn args(router: &SglangRouter, endpoint: &str, port: u16) -> Vec<String> {
         METRICS_PORT.to_string(),
     ]);
     words
+}
+
+/// Scaling to zero is allowed only with a cooldown at least as long as the endpoint's
+/// cold start (its pods' scheduling to readiness, measured by the `ready` stage): a
+/// shorter one would let KEDA take the last worker away sooner than one takes to come
+/// back, and the router would hold requests for nothing.
+pub fn cooldown_outlasts(
+    endpoint: &str,
+    scaling: &Autoscaling,
+    cold_start: Option<f64>,
+) -> Result<(), ApiError> {
+    if scaling.min_replicas.get() > 0 {
+        return Ok(());
+    }
+    let cooldown = scaling.cooldown_seconds.get();
+    match cold_start {
+        Some(took) if f64::from(cooldown) >= took => Ok(()),
+        Some(took) => Err(ApiError::field(
+            "autoscaling.cooldown_seconds",
+            format!(
+                "scaling to zero needs a cooldown at least as long as the endpoint's cold start: {endpoint}'s workers took {took:.1} s from scheduled to ready, and the cooldown is {cooldown} s; delete_endpoint and deploy it again with cooldown_seconds {} or more, or with min_replicas 1",
+                took.ceil() as u64
+            ),
+        )),
+        None => Err(ApiError::field(
+            "autoscaling.min_replicas",
+            format!(
+                "{endpoint}'s cold start could not be measured (no worker reports when it was scheduled and became ready), so a cooldown cannot be checked against it: deploy with min_replicas 1"
+            ),
+        )),
+    }
 }
 
 /// What the router runs as: a ServiceAccount that may read the namespace's pods and
@@ -162,7 +249,7 @@ pub fn deployment(
                     "containers": [{
                         "name": "router",
                         "image": image,
-                        "command": args(router, endpoint, serve.port),
+                        "command": args(router, endpoint, serve.port, r.autoscaling.as_ref()),
                         "ports": [
                             { "name": "http", "containerPort": serve.port },
                             { "name": "metrics", "containerPort": METRICS_PORT },
@@ -194,6 +281,11 @@ pub fn metrics_service(endpoint: &str) -> Result<Service, ApiError> {
     serde_json::from_value(object).map_err(ApiError::internal)
 }
 
+/// The longest stabilization window an HPA takes (its API refuses more): a longer
+/// cooldown still times KEDA's step to zero, but the steps above the minimum wait at
+/// most this long.
+const LONGEST_HPA_WINDOW: u32 = 3600;
+
 /// The ScaledObject: the workers' Deployment between the bounds, on the router's
 /// requests in flight per replica. The cooldown is also the HPA's scale-down window,
 /// which is what governs every step down while the minimum is above zero (KEDA's own
@@ -211,7 +303,7 @@ pub fn scaled_object(r: &DeployModelServer) -> Option<ScaledObject> {
         "labels": { ENDPOINT_LABEL: endpoint, K8S_MANAGED_BY.0: K8S_MANAGED_BY.1 },
     }))
     .ok()?;
-    let spec = json!({
+    let mut spec = json!({
         "scaleTargetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": endpoint },
         "minReplicaCount": scaling.min_replicas.get(),
         "maxReplicaCount": scaling.max_replicas.get(),
@@ -219,7 +311,7 @@ pub fn scaled_object(r: &DeployModelServer) -> Option<ScaledObject> {
         "cooldownPeriod": scaling.cooldown_seconds.get(),
         "advanced": { "horizontalPodAutoscalerConfig": {
             "name": hpa_name(endpoint),
-            "behavior": { "scaleDown": { "stabilizationWindowSeconds": scaling.cooldown_seconds.get() } },
+            "behavior": { "scaleDown": { "stabilizationWindowSeconds": scaling.cooldown_seconds.get().min(LONGEST_HPA_WINDOW) } },
         } },
         "triggers": [{
             "type": "metrics-api",
@@ -234,6 +326,12 @@ pub fn scaled_object(r: &DeployModelServer) -> Option<ScaledObject> {
             },
         }],
     });
+    // KEDA takes a ScaledObject that was never active to zero at its first look unless
+    // told to wait: a new endpoint keeps its workers for one cooldown, as one that
+    // served would.
+    if scaling.min_replicas.get() == 0 {
+        spec["initialCooldownPeriod"] = json!(scaling.cooldown_seconds.get());
+    }
     Some(ScaledObject::new(metadata, spec))
 }
 
@@ -370,8 +468,9 @@ pub fn state(scaler: &ScaledObject) -> AutoscalingState {
 }
 
 /// The replica counts KEDA's HPA set for endpoint `endpoint`, oldest first: its
-/// `SuccessfulRescale` events, which say "New size: N; reason: ...". The cluster is the
-/// record, so the history is as long as the cluster keeps events.
+/// `SuccessfulRescale` events, which say "New size: N; reason: ...", and KEDA's own steps
+/// to and from zero. The cluster is the record, so the history is as long as the cluster
+/// keeps events.
 pub async fn history(
     client: &kube::Client,
     endpoint: &str,
@@ -407,6 +506,36 @@ pub async fn history(
                 .trim()
                 .to_owned(),
         });
+    })
+    .await?;
+    // The steps to and from zero are KEDA's own, not the HPA's (which never goes below
+    // one): the ScaledObject's events say "... from 0 to 1, triggered by ..." and
+    // "Deactivated ... from 1 to 0".
+    let params = ListParams::default().fields(&format!(
+        "involvedObject.kind=ScaledObject,involvedObject.name={endpoint}"
+    ));
+    kubernetes::each_listed(&api, params, |e| {
+        let reason = match e.reason.as_deref() {
+            Some("KEDAScaleTargetActivated") => "woken from zero by requests at the router",
+            Some("KEDAScaleTargetDeactivated") => "no requests for the cooldown",
+            _ => return,
+        };
+        let message = e.message.unwrap_or_default();
+        let to = message
+            .rsplit_once(" to ")
+            .and_then(|(_, rest)| rest.split(',').next())
+            .and_then(|n| n.trim().parse().ok());
+        let at = e
+            .last_timestamp
+            .or(e.first_timestamp)
+            .map(|t| t.0.to_string());
+        if let (Some(replicas), Some(at)) = (to, at) {
+            changes.push(ReplicaChange {
+                at,
+                replicas,
+                reason: reason.to_owned(),
+            });
+        }
     })
     .await?;
     changes.sort_by(|a, b| a.at.cmp(&b.at));
@@ -454,7 +583,7 @@ mod tests {
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].field, "router.cache_threshold");
         let r = request(json!({"router": {"policy": "power_of_two"}}));
-        let line = args(r.router.as_ref().unwrap(), "qwen", 30000).join(" ");
+        let line = args(r.router.as_ref().unwrap(), "qwen", 30000, None).join(" ");
         assert!(
             line.contains("--policy power_of_two --prometheus-host"),
             "{line}"
@@ -485,6 +614,59 @@ mod tests {
     }
 
     #[test]
+    fn scaling_to_zero_holds_requests_and_needs_a_cooldown_past_the_cold_start() {
+        let r = request(json!({"autoscaling": {"min_replicas": 0, "max_replicas": 2,
+            "polling_interval_seconds": 5, "cooldown_seconds": 30}}));
+        let scaling = r.autoscaling.as_ref().unwrap();
+        assert_eq!(hold_seconds(scaling), Some(35));
+        let line = args(r.router.as_ref().unwrap(), "qwen", 30000, Some(scaling)).join(" ");
+        // 0.8 + 1.2 + 1.8 + 2.7 + 4 s, then 4 s a wait: 35 s after 12 waits, which SMG
+        // counts as 13 attempts.
+        assert!(
+            line.contains("--retry-max-retries 13 --retry-initial-backoff-ms 1000 --retry-max-backoff-ms 5000 --retry-backoff-multiplier 1.5"),
+            "{line}"
+        );
+        let so = scaled_object(&r).unwrap();
+        assert_eq!(so.spec["minReplicaCount"], 0);
+        assert_eq!(so.spec["initialCooldownPeriod"], 30);
+        // A day's cooldown: KEDA's own, but the HPA's window is at most an hour.
+        let day = request(json!({"autoscaling": {"min_replicas": 0, "max_replicas": 2,
+            "cooldown_seconds": 86400}}));
+        let so = scaled_object(&day).unwrap();
+        assert_eq!(so.spec["cooldownPeriod"], 86400);
+        assert_eq!(
+            so.spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"],
+            3600
+        );
+        // The hold is bounded, and an endpoint that keeps a worker holds nothing.
+        assert_eq!(hold_retries(600), 153);
+        let kept = request(json!({"autoscaling": {"min_replicas": 1, "max_replicas": 2}}));
+        let line = args(
+            kept.router.as_ref().unwrap(),
+            "qwen",
+            30000,
+            kept.autoscaling.as_ref(),
+        )
+        .join(" ");
+        assert!(!line.contains("--retry-"), "{line}");
+
+        cooldown_outlasts("qwen", scaling, Some(21.4)).unwrap();
+        let e = cooldown_outlasts("qwen", scaling, Some(42.3)).unwrap_err();
+        let ApiError::Validation { errors } = e else {
+            panic!("a field error")
+        };
+        assert_eq!(errors[0].field, "autoscaling.cooldown_seconds");
+        assert!(
+            errors[0].message.contains("took 42.3 s")
+                && errors[0].message.contains("cooldown_seconds 43 or more"),
+            "{}",
+            errors[0].message
+        );
+        assert!(cooldown_outlasts("qwen", scaling, None).is_err());
+        cooldown_outlasts("qwen", kept.autoscaling.as_ref().unwrap(), None).unwrap();
+    }
+
+    #[test]
     fn bad_bounds_and_missing_router_are_field_errors() {
         let fields = |extra: Value| -> Vec<String> {
             request(extra)
@@ -495,7 +677,17 @@ mod tests {
         };
         assert_eq!(
             fields(json!({"autoscaling": {"min_replicas": 0, "max_replicas": 2}})),
-            ["autoscaling.min_replicas"]
+            Vec::<String>::new(),
+            "scaling to zero is allowed"
+        );
+        assert_eq!(
+            fields(json!({"replicas": 0, "autoscaling": {"min_replicas": 0, "max_replicas": 2}})),
+            ["replicas"],
+            "with one replica to measure the cold start on"
+        );
+        assert_eq!(
+            fields(json!({"replicas": 0, "autoscaling": {"min_replicas": 0, "max_replicas": 0}})),
+            ["autoscaling.max_replicas"]
         );
         assert_eq!(
             fields(json!({"autoscaling": {"min_replicas": 3, "max_replicas": 2}})),

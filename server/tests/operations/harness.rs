@@ -672,8 +672,9 @@ pub const CASES: &[Case] = &[
         given: operator_ready,
         request: |_, _, name| {
             let path = format!("/api/v1/clusters/{name}/jumpstart-endpoints");
-            let model =
-                json!({"endpoint": "serve", "model_id": "huggingface-llm-qwen2-5-7b-instruct"});
+            // With the operator's router, as the InferenceEndpointConfig case has it.
+            let model = json!({"endpoint": "serve", "model_id": "huggingface-llm-qwen2-5-7b-instruct",
+                               "routing": "round_robin"});
             (Method::POST, path, model)
         },
         // The operator's Deployment `serve` and Service `serve-service`, made once.
@@ -744,7 +745,9 @@ fn model_server() -> Value {
 fn routed_server() -> Value {
     json!({"endpoint": "serve", "engine": "sglang", "router": {"policy": "round_robin"},
         "command": "python3 -m sglang.launch_server --model-path /s3/models/qwen --served-model-name qwen",
-        "autoscaling": {"min_replicas": 1, "max_replicas": 2}})
+        // Down to zero, the way that holds requests at the router; after a day idle, so
+        // never while a case looks.
+        "autoscaling": {"min_replicas": 0, "max_replicas": 2, "cooldown_seconds": 86400}})
 }
 
 /// [`model_ready`] with KEDA installed.

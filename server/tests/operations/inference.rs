@@ -346,6 +346,7 @@ fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
     }
     model_pool(&hypd, &token, name);
     router_and_autoscaling(&world, &hypd, &token, name, &rt);
+    scale_to_zero(&world, &hypd, &token, name, &rt);
 
     let left = rt.block_on(async {
         let client = kube_client(&world, name).await;
@@ -711,4 +712,103 @@ fn router_and_autoscaling(
         (0, 0),
         "the ScaledObject and the router's Role go too"
     );
+}
+
+/// SGLang workers KEDA may scale to zero behind the router: a cooldown shorter than the
+/// cold start measured at deploy is refused by field once it is known (the endpoint
+/// keeps serving, unscaled, until deleted); with a long enough one the workers go to
+/// zero when idle, and an invocation is held by the router, which is what wakes a
+/// worker, and answered by it, with KEDA's steps in the endpoint's history.
+fn scale_to_zero(
+    world: &World,
+    hypd: &Hypd,
+    token: &str,
+    name: &str,
+    rt: &tokio::runtime::Runtime,
+) {
+    let endpoints = format!("/api/v1/clusters/{name}/endpoints");
+    let zero = |cooldown: u32| {
+        json!({"endpoint": "zz", "engine": "sglang", "replicas": 1,
+            "command": "python3 -m sglang.launch_server --model-path /s3/models/qwen --served-model-name zz",
+            "router": {"policy": "round_robin"},
+            "autoscaling": {"min_replicas": 0, "max_replicas": 1, "polling_interval_seconds": 5,
+                "cooldown_seconds": cooldown}})
+    };
+    let delete = || {
+        let path = format!("{endpoints}/zz");
+        let (status, started) = hypd.confirmed(token, Method::DELETE, &path, Some(json!({})));
+        assert_eq!(status, 200, "{started}");
+        let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+        assert_eq!(op["state"], "succeeded", "{op:#}");
+    };
+    // The sim's model servers load in 20 s: a 5 s cooldown is too short, which only the
+    // measured cold start can tell.
+    let (status, started) = hypd.call(token, Method::POST, &endpoints, Some(zero(5)));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "failed", "{op:#}");
+    let failed = crate::stage(&op, "autoscaling");
+    assert_eq!(failed["state"], "failed", "{op:#}");
+    let error = failed["error"].to_string();
+    assert!(
+        error.contains("autoscaling.cooldown_seconds") && error.contains("from scheduled to ready"),
+        "{error}"
+    );
+    let client = rt.block_on(kube_client(world, name));
+    assert!(
+        !rt.block_on(scaled_objects(&client))
+            .contains(&"zz".to_owned()),
+        "no ScaledObject for a cooldown the rule refuses"
+    );
+    delete();
+
+    // Slower, so that the held request spans several of KEDA's looks in real time too.
+    clock(world, 60.0);
+    let op = run_op(hypd, token, &endpoints, zero(60));
+    assert_eq!(op["stages"].as_array().unwrap().len(), 5, "{op:#}");
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "default");
+    let router = rt.block_on(deployments.get("zz-router")).unwrap();
+    let line = router.spec.template.spec.unwrap().containers[0]
+        .command
+        .clone()
+        .unwrap()
+        .join(" ");
+    assert!(
+        line.contains("--retry-max-retries"),
+        "the router holds requests: {line}"
+    );
+    let replicas = || {
+        rt.block_on(deployments.get("zz"))
+            .unwrap()
+            .spec
+            .replicas
+            .unwrap_or(1)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while replicas() != 0 {
+        assert!(std::time::Instant::now() < deadline, "never scaled to zero");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/zz"), None);
+    assert_eq!(got["phase"], "scaled_to_zero", "{got:#}");
+    assert_eq!(got["autoscaling"]["min_replicas"], 0, "{got:#}");
+
+    // Held by the router until KEDA has woken a worker, then answered by it.
+    let (status, _, answer) = invoke(hypd, token, name, "zz", "wake up");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["model"], "zz", "{answer}");
+    assert_eq!(replicas(), 1);
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/zz"), None);
+    let sizes: Vec<u64> = got["replica_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["replicas"].as_u64().unwrap())
+        .collect();
+    assert!(
+        sizes.ends_with(&[0, 1]),
+        "KEDA's steps to zero and back: {got:#}"
+    );
+    clock(world, FAST);
+    delete();
 }
