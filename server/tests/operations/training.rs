@@ -658,26 +658,63 @@ fn twenty_viewers_share_one_log_stream_and_one_that_stops_reading_is_cut_off() {
                 }
             }
         }
-        // Lines come faster (as a chatty job's do), and one viewer keeps up with 100,000
-        // of them while the slow one still reads nothing: far more than hypd's channel
-        // and the sockets between them hold.
+        // Lines come faster (as a chatty job's do), and one viewer reads 100,000 of them
+        // while the slow one still reads nothing: far more than hypd's channel and the
+        // sockets between them hold. Should this busy machine stall the fast one a whole
+        // channel behind, hypd cuts it off as it would any viewer, and it reconnects after
+        // its last line as the console does: each line then comes once, in order, or is
+        // counted in the new hello's `missed`.
         let client = kube_client(&world, name).await;
         Api::<Pod>::namespaced(client, "default")
             .patch(
                 "logs-pod-0",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"sim.hypd.dev/log-interval-seconds": "0.01"}}})),
+                &Patch::Merge(json!({"metadata": {"annotations": {"sim.hypd.dev/log-interval-seconds": "0.02"}}})),
             )
             .await
             .unwrap();
-        let (mut fast, _) = tokio_tungstenite::connect_async(log_request(&hypd, &token, name, "logs", "tail_lines=0"))
-            .await
-            .unwrap();
-        assert_eq!(frame(&mut fast).await.unwrap()["type"], "hello");
+        let mut query = "tail_lines=0".to_owned();
         let mut kept_up = 0;
-        while kept_up < 100_000 {
-            let f = frame(&mut fast).await.unwrap_or_else(|code| panic!("the fast viewer was closed ({code}) after {kept_up}"));
-            kept_up += f["lines"].as_array().map_or(0, Vec::len);
+        let mut reconnects = 0;
+        let mut next: Option<u64> = None;
+        'viewer: while kept_up < 100_000 {
+            let (mut fast, _) = tokio_tungstenite::connect_async(log_request(&hypd, &token, name, "logs", &query))
+                .await
+                .unwrap();
+            let hello = frame(&mut fast).await.unwrap();
+            assert_eq!(hello["type"], "hello", "{hello}");
+            next = next.map(|n| n + hello["missed"].as_u64().unwrap());
+            loop {
+                match frame(&mut fast).await {
+                    Ok(f) if f["type"] == "lines" => {
+                        for l in f["lines"].as_array().unwrap() {
+                            let seq = l["seq"].as_u64().unwrap();
+                            assert_eq!(seq, *next.get_or_insert(seq), "lines in order, none skipped");
+                            next = Some(seq + 1);
+                            kept_up += 1;
+                        }
+                        if kept_up >= 100_000 {
+                            fast.close(None).await.ok();
+                            break 'viewer;
+                        }
+                    }
+                    Ok(f) if f["type"] == "missed" => {
+                        // `after` is the last line this connection sent, if it sent any.
+                        if let Some(after) = f["after"].as_u64() {
+                            assert_eq!(Some(after + 1), next, "{f}");
+                        }
+                    }
+                    Err(4409) => {
+                        reconnects += 1;
+                        assert!(reconnects <= 20, "the fast viewer was cut off {reconnects} times");
+                        if let Some(n) = next {
+                            query = format!("after={}", n - 1);
+                        }
+                        continue 'viewer;
+                    }
+                    other => panic!("the fast viewer got {other:?} after {kept_up} lines"),
+                }
+            }
         }
         // The slow one reads again: what was buffered for it, then how many it missed,
         // and the close.
@@ -700,7 +737,6 @@ fn twenty_viewers_share_one_log_stream_and_one_that_stops_reading_is_cut_off() {
         assert_eq!(missed["after"], last.unwrap_or(Value::Null), "{missed}");
         assert_eq!(frame(&mut slow).await, Err(4409));
         let _ = slow.next().await;
-        fast.close(None).await.ok();
     });
     // All of them were one upstream stream (it lingers a while for reconnects).
     assert_eq!(open_streams(&hypd), 1.0);
