@@ -42,6 +42,8 @@ pub enum Input {
     /// A whole number typed as text; left out when empty. Text that is not a number is
     /// sent as it is, so the field's own rule reports it.
     Integer(String),
+    /// A number that may have a fraction, typed as text; otherwise as `Integer`.
+    Number(String),
     /// A checkbox.
     Flag(bool),
 }
@@ -49,12 +51,20 @@ pub enum Input {
 impl Input {
     fn json(&self) -> Option<Value> {
         Some(match self {
-            Input::Text(t) | Input::Integer(t) if t.trim().is_empty() => return None,
+            Input::Text(t) | Input::Integer(t) | Input::Number(t) if t.trim().is_empty() => {
+                return None;
+            }
             Input::Text(t) => Value::String(t.trim().to_owned()),
             Input::Integer(t) => t
                 .trim()
                 .parse::<i64>()
                 .map_or_else(|_| Value::String(t.trim().to_owned()), Value::from),
+            Input::Number(t) => t
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite())
+                .map_or_else(|| Value::String(t.trim().to_owned()), Value::from),
             Input::Flag(b) => Value::Bool(*b),
         })
     }
@@ -822,6 +832,14 @@ mod tests {
                     { "name": "second" },
                 ],
             })
+        );
+        assert_eq!(
+            request(&[
+                ("rate", Input::Number(" 0.25 ".into())),
+                ("whole", Input::Number("3".into())),
+                ("nan", Input::Number("NaN".into())),
+            ]),
+            json!({ "rate": 0.25, "whole": 3.0, "nan": "NaN" })
         );
         assert_eq!(
             request(&[("count", Input::Integer("two".into()))]),

@@ -1320,23 +1320,27 @@ async def pool_through_mcp(server, hypd, sim):
 async def router_through_mcp(server, hypd, sim):
     """SGLang behind the SGLang router, sized by KEDA (which the inference operator
     brings): a router before vLLM, a threshold of another policy and an endpoint that
-    may scale to zero started with no replica to measure its cold start on refused alike
-    on REST and MCP; the plan lists the router's objects and the
-    ScaledObject, which validates against KEDA's CRD; the router finds the workers by
-    label; invoked through it; listed with its policy and bounds; deleted with all it
-    made."""
+    may scale to zero started with no replica to measure its cold start on, and a rate
+    window too short for the scrape, refused alike on REST and MCP; the plan lists the
+    router's objects, the Prometheus server the request rate is asked of, and the
+    ScaledObject, which validates against KEDA's CRD with both triggers; the router finds
+    the workers by label; invoked through it; listed with its policy and bounds; deleted
+    with all it made."""
     import jsonschema
 
     name = "mcp-gpu"
     request = {"name": name, "endpoint": "sg", "engine": "sglang", "instance_group": "gpu",
                "command": "python3 -m sglang.launch_server --model-path /s3/models/Qwen/Qwen2.5-0.5B --served-model-name sg",
                "router": {"policy": "cache_aware", "cache_threshold": 0.5},
-               "autoscaling": {"min_replicas": 1, "max_replicas": 1, "cooldown_seconds": 60}}
+               "autoscaling": {"min_replicas": 1, "max_replicas": 1, "cooldown_seconds": 60,
+                               "request_rate": {"target_per_replica": 2.5}}}
     vllm = {**request, "engine": "vllm", "command": "vllm serve /s3/models/Qwen/Qwen2.5-0.5B"}
+    short = {**request["autoscaling"], "request_rate": {"target_per_replica": 2.5, "window_seconds": 30}}
     async with Client(server) as client:
         for bad, field in ((vllm, "router"),
                            ({**request, "router": {"policy": "round_robin", "cache_threshold": 0.5}}, "router.cache_threshold"),
-                           ({**request, "replicas": 0, "autoscaling": {"min_replicas": 0, "max_replicas": 1}}, "replicas")):
+                           ({**request, "replicas": 0, "autoscaling": {"min_replicas": 0, "max_replicas": 1}}, "replicas"),
+                           ({**request, "autoscaling": short}, "autoscaling.request_rate.window_seconds")):
             refused = await client.call_tool("deploy_model_server", bad)
             assert refused.is_error and refused.structured_content["error"]["errors"][0]["field"] == field, refused
             status, rest = rest_call(hypd, "deploy_model_server", bad)
@@ -1345,6 +1349,8 @@ async def router_through_mcp(server, hypd, sim):
         planned = {(s["stage"], c["action"], c["kind"]) for s in dry["plan"]["stages"] for c in s["changes"]}
         assert {("router", "create", "k8s:v1/ServiceAccount"), ("router", "create", "k8s:rbac.authorization.k8s.io/v1/Role"),
                 ("router", "create", "k8s:apps/v1/Deployment"),
+                ("autoscaling", "create", "k8s:v1/ConfigMap"), ("autoscaling", "create", "k8s:apps/v1/Deployment"),
+                ("autoscaling", "create", "k8s:v1/Service"),
                 ("autoscaling", "create", "k8s:keda.sh/v1alpha1/ScaledObject")} <= planned, dry["plan"]
         waited = await finished(client, structured(await client.call_tool("deploy_model_server", request))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
@@ -1352,6 +1358,11 @@ async def router_through_mcp(server, hypd, sim):
         scaled = json.loads(kubectl(sim, name, "get", "scaledobject", "sg", "-o", "json"))
         jsonschema.validate(scaled, crd_schema("keda.sh_scaledobjects.yaml"))
         assert scaled["spec"]["triggers"][0]["metadata"]["url"] == "http://sg-router.default.svc.cluster.local:29000/metrics", scaled
+        rate = scaled["spec"]["triggers"][1]
+        assert (rate["type"], rate["metadata"]["serverAddress"], rate["metadata"]["threshold"]) == (
+            "prometheus", "http://sg-prometheus.default.svc.cluster.local:9090", "2.5"), scaled
+        config = json.loads(kubectl(sim, name, "get", "configmap", "sg-prometheus", "-o", "json"))
+        assert "sg-router.default.svc.cluster.local:29000" in config["data"]["prometheus.yml"], config
         router = json.loads(kubectl(sim, name, "get", "deployment", "sg-router", "-o", "json"))
         command = router["spec"]["template"]["spec"]["containers"][0]["command"]
         assert command[command.index("--selector") + 1] == "hypd.dev/endpoint=sg", command
@@ -1360,14 +1371,16 @@ async def router_through_mcp(server, hypd, sim):
             "name": name, "endpoint": "sg", "messages": [{"role": "user", "content": "Say hello to the router"}]}))
         assert answer["model"] == "sg" and answer["answer"], answer
         listed = structured(await client.call_tool("list_endpoints", {"name": name}))
-        assert [(e["endpoint"], e.get("routing"), e["autoscaling"]["max_replicas"]) for e in listed["endpoints"]] == [
-            ("sg", "cache_aware", 1)], listed
+        assert [(e["endpoint"], e.get("routing"), e["autoscaling"]["max_replicas"],
+                 e["autoscaling"].get("request_rate_per_replica")) for e in listed["endpoints"]] == [
+            ("sg", "cache_aware", 1, 2.5)], listed
 
         first = structured(await client.call_tool("delete_endpoint", {"name": name, "endpoint": "sg"}))
         waited = await finished(client, structured(await client.call_tool(
             "delete_endpoint", {"name": name, "endpoint": "sg", "confirmation": first["confirmation"]}))["operation_id"])
         assert waited["operation"]["state"] == "succeeded", waited
-    left = json.loads(kubectl(sim, name, "get", "deployments,services,scaledobjects,roles,serviceaccounts", "-o", "json"))["items"]
+    left = json.loads(kubectl(sim, name, "get", "deployments,services,configmaps,scaledobjects,roles,serviceaccounts",
+                              "-o", "json"))["items"]
     assert not [o for o in left if o["metadata"]["name"].startswith("sg")], left
 
 

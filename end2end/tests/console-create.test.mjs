@@ -987,7 +987,8 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
   // SGLang behind its router, sized by KEDA down to zero: refused while the cluster runs
   // no KEDA (the conflict names the feature); with KEDA on, the plan lists the router's
-  // account and the ScaledObject, the table the policy and bounds; idle, it goes to zero;
+  // account, the Prometheus server the request rate is read from and the ScaledObject,
+  // the table the policy and bounds; idle, it goes to zero;
   // the test panel's message is held by the router while KEDA wakes a worker, and
   // answered; the detail's chart shows KEDA's steps.
   await page.goto(new URL('/clusters/e2e-ml/inference', server.url).href);
@@ -1000,6 +1001,7 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.selectOption(`${form} select[name="router.policy"]`, 'round_robin');
   await page.fill(`${form} input[name="autoscaling.min_replicas"]`, '0');
   await page.fill(`${form} input[name="autoscaling.max_replicas"]`, '1');
+  await page.fill(`${form} input[name="autoscaling.request_rate.target_per_replica"]`, '2.5');
   await page.click(`${form} button[type="submit"]`);
   await page.waitForFunction((f) => /does not run KEDA/.test(document.querySelector(f).textContent), form);
   const [kedaStatus, keda] = await rest(server, admin, 'POST', '/api/v1/clusters/e2e-ml/features', { keda: true });
@@ -1008,6 +1010,8 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.click(`${form} button[type="submit"]`);
   await page.waitForSelector(`${form} .plan li[data-kind="k8s:keda.sh/v1alpha1/ScaledObject"][data-action="create"]`);
   await page.waitForSelector(`${form} .plan li[data-kind="k8s:v1/ServiceAccount"][data-action="create"]`);
+  // The request rate is asked of a Prometheus server beside the router.
+  await page.waitForSelector(`${form} .plan li[data-kind="k8s:v1/ConfigMap"][data-action="create"]`);
   await page.click(`${form} button[type="submit"]`);
   await page.waitForURL(/\/operations\/[^/]+$/);
   await page.waitForSelector('.progress[data-state="succeeded"]', { timeout: 120_000 });
@@ -1043,7 +1047,7 @@ test('an operator is refused the inference operator\'s path where it cannot run,
   await page.fill('form.endpoint-details input[name="endpoint"]', 'console-sg');
   await page.click('form.endpoint-details button[type="submit"]');
   await page.waitForSelector('form.endpoint-details .replica-chart figcaption');
-  assert.match(await page.textContent('form.endpoint-details .options'), /KEDA 0–1 replicas at 4 requests in flight each, cooldown 300 s/);
+  assert.match(await page.textContent('form.endpoint-details .options'), /KEDA 0–1 replicas at 4 requests in flight each or 2.5 requests a second each, cooldown 300 s/);
   assert.match(await page.textContent('form.endpoint-details .replica-chart figcaption'), /Replicas over time \(max 1\)\. \d+ changes: .*0 → 1; 1 now\./);
   assert.equal(await page.locator('form.endpoint-details .pod-table tbody tr').count(), 1, 'the router is no replica');
   await setClock(600);

@@ -604,6 +604,68 @@ pub struct Autoscaling {
     pub polling_interval_seconds: PollingSeconds,
     #[serde(default = "five_minutes")]
     pub cooldown_seconds: CooldownSeconds,
+    // A second signal beside requests in flight; KEDA follows whichever asks for more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<RequestRate>,
+}
+
+// Requests a second through the router, over the last window_seconds, from a Prometheus
+// server hypd runs beside it: ceil(rate / target_per_replica) replicas.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRate {
+    pub target_per_replica: f64,
+    #[serde(default)]
+    pub activation: f64,
+    #[serde(default = "one_minute")]
+    pub window_seconds: u32,
+}
+
+impl RequestRate {
+    /// How often the Prometheus server beside the router scrapes it: a rate needs at
+    /// least four samples in its window to follow the load rather than the scrape.
+    pub const SCRAPE_SECONDS: u32 = 15;
+    const WINDOWS: std::ops::RangeInclusive<u32> = 60..=900;
+    const TARGETS: std::ops::RangeInclusive<f64> = 0.01..=10_000.0;
+
+    fn errors(&self) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let t = self.target_per_replica;
+        if !Self::TARGETS.contains(&t) {
+            errors.push(FieldError::new(
+                "autoscaling.request_rate.target_per_replica",
+                format!(
+                    "requests a second a replica takes, from {} to {} (got {t})",
+                    Self::TARGETS.start(),
+                    Self::TARGETS.end()
+                ),
+            ));
+        }
+        let a = self.activation;
+        if !(a.is_finite() && a >= 0.0) {
+            errors.push(FieldError::new(
+                "autoscaling.request_rate.activation",
+                format!("requests a second that wake the scaler, 0 or more (got {a})"),
+            ));
+        }
+        let w = self.window_seconds;
+        if !Self::WINDOWS.contains(&w) {
+            errors.push(FieldError::new(
+                "autoscaling.request_rate.window_seconds",
+                format!(
+                    "from {} to {} s: the router is scraped every {} s and a rate needs four samples (got {w})",
+                    Self::WINDOWS.start(),
+                    Self::WINDOWS.end(),
+                    Self::SCRAPE_SECONDS
+                ),
+            ));
+        }
+        errors
+    }
+}
+
+fn one_minute() -> u32 {
+    60
 }
 
 fn four_requests() -> RequestsPerReplica {
@@ -642,6 +704,7 @@ impl Autoscaling {
                 ),
             ));
         }
+        errors.extend(self.request_rate.iter().flat_map(RequestRate::errors));
         errors
     }
 }
@@ -1000,6 +1063,9 @@ pub struct AutoscalingState {
     pub max_replicas: u32,
     pub target_requests_per_replica: u32,
     pub cooldown_seconds: u32,
+    /// Requests a second a replica takes, when the request rate is a signal too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate_per_replica: Option<f64>,
     /// Whether the router's load is above the activation threshold (KEDA's `Active`).
     pub active: Option<bool>,
     /// Why KEDA cannot scale it, when it says so.

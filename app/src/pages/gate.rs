@@ -177,6 +177,11 @@ pub fn integer(path: impl Into<String>, value: impl Into<String>) -> (String, In
     (path.into(), Input::Integer(value.into()))
 }
 
+/// A number that may have a fraction, typed at `path` (sent as typed if it is none).
+pub fn number(path: impl Into<String>, value: impl Into<String>) -> (String, Input) {
+    (path.into(), Input::Number(value.into()))
+}
+
 /// A checkbox at `path`.
 pub fn flag(path: impl Into<String>, on: bool) -> (String, Input) {
     (path.into(), Input::Flag(on))

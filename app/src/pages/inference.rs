@@ -10,7 +10,7 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
-use super::gate::{Gate, flag, integer, text};
+use super::gate::{Gate, flag, integer, number, text};
 use super::{StateBadge, Table, loading};
 use crate::api::ApiError;
 use crate::api::call::call;
@@ -241,6 +241,8 @@ fn Deploy(cluster: String) -> impl IntoView {
     let max = RwSignal::new(String::new());
     let target = RwSignal::new(String::new());
     let cooldown = RwSignal::new(String::new());
+    let rate = RwSignal::new(String::new());
+    let window = RwSignal::new(String::new());
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let mut inputs = vec![
@@ -270,6 +272,17 @@ fn Deploy(cluster: String) -> impl IntoView {
                     "autoscaling.cooldown_seconds",
                     cooldown.get_untracked(),
                 ));
+                // No rate: requests in flight are the only signal.
+                if !rate.get_untracked().is_empty() {
+                    inputs.push(number(
+                        "autoscaling.request_rate.target_per_replica",
+                        rate.get_untracked(),
+                    ));
+                    inputs.push(integer(
+                        "autoscaling.request_rate.window_seconds",
+                        window.get_untracked(),
+                    ));
+                }
             }
             gate.start::<DeployModelServer>(&inputs);
             return;
@@ -331,6 +344,10 @@ fn Deploy(cluster: String) -> impl IntoView {
                             prop:value=move || target.get() on:input=gate.edit(target)/></label>
                         <label>"Cooldown (s) "<input type="number" name="autoscaling.cooldown_seconds" min="0" placeholder="300"
                             prop:value=move || cooldown.get() on:input=gate.edit(cooldown)/></label>
+                        <label>"Requests a second a replica "<input type="number" name="autoscaling.request_rate.target_per_replica" min="0.01" step="any" placeholder="not a signal"
+                            prop:value=move || rate.get() on:input=gate.edit(rate)/></label>
+                        <label>"Rate window (s) "<input type="number" name="autoscaling.request_rate.window_seconds" min="60" max="900" placeholder="60"
+                            prop:value=move || window.get() on:input=gate.edit(window)/></label>
                     </fieldset>
                 }
                 .into_any()
@@ -702,10 +719,13 @@ fn EndpointDetail(cluster: String) -> impl IntoView {
                     e.summary.kv_cache.clone().map(|k| format!("KV cache {k}")),
                     e.summary.autoscaling.as_ref().map(|a| {
                         format!(
-                            "KEDA {}–{} replicas at {} requests in flight each, cooldown {} s{}",
+                            "KEDA {}–{} replicas at {} requests in flight each{}, cooldown {} s{}",
                             a.min_replicas,
                             a.max_replicas,
                             a.target_requests_per_replica,
+                            a.request_rate_per_replica
+                                .map(|r| format!(" or {r} requests a second each"))
+                                .unwrap_or_default(),
                             a.cooldown_seconds,
                             match (a.active, &a.problem) {
                                 (_, Some(p)) => format!(" ({p})"),

@@ -158,16 +158,21 @@ pub(crate) async fn check(
     // The name is free: neither hypd's endpoint nor anyone's Deployment or Service;
     // nor is the router's, when the request asks for one.
     free(client, cluster, endpoint).await?;
-    let router = r.router.as_ref().map(|_| super::router::name(endpoint));
-    if let Some(router) = &router
-        && let Some(kind) = taken(client, router).await?
-    {
-        return Err(ApiError::field(
-            "endpoint",
-            format!(
-                "{cluster} already has a {kind} named {router} in {NAMESPACE}, the name the endpoint's router takes: choose another endpoint name"
-            ),
-        ));
+    let router = r
+        .router
+        .as_ref()
+        .map(|_| (super::router::name(endpoint), "router"));
+    let rate = r.autoscaling.as_ref().and_then(|a| a.request_rate.as_ref());
+    let prometheus = rate.map(|_| (super::prometheus::name(endpoint), "Prometheus server"));
+    for (name, what) in router.iter().chain(&prometheus) {
+        if let Some(kind) = taken(client, name).await? {
+            return Err(ApiError::field(
+                "endpoint",
+                format!(
+                    "{cluster} already has a {kind} named {name} in {NAMESPACE}, the name the endpoint's {what} takes: choose another endpoint name"
+                ),
+            ));
+        }
     }
     // A group to run on, a storage holding the model's path, and a replica that fits
     // on one node of that group.
@@ -430,6 +435,17 @@ impl Pipeline for DeployModelServer {
                 // The cold start is known once `ready` has run, which a plan has not.
                 if !is_planning() {
                     super::router::cooldown_outlasts(endpoint, scaling, out.cold_start_seconds)?;
+                }
+                // The server the rate is asked of comes first: KEDA reports the trigger
+                // failing until it answers.
+                if scaling.request_rate.is_some() {
+                    let name = super::prometheus::name(endpoint);
+                    claim::<Deployment>(&client, &name, &cx.operation_id, false).await?;
+                    let (config, deployment, service) =
+                        super::prometheus::objects(endpoint, &cx.operation_id)?;
+                    converge(&Applied::namespaced(&client, config)).await?;
+                    converge(&Applied::namespaced(&client, deployment)).await?;
+                    converge(&Applied::namespaced(&client, service)).await?;
                 }
                 converge(&Applied::namespaced(&client, object)).await?;
                 Ok(Progress::Done)

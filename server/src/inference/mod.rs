@@ -15,6 +15,7 @@ pub mod invoke;
 pub mod jumpstart;
 pub mod managed;
 pub mod pool;
+pub mod prometheus;
 pub mod router;
 pub mod scale;
 pub mod workload;

@@ -326,6 +326,11 @@ pub fn scaled_object(r: &DeployModelServer) -> Option<ScaledObject> {
             },
         }],
     });
+    if let Some(rate) = &scaling.request_rate
+        && let Some(triggers) = spec["triggers"].as_array_mut()
+    {
+        triggers.push(super::prometheus::trigger(endpoint, rate));
+    }
     // KEDA takes a ScaledObject that was never active to zero at its first look unless
     // told to wait: a new endpoint keeps its workers for one cooldown, as one that
     // served would.
@@ -362,6 +367,7 @@ pub async fn remove(client: &kube::Client, endpoint: &str) -> Result<(), ApiErro
         converge(&Applied::namespaced(client, ScaledObject::new(meta, Value::Null)).absent())
             .await?;
     }
+    super::prometheus::remove(client, endpoint).await?;
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     let ours = kubernetes::get(&deployments, &name(endpoint))
         .await?
@@ -462,6 +468,7 @@ pub fn state(scaler: &ScaledObject) -> AutoscalingState {
         max_replicas: spec.get("maxReplicaCount").map_or(100, number),
         target_requests_per_replica: number(&spec["triggers"][0]["metadata"]["targetValue"]),
         cooldown_seconds: spec.get("cooldownPeriod").map_or(300, number),
+        request_rate_per_replica: super::prometheus::target(scaler),
         active,
         problem,
     }
@@ -611,6 +618,25 @@ mod tests {
             120
         );
         assert_eq!(so.spec["pollingInterval"], 15);
+        assert_eq!(so.spec["triggers"].as_array().unwrap().len(), 1);
+        assert_eq!(state(&so).request_rate_per_replica, None);
+
+        // The request rate is a second trigger: the HPA follows whichever asks for more.
+        let r = request(json!({"autoscaling": {"max_replicas": 4,
+            "request_rate": {"target_per_replica": 0.5, "activation": 0.1}}}));
+        assert!(r.request_errors().is_empty(), "{:?}", r.request_errors());
+        let so = scaled_object(&r).unwrap();
+        let rate = &so.spec["triggers"][1];
+        assert_eq!(rate["type"], "prometheus");
+        assert_eq!(rate["metadata"]["activationThreshold"], "0.1");
+        assert!(
+            rate["metadata"]["query"]
+                .as_str()
+                .unwrap()
+                .ends_with("[60s]))"),
+            "{rate}"
+        );
+        assert_eq!(state(&so).request_rate_per_replica, Some(0.5));
     }
 
     #[test]
@@ -704,6 +730,15 @@ mod tests {
         assert_eq!(
             fields(json!({"engine": "vllm", "command": "vllm serve /s3/models/q"})),
             ["router"]
+        );
+        assert_eq!(
+            fields(json!({"autoscaling": {"max_replicas": 4, "request_rate":
+                {"target_per_replica": 0, "activation": -1, "window_seconds": 30}}})),
+            [
+                "autoscaling.request_rate.target_per_replica",
+                "autoscaling.request_rate.activation",
+                "autoscaling.request_rate.window_seconds"
+            ]
         );
         assert_eq!(
             fields(json!({"router": {"cache_threshold": 1.5, "balance_rel_threshold": 0.5}})),

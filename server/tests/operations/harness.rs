@@ -741,13 +741,15 @@ fn model_server() -> Value {
         "command": "vllm serve /s3/models/qwen --served-model-name qwen"})
 }
 
-/// SGLang workers `serve` behind the SGLang router, autoscaled by KEDA.
+/// SGLang workers `serve` behind the SGLang router, autoscaled by KEDA on the requests
+/// in flight and on the request rate (read from a Prometheus server beside the router).
 fn routed_server() -> Value {
     json!({"endpoint": "serve", "engine": "sglang", "router": {"policy": "round_robin"},
         "command": "python3 -m sglang.launch_server --model-path /s3/models/qwen --served-model-name qwen",
         // Down to zero, the way that holds requests at the router; after a day idle, so
         // never while a case looks.
-        "autoscaling": {"min_replicas": 0, "max_replicas": 2, "cooldown_seconds": 86400}})
+        "autoscaling": {"min_replicas": 0, "max_replicas": 2, "cooldown_seconds": 86400,
+            "request_rate": {"target_per_replica": 5}}})
 }
 
 /// [`model_ready`] with KEDA installed.
@@ -758,8 +760,8 @@ fn keda_ready(world: &World, hypd: &Hypd, token: &str, name: &str) {
 }
 
 /// Cluster `name` serves [`routed_server`]: one ready worker, and each object once — the
-/// workers' and the router's Deployments and Services, the router's Role and the
-/// ScaledObject.
+/// workers', the router's and the Prometheus server's Deployments and Services, its
+/// ConfigMap, the router's Role and the ScaledObject.
 fn routed_endpoint(world: &World, hypd: &Hypd, token: &str, name: &str) {
     let (status, got) = hypd.call(
         token,
@@ -784,15 +786,17 @@ fn routed_endpoint(world: &World, hypd: &Hypd, token: &str, name: &str) {
             serve(names::<k8s_openapi::api::apps::v1::Deployment>(&client).await),
             serve(names::<k8s_openapi::api::core::v1::Service>(&client).await),
             serve(names::<k8s_openapi::api::rbac::v1::Role>(&client).await),
+            serve(names::<k8s_openapi::api::core::v1::ConfigMap>(&client).await),
             serve(scaled_objects(&client).await),
         ]
     });
     assert_eq!(
         counts,
         [
-            vec!["serve", "serve-router"],
-            vec!["serve", "serve-router"],
+            vec!["serve", "serve-prometheus", "serve-router"],
+            vec!["serve", "serve-prometheus", "serve-router"],
             vec!["serve-router"],
+            vec!["serve-prometheus"],
             vec!["serve"],
         ]
         .map(|v| v.into_iter().map(str::to_owned).collect::<Vec<_>>())

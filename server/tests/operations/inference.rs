@@ -346,6 +346,7 @@ fn model_servers_wake_serve_through_the_api_server_scale_and_are_deleted() {
     }
     model_pool(&hypd, &token, name);
     router_and_autoscaling(&world, &hypd, &token, name, &rt);
+    request_rate(&world, &hypd, &token, name, &rt);
     scale_to_zero(&world, &hypd, &token, name, &rt);
 
     let left = rt.block_on(async {
@@ -811,4 +812,155 @@ fn scale_to_zero(
     );
     clock(world, FAST);
     delete();
+}
+
+/// SGLang workers KEDA sizes on the request rate through the router as well: the rate
+/// comes from a Prometheus server hypd runs beside the router, which scrapes the
+/// gateway's request counter. Short requests sent one after another keep few in flight
+/// (the in-flight signal alone would not move) but many a second, which raises the
+/// workers to the maximum; once they stop, the rate falls to nothing and the workers go
+/// back to the minimum. Deleted, the Prometheus objects go too.
+fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio::runtime::Runtime) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let endpoints = format!("/api/v1/clusters/{name}/endpoints");
+    let rr = json!({"endpoint": "rr", "engine": "sglang", "replicas": 1,
+        "command": "python3 -m sglang.launch_server --model-path /s3/models/qwen --served-model-name rr",
+        "router": {"policy": "round_robin"},
+        "autoscaling": {"min_replicas": 1, "max_replicas": 3, "target_requests_per_replica": 50,
+            "polling_interval_seconds": 5, "cooldown_seconds": 60,
+            "request_rate": {"target_per_replica": 0.5, "window_seconds": 60}}});
+    let op = run_op(hypd, token, &endpoints, rr);
+    assert_eq!(op["stages"].as_array().unwrap().len(), 5, "{op:#}");
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/rr"), None);
+    assert_eq!(
+        got["autoscaling"]["request_rate_per_replica"], 0.5,
+        "{got:#}"
+    );
+    let client = rt.block_on(kube_client(world, name));
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "default");
+    let ready = |d: &str| {
+        rt.block_on(deployments.get(d))
+            .unwrap()
+            .status
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ready("rr-prometheus") < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Prometheus never ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let replicas = || {
+        rt.block_on(deployments.get("rr"))
+            .unwrap()
+            .spec
+            .replicas
+            .unwrap_or(1)
+    };
+
+    // At this clock a request takes a few sim seconds' worth of real time at most, so a
+    // handful of callers make several requests a sim second.
+    clock(world, 20.0);
+    struct Stop(Arc<AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let _stop = Stop(stop.clone());
+    let load: Vec<_> = (0..4)
+        .map(|i| {
+            let (client, stop) = (client.clone(), stop.clone());
+            rt.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let body = json!({"model": "rr", "max_tokens": 4,
+                        "messages": [{"role": "user", "content": format!("rate {i}")}]});
+                    let request = http::Request::post(
+                        "/api/v1/namespaces/default/services/rr:30000/proxy/v1/chat/completions",
+                    )
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&body).unwrap())
+                    .unwrap();
+                    let _ = client.request_text(request).await;
+                }
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while replicas() != 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never scaled up on the rate"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // What KEDA read: the rate Prometheus computes, well above one replica's share.
+    let mut url = reqwest::Url::parse("http://prometheus/api/v1/query").unwrap();
+    url.query_pairs_mut().append_pair(
+        "query",
+        "sum(rate(smg_http_requests_total{path=~\"/v1/.+|/generate\"}[60s]))",
+    );
+    let asked = rt
+        .block_on(
+            client.request_text(
+                http::Request::get(format!(
+                    "/api/v1/namespaces/default/services/rr-prometheus:9090/proxy/api/v1/query?{}",
+                    url.query().unwrap()
+                ))
+                .body(Vec::new())
+                .unwrap(),
+            ),
+        )
+        .unwrap();
+    let asked: Value = serde_json::from_str(&asked).unwrap();
+    let rate: f64 = asked["data"]["result"][0]["value"][1]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rate > 1.0, "{asked}");
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        rt.block_on(task).unwrap();
+    }
+    clock(world, FAST);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while replicas() != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never scaled down once the rate fell"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/rr"), None);
+    let sizes: Vec<u64> = got["replica_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["replicas"].as_u64().unwrap())
+        .collect();
+    assert!(sizes.contains(&3) && sizes.last() == Some(&1), "{got:#}");
+
+    let path = format!("{endpoints}/rr");
+    let (status, started) = hypd.confirmed(token, Method::DELETE, &path, Some(json!({})));
+    assert_eq!(status, 200, "{started}");
+    let op = hypd.finish(token, started["operation_id"].as_str().unwrap());
+    assert_eq!(op["state"], "succeeded", "{op:#}");
+    let left = rt.block_on(async {
+        let maps = names::<k8s_openapi::api::core::v1::ConfigMap>(&client).await;
+        let deployments = names::<Deployment>(&client).await;
+        let services = names::<Service>(&client).await;
+        [maps, deployments, services]
+            .concat()
+            .into_iter()
+            .filter(|n| n.starts_with("rr"))
+            .collect::<Vec<_>>()
+    });
+    assert!(left.is_empty(), "{left:?}");
 }

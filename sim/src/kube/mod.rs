@@ -20,6 +20,7 @@ mod discovery;
 mod inference_router;
 mod logs;
 mod model_server;
+mod prometheus;
 mod scheduler;
 mod schema;
 mod service_proxy;

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use super::prometheus;
 use super::sglang_router;
 use super::store::{Store, meta};
 use crate::world::fnv1a;
@@ -262,9 +263,10 @@ fn server(command: &[String]) -> Option<ModelServer> {
 /// in flight and has learnt, by the gateway pod's UID, and whose turn it is behind each
 /// Service: kept beside the cluster's store, not in it, so that serving changes no
 /// object. Requests in flight share it ([`InFlight`]): a streamed answer outlives the
-/// API server's handler.
+/// API server's handler. What each Prometheus server has scraped lives beside it, under
+/// a lock of its own ([`prometheus::Tsdbs`]), never taken while the ledger's is held.
 #[derive(Default)]
-pub struct Serving(Arc<Mutex<Ledger>>);
+pub struct Serving(Arc<Mutex<Ledger>>, prometheus::Tsdbs);
 
 #[derive(Default)]
 struct Ledger {
@@ -353,6 +355,11 @@ impl Serving {
             ledger: self.0.clone(),
             what: Counted::Routed(uid.to_owned(), worker),
         }
+    }
+
+    /// What the Prometheus servers have scraped, by pod UID.
+    pub(super) fn prometheus(&self) -> &prometheus::Tsdbs {
+        &self.1
     }
 
     /// Forgets the pods and Services that are gone.

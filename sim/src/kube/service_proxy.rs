@@ -6,7 +6,8 @@
 //! relayed with its status unchanged, plus [`POD_HEADER`] naming the pod. A pod that is
 //! an inference router ([`inference_router`]) or an SGLang gateway ([`sglang_router`])
 //! passes the request on to the worker it picks, whose answer comes back with
-//! [`ROUTER_HEADER`] naming the router. Resolving reads the store under the cluster's
+//! [`ROUTER_HEADER`] naming the router; a Prometheus server's pod ([`prometheus`])
+//! answers from what it scraped, reading the request's query string. Resolving reads the store under the cluster's
 //! lock; the answer is computed once it is let go, and a completion's is then sent as
 //! its decode time passes on the sim's clock, with no lock held while it waits. A
 //! completion an SGLang gateway found no worker for is [`Held`] while the gateway's
@@ -28,6 +29,7 @@ use super::api::Status;
 use super::controllers::is_ready;
 use super::inference_router::Router;
 use super::model_server::{self, Answer, InFlight, Serving};
+use super::prometheus;
 use super::sglang_router::{Gateway, Handling, Held};
 use super::store::{Key, Obj, Store, meta};
 use crate::clock::Clock;
@@ -312,17 +314,18 @@ fn refused(ip: &str, port: u64) -> Status {
     )
 }
 
-/// What `backend` answers to `method` on `path` (not empty), at sim time `created`
+/// What `backend` answers to `call`'s method on its path (not empty) with its query
+/// string, at sim time `created`
 /// (epoch seconds), before any decode time passes; the API server's own answer when
 /// nothing listens where the request went.
 fn reply(
     backend: Backend,
     serving: &Serving,
-    method: &Method,
-    path: &str,
+    call: (&Method, &str, Option<&str>),
     body: &[u8],
-    created: i64,
+    created: f64,
 ) -> Result<Reply, Status> {
+    let (method, path, query) = call;
     let pod = meta(&backend.pod, "name");
     let (router, counted) = match backend.routed {
         Some(Routed::NoWorker(message)) => {
@@ -363,6 +366,19 @@ fn reply(
         Some(Routed::Via(router)) => (Some(router), backend.counted),
         None => (None, backend.counted),
     };
+    if let Some(p) = prometheus::of(&backend.pod) {
+        if u64::from(p.port) != backend.port {
+            return Err(refused(&backend.ip, backend.port));
+        }
+        let uid = meta(&backend.pod, "uid");
+        let answer = prometheus::answer(serving, &uid, method, path, query, body, created);
+        return Ok(Reply {
+            answer,
+            pod,
+            router,
+            counted,
+        });
+    }
     let server = model_server::of(&backend.pod);
     if let Some(s) = &server
         && u64::from(s.port) != backend.port
@@ -376,7 +392,7 @@ fn reply(
         method,
         path,
         body,
-        created,
+        created as i64,
     );
     Ok(Reply {
         answer,
@@ -425,7 +441,13 @@ pub async fn answer(
         routed => (Backend { routed, ..backend }, created),
     };
     let start = clock.now();
-    match reply(backend, serving, call.method, path, call.body, created) {
+    match reply(
+        backend,
+        serving,
+        (call.method, path, query),
+        call.body,
+        created as f64,
+    ) {
         Ok(r) => send(r, clock, start).await,
         Err(s) => s.into_response(),
     }
@@ -572,6 +594,10 @@ pub fn get(
     if !served {
         return Err(Unreachable::Timeout);
     }
+    let (path, query) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    };
     let headers = HeaderMap::new();
     let call = Call {
         method: &Method::GET,
@@ -583,6 +609,25 @@ pub fn get(
     let backend = backend(store, serving, &ns, &format!("{name}:{port}"), &call, now)
         .map_err(|_| refused())?;
     let reply =
-        reply(backend, serving, &Method::GET, path, b"", now as i64).map_err(|_| refused())?;
+        reply(backend, serving, (&Method::GET, path, query), b"", now).map_err(|_| refused())?;
     Ok((reply.answer.status.as_u16(), reply.answer.body))
+}
+
+/// The Service a host names from a pod in namespace `ns`, whose DNS search path starts
+/// with its own namespace: `svc`, `svc.ns`, `svc.ns.svc`, `svc.ns.svc.cluster.local`, or
+/// a cluster IP.
+pub fn resolve<'a>(store: &'a Store, host: &str, ns: &str) -> Option<&'a Obj> {
+    let host = host.trim_end_matches('.');
+    let short = host.strip_suffix(".cluster.local").unwrap_or(host);
+    let short = short.strip_suffix(".svc").unwrap_or(short);
+    let by_name = match short.split('.').collect::<Vec<_>>().as_slice() {
+        [name] => store.get(&Key::new("/services", ns, name)),
+        [name, ns] => store.get(&Key::new("/services", ns, name)),
+        _ => None,
+    };
+    by_name.or_else(|| {
+        store
+            .list("/services", None)
+            .find(|s| s["spec"]["clusterIP"].as_str() == Some(host))
+    })
 }

@@ -737,6 +737,10 @@ struct Load {
 }
 
 impl Ledger {
+    /// Counts a request in as it arrives: SMG's `RequestLogger::on_request` (a
+    /// tower-http `OnRequest`, before any routing or answer) records
+    /// `smg_http_requests_total{method, path}`, so a request is counted once however
+    /// long it is held or retried, and before it is answered.
     fn arrive(&mut self, method: &Method, path: &str) {
         self.active += 1;
         *self

@@ -7,6 +7,8 @@
 //! once the load has stopped for its stabilization window, as `SuccessfulRescale` events
 //! tell. Workers may also rest at zero: the gateway holds a completion while its retries
 //! back off, the held request counts in flight, and KEDA wakes a worker that answers it.
+//! Or KEDA's `prometheus` trigger reads the gateway's request rate from a Prometheus
+//! server that scrapes it, as hypd provisions one beside the gateway.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -17,7 +19,7 @@ use crate::support::{
     register_node, set_time_scale, sim, wait_for, wait_for_within,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -309,6 +311,44 @@ async fn refused_for_no_worker(client: &kube::Client, gateway: &str) {
     assert!(pod.starts_with(&format!("{gateway}-router-")), "{pod}");
 }
 
+/// Eight clients through the gateway `qwen:30000`, each asking `prompt` again as soon as
+/// it is answered, for [`MAX_TOKENS`] every time, until `stop`: each says how many
+/// answers it had.
+fn load(
+    client: &kube::Client,
+    prompt: &str,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<u32>> {
+    (0..8)
+        .map(|i| {
+            let client = client.clone();
+            let stop = stop.clone();
+            let body = ask(
+                &format!("{prompt}, number {i}."),
+                json!({ "max_tokens": MAX_TOKENS, "ignore_eos": true }),
+            );
+            tokio::spawn(async move {
+                let mut answered = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let a = call(
+                        &client,
+                        "POST",
+                        "qwen:30000",
+                        "/v1/chat/completions",
+                        Some(body.clone()),
+                    )
+                    .await;
+                    assert_eq!(a.status, 200, "{}", a.body);
+                    assert_eq!(a.body["usage"]["completion_tokens"], MAX_TOKENS);
+                    assert_eq!(a.body["choices"][0]["finish_reason"], "length");
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect()
+}
+
 fn ask(content: &str, extra: Value) -> Value {
     let mut body = json!({ "model": "qwen", "messages": [{ "role": "user", "content": content }] });
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
@@ -402,34 +442,7 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
     // Eight clients, each asking again as soon as it is answered: the gateway has about
     // eight in flight, two a replica are the target, and three the most.
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..8)
-        .map(|i| {
-            let client = client.clone();
-            let stop = stop.clone();
-            let body = ask(
-                &format!("Write a long story, number {i}."),
-                json!({ "max_tokens": MAX_TOKENS, "ignore_eos": true }),
-            );
-            tokio::spawn(async move {
-                let mut answered = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let a = call(
-                        &client,
-                        "POST",
-                        "qwen:30000",
-                        "/v1/chat/completions",
-                        Some(body.clone()),
-                    )
-                    .await;
-                    assert_eq!(a.status, 200, "{}", a.body);
-                    assert_eq!(a.body["usage"]["completion_tokens"], MAX_TOKENS);
-                    assert_eq!(a.body["choices"][0]["finish_reason"], "length");
-                    answered += 1;
-                }
-                answered
-            })
-        })
-        .collect();
+    let clients = load(&client, "Write a long story", &stop);
     let most = Arc::new(AtomicI32::new(0));
     wait_for("six or more in flight through the gateway", || async {
         in_flight(&client).await >= 6.0
@@ -691,5 +704,229 @@ async fn a_gateway_holds_a_completion_while_keda_wakes_a_worker() {
     assert!(
         slept - last_active >= 30,
         "deactivated {slept}, last active {last_active}"
+    );
+}
+
+/// The query hypd's `prometheus` trigger asks: requests a second through the gateway.
+const RATE_QUERY: &str = "sum(rate(smg_http_requests_total{path=~\"/v1/.+|/generate\"}[1m]))";
+
+/// `s` escaped for a query string.
+fn escaped(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The Prometheus server hypd provisions beside endpoint `qwen`'s gateway: its
+/// ConfigMap, Deployment and Service, scraping `qwen-router:29000` every 15 s.
+async fn prometheus_server(client: &kube::Client) {
+    let config = "global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\nscrape_configs:\n  - job_name: sglang-router\n    metrics_path: /metrics\n    static_configs:\n      - targets: [\"qwen-router.default.svc.cluster.local:29000\"]\n";
+    apply(
+        &Api::<ConfigMap>::namespaced(client.clone(), "default"),
+        "qwen-prometheus",
+        json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "qwen-prometheus" },
+                "data": { "prometheus.yml": config } }),
+    )
+    .await;
+    let labels = json!({ "hypd.dev/endpoint-prometheus": "qwen" });
+    apply(
+        &Api::<Deployment>::namespaced(client.clone(), "default"),
+        "qwen-prometheus",
+        json!({ "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "qwen-prometheus" },
+            "spec": { "replicas": 1, "selector": { "matchLabels": labels },
+                "template": { "metadata": { "labels": labels },
+                    "spec": { "containers": [{ "name": "prometheus",
+                        "image": "quay.io/prometheus/prometheus:v3.5.0",
+                        "args": ["--config.file=/etc/prometheus/prometheus.yml",
+                                 "--storage.tsdb.retention.time=2h", "--web.listen-address=:9090"],
+                        "ports": [{ "name": "web", "containerPort": 9090 }],
+                        "volumeMounts": [{ "name": "config", "mountPath": "/etc/prometheus" }],
+                        "readinessProbe": { "httpGet": { "path": "/-/ready", "port": "web" } },
+                        "livenessProbe": { "httpGet": { "path": "/-/healthy", "port": "web" } } }],
+                        "volumes": [{ "name": "config", "configMap": { "name": "qwen-prometheus" } }] } } } }),
+    )
+    .await;
+    apply(
+        &Api::<Service>::namespaced(client.clone(), "default"),
+        "qwen-prometheus",
+        json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "qwen-prometheus" },
+                "spec": { "selector": labels,
+                          "ports": [{ "name": "web", "port": 9090, "targetPort": "web" }] } }),
+    )
+    .await;
+}
+
+/// Prometheus's answer to `query` (at `time`, else now), read through the API server's
+/// proxy to its Service: the result's type and the result.
+async fn prometheus_query(
+    client: &kube::Client,
+    query: &str,
+    time: Option<f64>,
+) -> (String, Vec<Value>) {
+    let mut path = format!("/api/v1/query?query={}", escaped(query));
+    if let Some(t) = time {
+        path.push_str(&format!("&time={t}"));
+    }
+    let a = call(client, "GET", "qwen-prometheus:9090", &path, None).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["status"], "success", "{}", a.body);
+    let data = &a.body["data"];
+    (
+        data["resultType"].as_str().unwrap().to_owned(),
+        data["result"].as_array().unwrap().clone(),
+    )
+}
+
+/// [`RATE_QUERY`] at `time` (else now): its one sample's value, if it has one.
+async fn request_rate(client: &kube::Client, time: Option<f64>) -> Option<f64> {
+    let (kind, result) = prometheus_query(client, RATE_QUERY, time).await;
+    assert_eq!(kind, "vector");
+    assert!(result.len() <= 1, "{result:?}");
+    result
+        .first()
+        .map(|s| s["value"][1].as_str().unwrap().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keda_scales_sglang_workers_on_the_request_rate_prometheus_scrapes() {
+    let (_moto, moto_url) = moto();
+    let (_sim, sim_url, client) = keda_cluster(&moto_url).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    workers(&client, 1).await;
+    gateway(&client, "qwen", &["--disable-retries"]).await;
+    metrics_service(&client, "qwen").await;
+    prometheus_server(&client).await;
+    // Its only trigger: a request a second per worker, at most three.
+    let trigger = json!({ "type": "prometheus", "name": "router-request-rate", "metricType": "AverageValue",
+        "metadata": { "serverAddress": "http://qwen-prometheus.default.svc.cluster.local:9090",
+                      "query": RATE_QUERY, "threshold": "0.5", "activationThreshold": "0" } });
+    scaled_object(
+        &client,
+        1,
+        3,
+        json!({ "cooldownPeriod": 20, "triggers": [trigger],
+                "advanced": { "horizontalPodAutoscalerConfig": { "name": "keda-hpa-qwen",
+                    "behavior": { "scaleDown": { "stabilizationWindowSeconds": 20 } } } } }),
+    )
+    .await;
+    wait_for("the worker, the gateway and Prometheus ready", || async {
+        count_ready(&client, "hypd.dev/endpoint=qwen").await == 1
+            && count_ready(&client, "hypd.dev/endpoint-router=qwen").await == 1
+            && count_ready(&client, "hypd.dev/endpoint-prometheus=qwen").await == 1
+    })
+    .await;
+    let ready = call(&client, "GET", "qwen-prometheus:9090", "/-/ready", None).await;
+    assert_eq!(ready.body.as_str(), Some("Prometheus Server is Ready.\n"));
+    wait_for("the gateway scraped", || async {
+        let up = call(
+            &client,
+            "GET",
+            "qwen-prometheus:9090",
+            "/api/v1/query?query=up",
+            None,
+        )
+        .await;
+        assert_eq!(up.status, 200, "{}", up.body);
+        up.body["data"]["result"][0]["value"][1] == "1"
+    })
+    .await;
+
+    // Eight clients, each asking again once answered: 200 tokens take 4 s, so the
+    // gateway sees about two requests a second, four workers' worth, three the most.
+    set_time_scale(&sim_url, LOAD_SCALE).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(&client, "Count to a thousand", &stop);
+    wait_for("three workers", || async {
+        replicas(&deployments).await == 3
+    })
+    .await;
+    // Once the window holds only load (the counter well past zero at its first scrape,
+    // so no extrapolation to zero), the rate is what the gateway's counter gained over
+    // the scrapes, 15 s apart, extrapolated to the window's start. Offered: at most two
+    // a second (a little under, for the real time each round trip takes besides its
+    // decode).
+    let chat_samples = || async {
+        let (kind, raw) = prometheus_query(&client, "smg_http_requests_total[1m]", None).await;
+        assert_eq!(kind, "matrix");
+        let Some(chat) = raw
+            .iter()
+            .find(|s| s["metric"]["path"] == "/v1/chat/completions")
+        else {
+            return Vec::new();
+        };
+        assert_eq!(chat["metric"]["job"], "sglang-router");
+        assert_eq!(
+            chat["metric"]["instance"],
+            "qwen-router.default.svc.cluster.local:29000"
+        );
+        chat["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    v[0].as_f64().unwrap(),
+                    v[1].as_str().unwrap().parse::<f64>().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    wait_for("a minute of load in the window", || async {
+        let s = chat_samples().await;
+        s.len() >= 4 && s[0].1 >= 40.0
+    })
+    .await;
+    let samples = chat_samples().await;
+    let (first, last) = (samples[0], samples[samples.len() - 1]);
+    let offered = (last.1 - first.1) / (last.0 - first.0);
+    assert!((1.0..=2.05).contains(&offered), "{samples:?}");
+    let rate = request_rate(&client, Some(last.0)).await.unwrap();
+    assert!(
+        (rate / offered - 1.0).abs() < 0.15,
+        "{rate} against {offered}: {samples:?}"
+    );
+    let so = scaled_objects(&client).get("qwen").await.unwrap();
+    let status = &so.data["status"];
+    assert_eq!(status["externalMetricNames"], json!(["s0-prometheus"]));
+    assert_eq!(status["triggersTypes"], "prometheus");
+
+    // The load stops: the rate falls to zero as the minute passes, and the workers go
+    // back to one once the 20 s window has passed.
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        assert!(c.await.unwrap() >= 1);
+    }
+    set_time_scale(&sim_url, 60.0).await;
+    wait_for_within("one worker again", Duration::from_secs(15), || async {
+        replicas(&deployments).await == 1
+    })
+    .await;
+    assert_eq!(request_rate(&client, None).await, Some(0.0));
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let messages: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SuccessfulRescale"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("New size: 3; reason: external metric s0-prometheus(")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m == "New size: 1; reason: All metrics below target"),
+        "{messages:?}"
     );
 }

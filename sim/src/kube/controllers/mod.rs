@@ -4,8 +4,9 @@
 //! run through their phases (those mounting FSx for Lustre once it can be mounted),
 //! LoadBalancer Services get a hostname, Services with a selector get Endpoints listing
 //! their pods, the inference operator deploys InferenceEndpointConfigs and JumpStart
-//! models, PVCs bind to PVs, orphans are collected, KEDA scales workloads on what their
-//! ScaledObjects' triggers read, and HyperPod's managed Karpenter scales instance groups
+//! models, PVCs bind to PVs, orphans are collected, Prometheus servers scrape their
+//! targets, KEDA scales workloads on what their ScaledObjects' triggers read, and
+//! HyperPod's managed Karpenter scales instance groups
 //! for pods that found no node. One file per kind; what several share lives here.
 //!
 //! Every status is a pure function of the stored objects and the clock (times come from
@@ -307,6 +308,8 @@ fn reconcile(
     services::services(store, epoch_now, &api.region);
     // After the pods, so a Service's Endpoints list its pods as this pass left them.
     endpoints::endpoints(store, &now);
+    // After the Endpoints, so a scrape reaches the pods this pass left behind a Service.
+    crate::kube::prometheus::scrape(store, &api.serving, epoch_now);
     // Last, so an InferenceEndpointConfig's status tells what this pass left.
     if inference {
         inference_endpoints::inference_statuses(

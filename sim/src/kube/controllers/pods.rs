@@ -3,7 +3,8 @@
 //! Running (Ready at once, or once it has loaded when a readiness probe waits for that:
 //! see [`load_seconds`]), and, if it has a run time, Succeeded or Failed by its exit
 //! code; one whose collective hangs is taken down by NCCL's watchdog (see
-//! [`logs::NCCL_TIMEOUT_ANNOTATION`]). A pod with FSx for Lustre volumes waits for its
+//! [`logs::NCCL_TIMEOUT_ANNOTATION`]); a Prometheus server that cannot load its
+//! configuration crash-loops, never Ready. A pod with FSx for Lustre volumes waits for its
 //! claims to bind and its volumes to mount (see [`mounts`](super::mounts)); other pods'
 //! volumes are not looked at. Pods are bound and advanced in one pass so a pass writes
 //! each pod at most once.
@@ -17,7 +18,7 @@ use crate::fsx::Mountable;
 use crate::kube::scheduler::Scheduler;
 use crate::kube::store::{Key, Store, meta};
 use crate::kube::time::{parse_rfc3339, rfc3339};
-use crate::kube::{logs, model_server};
+use crate::kube::{logs, model_server, prometheus};
 use crate::world::fnv1a;
 
 /// Pod or template annotation: sim seconds a container runs before it exits (jobs default
@@ -76,7 +77,10 @@ pub(super) fn pods(store: &mut Store, file_systems: &[Mountable], epoch_now: f64
             upsert(store, key, pod);
             continue;
         }
-        advance(&mut pod, epoch_now, mounted, &scheduler);
+        // A Prometheus server that cannot load its configuration exits 1 at once, and
+        // kubelet keeps restarting it.
+        let crash = prometheus::of(&pod).and_then(|p| prometheus::load(store, &pod, &p).err());
+        advance(&mut pod, epoch_now, mounted, &scheduler, crash.as_deref());
         upsert(store, key, pod);
     }
 }
@@ -135,7 +139,11 @@ fn load_seconds(pod: &Value) -> f64 {
 
 /// A bound pod's status at sim time `now` from when it was scheduled.
 /// `mounted` is when its volumes could first all be mounted (infinite: not yet).
-fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
+/// `crash` is why its container exits 1 as soon as it starts, if it does (it is then
+/// in CrashLoopBackOff, its last exit recorded with that line as its message; the sim
+/// keeps one restart counted rather than a count that grows with every back-off, so
+/// that its status stays put).
+fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler, crash: Option<&str>) {
     let scheduled = pod["status"]["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == "PodScheduled"))
@@ -173,6 +181,17 @@ fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
             json!({ "waiting": { "reason": "ContainerCreating" } }),
             false,
         )
+    } else if crash.is_some() {
+        let name = containers.first().map_or("main", |(n, _)| n.as_str());
+        let message = format!(
+            "back-off 10s restarting failed container={name} pod={}",
+            meta(pod, "name")
+        );
+        (
+            "Running",
+            json!({ "waiting": { "reason": "CrashLoopBackOff", "message": message } }),
+            false,
+        )
     } else if let Some(run) = run.filter(|r| reached(now, start + r)) {
         let finished = ts(start + run);
         let reason = if exit == 0 { "Completed" } else { "Error" };
@@ -201,6 +220,13 @@ fn advance(pod: &mut Value, now: f64, mounted: f64, scheduler: &Scheduler) {
                     "containerID": format!("containerd://{:016x}", h) })
         })
         .collect();
+    let mut statuses = statuses;
+    if let (Some(line), Some(first)) = (crash.filter(|_| reached(now, start)), statuses.first_mut())
+    {
+        first["restartCount"] = json!(1);
+        first["lastState"] = json!({ "terminated": { "exitCode": 1, "reason": "Error",
+            "message": line, "startedAt": ts(start), "finishedAt": ts(start) } });
+    }
     let readiness = |kind: &str| {
         if ready {
             return json!({ "type": kind, "status": "True", "lastTransitionTime": ts(loaded) });
@@ -329,6 +355,42 @@ mod tests {
         let rv = store.rv();
         pods(&mut store, &[], t0 + 41.0, &at(41.0));
         assert_eq!(store.rv(), rv);
+    }
+
+    #[test]
+    fn a_prometheus_without_its_config_crash_loops_until_the_config_map_comes() {
+        let (mut store, t0) = one_node();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "p"},
+            "spec": {"containers": [{"name": "prometheus", "image": "prom/prometheus:v3.5.0",
+                "readinessProbe": {"httpGet": {"path": "/-/ready", "port": 9090}},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/prometheus"}]}],
+                "volumes": [{"name": "config", "configMap": {"name": "p-config"}}]}});
+        store.put(Key::new("/pods", "default", "p"), pod);
+        let at = |t: f64| rfc3339(t0 + t);
+        pods(&mut store, &[], t0, &at(0.0));
+        pods(&mut store, &[], t0 + 10.0, &at(10.0));
+        let status = store.get(&Key::new("/pods", "default", "p")).unwrap()["status"].clone();
+        let c = &status["containerStatuses"][0];
+        assert_eq!(c["state"]["waiting"]["reason"], "CrashLoopBackOff");
+        assert_eq!(c["ready"], false);
+        assert_eq!(c["lastState"]["terminated"]["exitCode"], 1);
+        assert!(
+            c["lastState"]["terminated"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Error loading config (--config.file=/etc/prometheus/prometheus.yml)")
+        );
+        let rv = store.rv();
+        pods(&mut store, &[], t0 + 20.0, &at(20.0));
+        assert_eq!(store.rv(), rv, "its status stays put");
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "p-config", "namespace": "default"},
+            "data": {"prometheus.yml": "global:\n  scrape_interval: 15s\n"}});
+        store.put(Key::new("/configmaps", "default", "p-config"), cm);
+        pods(&mut store, &[], t0 + 30.0, &at(30.0));
+        let status = store.get(&Key::new("/pods", "default", "p")).unwrap()["status"].clone();
+        assert_eq!(status["containerStatuses"][0]["ready"], true);
     }
 
     #[test]

@@ -3,19 +3,23 @@
 //! operator has a ready replica (its scale loop) and its metrics server too (the HPA's
 //! metrics). Every `pollingInterval` KEDA's loop reads each trigger (the `metrics-api`
 //! scaler: a GET of its `url` inside the cluster, through the Service it names, of JSON,
-//! YAML or Prometheus text), activates a target at zero replicas, scales an idle one to
+//! YAML or Prometheus text; the `prometheus` scaler: an instant query of its `query` at
+//! its `serverAddress`, answered by the sim's Prometheus server), activates a target at
+//! zero replicas when any trigger is active, scales an idle one to
 //! zero after `cooldownPeriod`, and keeps the ScaledObject's status and events as KEDA
 //! writes them; every 15 s (kube-controller-manager's sync period) the HPA reads the
 //! same metrics and scales between the ScaledObject's bounds with the HPA's algorithm
-//! (tolerance, stabilization windows, rate policies), writing its `SuccessfulRescale`
+//! (tolerance, stabilization windows, rate policies; with several triggers, the most
+//! replicas any metric asks for), writing its `SuccessfulRescale`
 //! events. Both write the target's replicas as the scale subresource does. What they
 //! keep between passes that Kubernetes keeps in process memory (the loops' next runs,
 //! the HPA's recommendations and scale events) lives beside the store ([`Autoscalers`]),
 //! so that a quiet cluster still writes nothing; the loops' next runs are deadlines of
-//! the pass, through [`reached`]. The sim models no scaler but `metrics-api`, no
+//! the pass, through [`reached`]. The sim models no scaler but `metrics-api` and
+//! `prometheus` (without its authentication, custom headers or namespaced queries), no
 //! fallback, pausing or scaling modifiers.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use serde_json::{Value, json};
@@ -26,6 +30,7 @@ use crate::kube::api::{SCALABLE, at_path, set_path};
 use crate::kube::apply::record_update;
 use crate::kube::discovery::{self, CRD_GR, Resource};
 use crate::kube::model_server::Serving;
+use crate::kube::prometheus::{self, families};
 use crate::kube::schema;
 use crate::kube::service_proxy::{self, Unreachable};
 use crate::kube::store::{Key, Obj, Store, meta};
@@ -513,7 +518,16 @@ struct Trigger {
     /// The external metric it serves the HPA.
     metric: String,
     target_type: Goal,
-    api: MetricsApi,
+    /// Its target value and activation threshold.
+    target: f64,
+    activation: f64,
+    source: Source,
+}
+
+/// Where a trigger reads its value.
+enum Source {
+    MetricsApi(MetricsApi),
+    Prometheus(PrometheusQuery),
 }
 
 /// A `metrics-api` trigger's metadata.
@@ -521,8 +535,14 @@ struct MetricsApi {
     url: String,
     format: String,
     value_location: String,
-    target: f64,
-    activation: f64,
+}
+
+/// A `prometheus` trigger's metadata.
+struct PrometheusQuery {
+    server_address: String,
+    query: String,
+    /// An empty result (or an infinite value) is 0 rather than an error.
+    ignore_null_values: bool,
 }
 
 /// KEDA's `NormalizeString`, which makes a metric name of a value location.
@@ -554,7 +574,7 @@ fn triggers(so: &Value) -> Result<Vec<Trigger>, CheckFailed> {
     let mut out = Vec::with_capacity(specs.len());
     for (i, t) in specs.iter().enumerate() {
         let kind = t["type"].as_str().unwrap_or_default().to_owned();
-        if kind != "metrics-api" {
+        if kind != "metrics-api" && kind != "prometheus" {
             return Err(failed(format!("no scaler found for type: {kind}")));
         }
         let target_type = match t["metricType"].as_str().unwrap_or("") {
@@ -570,6 +590,10 @@ fn triggers(so: &Value) -> Result<Vec<Trigger>, CheckFailed> {
             }
         };
         let m = &t["metadata"];
+        if kind == "prometheus" {
+            out.push(prometheus_trigger(i, t, target_type).map_err(failed)?);
+            continue;
+        }
         let parse_error = |e: &str| failed(format!("error parsing metric API metadata: {e}"));
         let number = |k: &str, default: Option<f64>| -> Result<f64, CheckFailed> {
             match m[k].as_str() {
@@ -605,16 +629,72 @@ fn triggers(so: &Value) -> Result<Vec<Trigger>, CheckFailed> {
             ),
             kind,
             target_type,
-            api: MetricsApi {
+            target,
+            activation,
+            source: Source::MetricsApi(MetricsApi {
                 url: url.to_owned(),
                 format,
                 value_location: value_location.to_owned(),
-                target,
-                activation,
-            },
+            }),
         });
     }
     Ok(out)
+}
+
+/// The `prometheus` trigger `t` (the `i`th), its metadata read as KEDA 2.17's typed
+/// config reads it (`serverAddress`, `query` and `threshold` required), or why not.
+fn prometheus_trigger(i: usize, t: &Value, target_type: Goal) -> Result<Trigger, String> {
+    let m = &t["metadata"];
+    let parse_error = |e: String| format!("error parsing prometheus metadata: {e}");
+    let required = |k: &str| -> Result<String, String> {
+        m[k].as_str()
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                parse_error(format!(
+                    "missing required parameter \"{k}\" in [triggerMetadata]"
+                ))
+            })
+    };
+    let unable = |k: &str, v: &str, ty: &str| {
+        let first = v.chars().next().unwrap_or(' ');
+        parse_error(format!(
+            "unable to set param \"{k}\" value \"{v}\": unable to unmarshal to field type {ty}: invalid character '{first}' looking for beginning of value"
+        ))
+    };
+    let float = |k: &str, v: &str| -> Result<f64, String> {
+        v.trim().parse::<f64>().map_err(|_| unable(k, v, "float64"))
+    };
+    let server_address = required("serverAddress")?;
+    let query = required("query")?;
+    let threshold = float("threshold", &required("threshold")?)?;
+    let activation = match m["activationThreshold"].as_str() {
+        Some(v) if !v.is_empty() => float("activationThreshold", v)?,
+        _ => 0.0,
+    };
+    let ignore_null_values = match m["ignoreNullValues"].as_str() {
+        None | Some("") => true,
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => true,
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => false,
+        Some(v) => return Err(unable("ignoreNullValues", v, "bool")),
+    };
+    Ok(Trigger {
+        kind: "prometheus".to_owned(),
+        name: t["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("prometheusScaler")
+            .to_owned(),
+        metric: format!("s{i}-prometheus"),
+        target_type,
+        target: threshold,
+        activation,
+        source: Source::Prometheus(PrometheusQuery {
+            server_address,
+            query,
+            ignore_null_values,
+        }),
+    })
 }
 
 /// Each trigger's value now, or the error KEDA's scaler reports for it (also written
@@ -627,8 +707,10 @@ fn measure(
 ) -> Vec<Result<f64, String>> {
     let values: Vec<Result<f64, String>> = triggers
         .iter()
-        .map(|t| {
-            fetch(store, env, &t.api).map_err(|e| format!("error requesting metrics endpoint: {e}"))
+        .map(|t| match &t.source {
+            Source::MetricsApi(api) => fetch(store, env, api)
+                .map_err(|e| format!("error requesting metrics endpoint: {e}")),
+            Source::Prometheus(p) => query(store, env, p),
         })
         .collect();
     for e in values.iter().filter_map(|v| v.as_ref().err()) {
@@ -652,7 +734,7 @@ fn poll(
     let active_triggers: Vec<&str> = triggers
         .iter()
         .zip(&values)
-        .filter(|(t, v)| v.as_ref().is_ok_and(|v| *v > t.api.activation))
+        .filter(|(t, v)| v.as_ref().is_ok_and(|v| *v > t.activation))
         .map(|(t, _)| t.name.as_str())
         .collect();
     let active = !active_triggers.is_empty();
@@ -973,7 +1055,7 @@ fn sync(
         for (t, v) in triggers.iter().zip(&values) {
             let Ok(v) = v else { continue };
             let usage = (v * 1000.0) as i64;
-            let goal = (t.api.target * 1000.0) as i64;
+            let goal = (t.target * 1000.0) as i64;
             if goal <= 0 {
                 continue;
             }
@@ -1103,36 +1185,16 @@ fn split_url(url: &str) -> Result<(&str, &str, u16, &str), String> {
     Ok((scheme, host, port, path))
 }
 
-/// The Service a host names from KEDA's pod, whose DNS search path starts with its own
-/// namespace: `svc`, `svc.ns`, `svc.ns.svc`, `svc.ns.svc.cluster.local`, or a cluster
-/// IP.
-fn service<'a>(store: &'a Store, host: &str, keda_ns: &str) -> Option<&'a Obj> {
-    let host = host.trim_end_matches('.');
-    let short = host.strip_suffix(".cluster.local").unwrap_or(host);
-    let short = short.strip_suffix(".svc").unwrap_or(short);
-    let by_name = match short.split('.').collect::<Vec<_>>().as_slice() {
-        [name] => store.get(&Key::new("/services", keda_ns, name)),
-        [name, ns] => store.get(&Key::new("/services", ns, name)),
-        _ => None,
-    };
-    by_name.or_else(|| {
-        store
-            .list("/services", None)
-            .find(|s| s["spec"]["clusterIP"].as_str() == Some(host))
-    })
-}
-
-/// What the trigger's URL gives, as its value, or why it gives none.
-fn fetch(store: &Store, env: &Env, api: &MetricsApi) -> Result<f64, String> {
-    let url = api.url.as_str();
+/// What a GET of `url` from KEDA's pod answers (status and body), or Go's HTTP
+/// client's error.
+fn get(store: &Store, env: &Env, url: &str) -> Result<(u16, String), String> {
     let (scheme, host, port, path) = split_url(url)?;
-    let Some(svc) = service(store, host, env.keda_ns).cloned() else {
+    let Some(svc) = service_proxy::resolve(store, host, env.keda_ns).cloned() else {
         return Err(format!(
             "Get \"{url}\": dial tcp: lookup {host} on {CLUSTER_DNS}: no such host"
         ));
     };
-    let bare = path.split('?').next().unwrap_or(path);
-    let answered = service_proxy::get(store, env.serving, &svc, port, bare, env.epoch_now);
+    let answered = service_proxy::get(store, env.serving, &svc, port, path, env.epoch_now);
     let (code, body) = match answered {
         Err(Unreachable::Refused(at)) => {
             return Err(format!(
@@ -1151,10 +1213,92 @@ fn fetch(store: &Store, env: &Env, api: &MetricsApi) -> Result<f64, String> {
             "Get \"{url}\": http: server gave HTTP response to HTTPS client"
         ));
     }
+    Ok((code, body))
+}
+
+/// What the trigger's URL gives, as its value, or why it gives none.
+fn fetch(store: &Store, env: &Env, api: &MetricsApi) -> Result<f64, String> {
+    let (code, body) = get(store, env, &api.url)?;
     if code != 200 {
+        let path = split_url(&api.url).map_or("", |(_, _, _, p)| p);
+        let bare = path.split('?').next().unwrap_or(path);
         return Err(format!("{bare}: api returned {code}"));
     }
     value_in(&body, &api.value_location, &api.format)
+}
+
+/// KEDA's `executePromQuery`: an instant query of the trigger's `query` at now, whose
+/// one sample is the value (none: 0 when null values are ignored).
+fn query(store: &Store, env: &Env, p: &PrometheusQuery) -> Result<f64, String> {
+    let url = format!(
+        "{}/api/v1/query?query={}&time={}",
+        p.server_address,
+        prometheus::query_escape(&p.query),
+        env.now
+    );
+    let (code, body) = get(store, env, &url)?;
+    if !(200..=299).contains(&code) {
+        return Err(format!(
+            "prometheus query api returned error. status: {code} response: {body}"
+        ));
+    }
+    let doc: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    let empty = Vec::new();
+    let result = doc["data"]["result"].as_array().unwrap_or(&empty);
+    let lost = |what: &str| {
+        if p.ignore_null_values {
+            Ok(0.0)
+        } else {
+            Err(format!(
+                "prometheus metrics 'prometheus' target may be lost, the {what} is empty"
+            ))
+        }
+    };
+    let value = match result.as_slice() {
+        [] => return lost("result"),
+        [one] => one["value"].as_array().cloned().unwrap_or_default(),
+        _ => {
+            return Err(format!(
+                "prometheus query {} returned multiple elements",
+                p.query
+            ));
+        }
+    };
+    let v = match value.as_slice() {
+        [] => return lost("value list"),
+        [_] => {
+            return Err(format!(
+                "prometheus query {} didn't return enough values",
+                p.query
+            ));
+        }
+        [_, v, ..] => match v.as_str() {
+            Some(s) => parse_go_float(s)
+                .ok_or_else(|| format!("strconv.ParseFloat: parsing \"{s}\": invalid syntax"))?,
+            None => -1.0,
+        },
+    };
+    // KEDA takes an infinite value as 0 when it ignores null values, and an error
+    // otherwise; the sim does the same with NaN, which KEDA would pass on to the HPA
+    // as a quantity Go cannot convert.
+    if v.is_infinite() || v.is_nan() {
+        if p.ignore_null_values {
+            return Ok(0.0);
+        }
+        let shown = prometheus::format_value(v);
+        return Err(format!("promtheus query returns {shown}"));
+    }
+    Ok(v)
+}
+
+/// A float as Go's `strconv.ParseFloat` reads Prometheus's values (`+Inf`, `NaN`).
+fn parse_go_float(s: &str) -> Option<f64> {
+    match s {
+        "+Inf" | "Inf" | "inf" | "+inf" => Some(f64::INFINITY),
+        "-Inf" | "-inf" => Some(f64::NEG_INFINITY),
+        "NaN" | "nan" => Some(f64::NAN),
+        s => s.parse().ok(),
+    }
 }
 
 /// The value at `location` in a response `body` of `format`, as KEDA's
@@ -1300,124 +1444,6 @@ fn selector(location: &str) -> Result<(String, Vec<(String, String)>), String> {
     Ok((name, matchers))
 }
 
-/// One sample of the Prometheus text format: its labels and value.
-type Sample = (Vec<(String, String)>, f64);
-
-/// The metric families of a Prometheus text exposition: each family's type (`untyped`
-/// without a TYPE line) and samples, a histogram's or summary's series under its own
-/// name.
-fn families(body: &str) -> Result<BTreeMap<String, (String, Vec<Sample>)>, String> {
-    let mut out: BTreeMap<String, (String, Vec<Sample>)> = BTreeMap::new();
-    let failed = |n: usize, what: &str| {
-        format!("prometheus format parsing error: text format parsing error in line {n}: {what}")
-    };
-    for (i, line) in body.lines().enumerate() {
-        let n = i + 1;
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(comment) = line.strip_prefix('#') {
-            let words: Vec<&str> = comment.split_whitespace().collect();
-            if let ["TYPE", name, kind] = words.as_slice() {
-                if !matches!(
-                    *kind,
-                    "counter" | "gauge" | "histogram" | "summary" | "untyped"
-                ) {
-                    return Err(failed(n, &format!("unknown metric type \"{kind}\"")));
-                }
-                out.entry((*name).to_owned())
-                    .or_insert_with(|| ((*kind).to_owned(), Vec::new()))
-                    .0 = (*kind).to_owned();
-            }
-            continue;
-        }
-        let name_end = line
-            .find(|c: char| c == '{' || c.is_whitespace())
-            .unwrap_or(line.len());
-        let name = &line[..name_end];
-        if name.is_empty() {
-            return Err(failed(n, "invalid metric name"));
-        }
-        let mut rest = &line[name_end..];
-        let mut labels = Vec::new();
-        if let Some(inner) = rest.strip_prefix('{') {
-            let mut chars = inner.char_indices().peekable();
-            let mut end = None;
-            loop {
-                while chars
-                    .next_if(|(_, c)| c.is_whitespace() || *c == ',')
-                    .is_some()
-                {}
-                match chars.peek() {
-                    Some((j, '}')) => {
-                        end = Some(*j);
-                        break;
-                    }
-                    None => break,
-                    _ => {}
-                }
-                let label: String = std::iter::from_fn(|| {
-                    chars
-                        .next_if(|(_, c)| c.is_alphanumeric() || *c == '_')
-                        .map(|(_, c)| c)
-                })
-                .collect();
-                if label.is_empty()
-                    || chars.next().map(|(_, c)| c) != Some('=')
-                    || chars.next().map(|(_, c)| c) != Some('"')
-                {
-                    return Err(failed(
-                        n,
-                        &format!("invalid label name for metric \"{name}\""),
-                    ));
-                }
-                let mut value = String::new();
-                loop {
-                    match chars.next().map(|(_, c)| c) {
-                        Some('"') => break,
-                        Some('\\') => match chars.next().map(|(_, c)| c) {
-                            Some('n') => value.push('\n'),
-                            Some(c) => value.push(c),
-                            None => return Err(failed(n, "unexpected end of label value")),
-                        },
-                        Some(c) => value.push(c),
-                        None => return Err(failed(n, "unexpected end of label value")),
-                    }
-                }
-                labels.push((label, value));
-            }
-            let Some(end) = end else {
-                return Err(failed(n, "unexpected end of label set"));
-            };
-            rest = &inner[end + 1..];
-        }
-        let value = rest.split_whitespace().next().unwrap_or_default();
-        let value = match value {
-            "+Inf" | "Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            "NaN" => f64::NAN,
-            v => v
-                .parse::<f64>()
-                .map_err(|_| failed(n, &format!("expected float as value, got \"{v}\"")))?,
-        };
-        // A histogram's or summary's series belong to its family.
-        let family = ["_bucket", "_sum", "_count"]
-            .iter()
-            .filter_map(|s| name.strip_suffix(s))
-            .find(|base| {
-                out.get(*base)
-                    .is_some_and(|(k, _)| k == "histogram" || k == "summary")
-            })
-            .unwrap_or(name);
-        out.entry(family.to_owned())
-            .or_insert_with(|| ("untyped".to_owned(), Vec::new()))
-            .1
-            .push((labels, value));
-    }
-    Ok(out)
-}
-
 /// KEDA's `getValueFromPrometheusResponse`: the first series of the selector's family
 /// that has each of its labels with the value asked for.
 fn prometheus_value(body: &str, location: &str) -> Result<f64, String> {
@@ -1427,7 +1453,7 @@ fn prometheus_value(body: &str, location: &str) -> Result<f64, String> {
         return Err(format!("metric '{name}' not found"));
     };
     if kind != "histogram" && kind != "summary" {
-        for (labels, value) in samples {
+        for (_, labels, value) in samples {
             if matchers.iter().all(|m| labels.contains(m)) {
                 return Ok(*value);
             }
@@ -1863,6 +1889,161 @@ latency_count 2
             woke["message"],
             "Scaled apps/v1.Deployment default/qwen from 0 to 1, triggered by router-requests"
         );
+        drop(held);
+    }
+
+    /// Prometheus `qwen-prometheus` scraping the gateway's metrics every 15 s.
+    fn with_prometheus(store: &mut Store) {
+        let yml = "global:\n  scrape_interval: 15s\nscrape_configs:\n  - job_name: sglang-router\n    static_configs:\n      - targets: [\"qwen-router.default.svc.cluster.local:29000\"]\n";
+        store.put(
+            Key::new("/configmaps", "default", "qwen-prometheus"),
+            json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": "qwen-prometheus", "namespace": "default" },
+                "data": { "prometheus.yml": yml } }),
+        );
+        let pod = json!({ "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": "qwen-prometheus-abcde", "namespace": "default", "uid": "p-1",
+                          "labels": { "hypd.dev/endpoint-prometheus": "qwen" } },
+            "spec": { "containers": [{ "name": "prometheus", "image": "quay.io/prometheus/prometheus:v3.5.0",
+                "args": ["--config.file=/etc/prometheus/prometheus.yml", "--web.listen-address=:9090"],
+                "ports": [{ "name": "web", "containerPort": 9090 }],
+                "volumeMounts": [{ "name": "config", "mountPath": "/etc/prometheus" }] }],
+                "volumes": [{ "name": "config", "configMap": { "name": "qwen-prometheus" } }] },
+            "status": { "phase": "Running", "podIP": "10.0.0.10",
+                        "conditions": [{ "type": "Ready", "status": "True" }] } });
+        store.put(Key::new("/pods", "default", "qwen-prometheus-abcde"), pod);
+        let svc = json!({ "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "qwen-prometheus", "namespace": "default" },
+            "spec": { "clusterIP": "172.20.9.10", "selector": { "hypd.dev/endpoint-prometheus": "qwen" },
+                      "ports": [{ "name": "web", "port": 9090, "targetPort": 9090 }] } });
+        store.put(Key::new("/services", "default", "qwen-prometheus"), svc);
+        endpoints::endpoints(store, &rfc3339(T0));
+    }
+
+    const RATE: &str = "sum(rate(smg_http_requests_total{path=~\"/v1/.+|/generate\"}[1m]))";
+
+    fn prometheus_trigger(metadata: Value) -> Value {
+        let mut m = json!({ "serverAddress": "http://qwen-prometheus.default.svc.cluster.local:9090",
+                            "query": RATE, "threshold": "0.5" });
+        if let (Some(m), Some(extra)) = (m.as_object_mut(), metadata.as_object()) {
+            m.extend(extra.clone());
+        }
+        json!({ "type": "prometheus", "name": "router-request-rate", "metricType": "AverageValue",
+                "metadata": m })
+    }
+
+    #[test]
+    fn the_prometheus_scaler_scales_on_the_rate_prometheus_scraped() {
+        let (mut store, router) = cluster();
+        with_prometheus(&mut store);
+        let serving = Serving::default();
+        let memory = Autoscalers::default();
+        // Two completions a second through the gateway for a minute, scraped every 15 s.
+        for k in 0..=4 {
+            if k > 0 {
+                drop(in_flight(&store, &serving, &router, 30));
+            }
+            prometheus::scrape(&store, &serving, T0 + 15.0 * f64::from(k));
+        }
+        let env = Env {
+            serving: &serving,
+            keda_ns: "hyperpod-inference-system",
+            metrics_server: true,
+            epoch_now: T0 + 60.0,
+            now: &rfc3339(T0 + 60.0),
+        };
+        let read = |metadata: Value| {
+            let so = json!({ "spec": { "triggers": [prometheus_trigger(metadata)] } });
+            let t = triggers(&so).map_err(|f| f.events[0].1.clone())?;
+            let Source::Prometheus(p) = &t[0].source else {
+                panic!("a prometheus trigger");
+            };
+            query(&store, &env, p)
+        };
+        let rate = read(json!({})).unwrap();
+        assert!((rate - 2.0).abs() < 1e-9, "{rate}");
+        assert_eq!(
+            read(json!({ "query": "sum(nothing)" })),
+            Ok(0.0),
+            "ignoreNullValues"
+        );
+        assert_eq!(
+            read(json!({ "query": "sum(nothing)", "ignoreNullValues": "false" })),
+            Err(
+                "prometheus metrics 'prometheus' target may be lost, the result is empty"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            read(json!({ "query": "{job=\"sglang-router\"}" })),
+            Err("prometheus query {job=\"sglang-router\"} returned multiple elements".to_owned())
+        );
+        assert!(
+            read(json!({ "query": "rate(x)" }))
+                .unwrap_err()
+                .starts_with("prometheus query api returned error. status: 400 response: {")
+        );
+        assert_eq!(
+            read(json!({ "serverAddress": "" })),
+            Err("error parsing prometheus metadata: missing required parameter \"serverAddress\" in [triggerMetadata]".to_owned())
+        );
+        assert!(
+            read(json!({ "threshold": "lots" }))
+                .unwrap_err()
+                .contains("\"threshold\"")
+        );
+
+        // The HPA: 2 a second at 0.5 a replica asks for 4, three at most.
+        let mut so = so(1, 3);
+        so["spec"]["triggers"] = json!([prometheus_trigger(json!({}))]);
+        store.put(Key::new(SO_GR, "default", "qwen"), so);
+        scaledobjects(
+            &mut store,
+            &serving,
+            &memory,
+            T0 + 60.0,
+            &rfc3339(T0 + 60.0),
+        );
+        assert_eq!(replicas(&store), 3);
+        let status = store.get(&Key::new(SO_GR, "default", "qwen")).unwrap()["status"].clone();
+        assert_eq!(status["externalMetricNames"], json!(["s0-prometheus"]));
+        assert_eq!(condition(&status, "Active").0, "True");
+        assert!(
+            rescales(&store)[0].starts_with("New size: 3; reason: external metric s0-prometheus(")
+        );
+    }
+
+    #[test]
+    fn with_two_triggers_the_hpa_takes_the_largest_and_any_active_one_activates() {
+        let (mut store, router) = cluster();
+        with_prometheus(&mut store);
+        let serving = Serving::default();
+        let memory = Autoscalers::default();
+        // No rate (nothing scraped yet), 3 in flight at 2 a replica: the in-flight trigger
+        // asks for 2 and wakes the target from zero on its own.
+        let held = in_flight(&store, &serving, &router, 3);
+        let mut two = so(0, 5);
+        let api = two["spec"]["triggers"][0].clone();
+        two["spec"]["triggers"] = json!([api, prometheus_trigger(json!({}))]);
+        store.put(Key::new(SO_GR, "default", "qwen"), two);
+        let d = Key::new("apps/deployments", "default", "qwen");
+        let mut target = (**store.get(&d).unwrap()).clone();
+        target["spec"]["replicas"] = json!(0);
+        store.put(d, target);
+        scaledobjects(&mut store, &serving, &memory, T0, &rfc3339(T0));
+        let woke = store
+            .list("/events", Some("default"))
+            .find(|e| e["reason"] == "KEDAScaleTargetActivated")
+            .unwrap();
+        assert!(
+            woke["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("triggered by router-requests")
+        );
+        assert!(woke["message"].as_str().unwrap().contains("from 0 to 1"));
+        // The HPA's sync in the same pass: the larger of 2 and 0.
+        assert_eq!(replicas(&store), 2);
         drop(held);
     }
 }
