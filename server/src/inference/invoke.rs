@@ -7,9 +7,9 @@
 //! drawn from its measured cold start, so a client that retries gets its answer. One
 //! that KEDA scaled to zero behind the SGLang router is sent the request all the same:
 //! the router holds it, which is what wakes a worker, and the answer comes once one is
-//! ready, or, past [`WAKE_WAIT`], the same `Retry-After`.
+//! ready, or, past [`wake_wait`], the same `Retry-After`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use app::api::ApiError;
 use app::api::inference::{Invocation, InvokeEndpoint};
@@ -18,15 +18,28 @@ use serde_json::{Value, json};
 
 use super::workload::ROUTER_ANNOTATION;
 use crate::auth::Actor;
+use crate::resources::kube::keda::ScaledObject;
 use crate::resources::kube::{self as kubernetes};
 use crate::service::{Handler, Service};
 use crate::storage::region_of;
 
 /// The wait suggested while a replica starts and its cold start was never measured.
 const DEFAULT_RETRY_SECONDS: u64 = 10;
-/// How long an invocation of an endpoint waking from zero waits for its answer (the
+/// The least an invocation of an endpoint waking from zero waits for its answer (the
 /// router holds it meanwhile) before the caller is told to come back.
-const WAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+const WAKE_WAIT: Duration = Duration::from_secs(60);
+/// The most: the longest the router holds a request.
+const LONGEST_WAKE_WAIT: Duration = Duration::from_secs(600);
+
+/// How long an invocation of an endpoint waking from zero waits: KEDA's next look at
+/// the router, then a worker's cold start, with as much again as a margin. Dropped
+/// sooner, the request would leave the gauge KEDA reads before KEDA had looked, and an
+/// endpoint with a long polling interval would never be woken by hypd's invocations.
+fn wake_wait(scaler: &ScaledObject, cold_start: Option<f64>) -> Duration {
+    let polling = scaler.spec["pollingInterval"].as_u64().unwrap_or(30);
+    let cold = cold_start.map_or(DEFAULT_RETRY_SECONDS, |s| s.ceil() as u64);
+    Duration::from_secs(polling + 2 * cold).clamp(WAKE_WAIT, LONGEST_WAKE_WAIT)
+}
 
 /// What to tell a caller of endpoint `live` that has no ready replica; `wakes` when KEDA
 /// scales it from zero on the requests its router holds.
@@ -95,12 +108,15 @@ impl Handler<InvokeEndpoint> for Service {
         };
         // At zero, an endpoint whose KEDA may scale it from zero is woken by a request
         // its router holds: send it; any other waits for a scale_endpoint.
-        let wakes = live.replicas() == 0
-            && live.annotation(ROUTER_ANNOTATION).is_some()
-            && super::router::scaler(&client, endpoint)
+        let wakes = if live.replicas() == 0 && live.annotation(ROUTER_ANNOTATION).is_some() {
+            super::router::scaler(&client, endpoint)
                 .await?
-                .is_some_and(|s| super::router::state(&s).min_replicas == 0);
-        if live.replicas() == 0 && !wakes {
+                .filter(|s| super::router::state(s).min_replicas == 0)
+                .map(|s| wake_wait(&s, live.cold_start_seconds()))
+        } else {
+            None
+        };
+        if live.replicas() == 0 && wakes.is_none() {
             return Err(waking(&live, endpoint, false));
         }
         // A pool is asked for one of its models, through that model's Service.
@@ -155,8 +171,8 @@ impl Handler<InvokeEndpoint> for Service {
                 .to_bytes();
             Ok::<_, ApiError>((status, raw))
         };
-        let (status, raw) = if wakes {
-            match tokio::time::timeout(WAKE_WAIT, exchange).await {
+        let (status, raw) = if let Some(wait) = wakes {
+            match tokio::time::timeout(wait, exchange).await {
                 Ok(done) => done?,
                 Err(_) => return Err(waking(&live, endpoint, true)),
             }
@@ -184,7 +200,7 @@ impl Handler<InvokeEndpoint> for Service {
             return Err(waking(
                 &super::required(&client, cluster, endpoint).await?,
                 endpoint,
-                wakes,
+                wakes.is_some(),
             ));
         }
         if !status.is_success() {
@@ -220,5 +236,23 @@ impl Handler<InvokeEndpoint> for Service {
             completion_tokens: answer["usage"]["completion_tokens"].as_u64().unwrap_or(0),
             latency_ms,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waking_invocation_outlasts_kedas_next_look_and_a_cold_start() {
+        let scaler = |polling: u64| {
+            ScaledObject::new(Default::default(), json!({ "pollingInterval": polling }))
+        };
+        assert_eq!(wake_wait(&scaler(5), Some(20.3)), WAKE_WAIT);
+        assert_eq!(
+            wake_wait(&scaler(300), Some(20.3)),
+            Duration::from_secs(342)
+        );
+        assert_eq!(wake_wait(&scaler(3600), None), LONGEST_WAKE_WAIT);
     }
 }

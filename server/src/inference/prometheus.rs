@@ -11,6 +11,7 @@
 
 use app::api::ApiError;
 use app::api::inference::{NAMESPACE, RequestRate};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -19,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::resources::converge;
 use crate::resources::kube::keda::ScaledObject;
-use crate::resources::kube::object::Applied;
+use crate::resources::kube::object::{Applied, Object};
 use crate::resources::kube::{self as kubernetes};
 use crate::resources::tags::K8S_MANAGED_BY;
 
@@ -171,46 +172,29 @@ pub fn target(scaler: &ScaledObject) -> Option<f64> {
 }
 
 /// Endpoint `endpoint`'s Prometheus objects deleted, if hypd made them (labelled with
-/// the endpoint): a Deployment of the user's of the same name stays.
+/// the endpoint): an object of the user's of the same name stays.
 pub async fn remove(client: &kube::Client, endpoint: &str) -> Result<(), ApiError> {
-    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-    let ours = |m: &ObjectMeta| super::labelled_by(m, PROMETHEUS_LABEL, endpoint);
-    let named = || ObjectMeta {
-        name: Some(name(endpoint)),
-        namespace: Some(NAMESPACE.to_owned()),
-        ..ObjectMeta::default()
-    };
-    if kubernetes::get(&deployments, &name(endpoint))
+    remove_ours::<Deployment>(client, endpoint).await?;
+    remove_ours::<Service>(client, endpoint).await?;
+    remove_ours::<ConfigMap>(client, endpoint).await
+}
+
+async fn remove_ours<K>(client: &kube::Client, endpoint: &str) -> Result<(), ApiError>
+where
+    K: Object + Default + kube::Resource<Scope = NamespaceResourceScope>,
+{
+    let api = Api::<K>::namespaced(client.clone(), NAMESPACE);
+    let ours = kubernetes::get(&api, &name(endpoint))
         .await?
-        .is_some_and(|d| ours(&d.metadata))
-    {
-        let deployment = Deployment {
-            metadata: named(),
-            ..Deployment::default()
+        .is_some_and(|o| super::labelled_by(o.meta(), PROMETHEUS_LABEL, endpoint));
+    if ours {
+        let mut object = K::default();
+        *object.meta_mut() = ObjectMeta {
+            name: Some(name(endpoint)),
+            namespace: Some(NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
         };
-        converge(&Applied::namespaced(client, deployment).absent()).await?;
-    }
-    let services = Api::<Service>::namespaced(client.clone(), NAMESPACE);
-    if kubernetes::get(&services, &name(endpoint))
-        .await?
-        .is_some_and(|s| ours(&s.metadata))
-    {
-        let service = Service {
-            metadata: named(),
-            ..Service::default()
-        };
-        converge(&Applied::namespaced(client, service).absent()).await?;
-    }
-    let configs = Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE);
-    if kubernetes::get(&configs, &name(endpoint))
-        .await?
-        .is_some_and(|c| ours(&c.metadata))
-    {
-        let config = ConfigMap {
-            metadata: named(),
-            ..ConfigMap::default()
-        };
-        converge(&Applied::namespaced(client, config).absent()).await?;
+        converge(&Applied::namespaced(client, object).absent()).await?;
     }
     Ok(())
 }

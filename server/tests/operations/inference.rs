@@ -545,7 +545,7 @@ fn router_and_autoscaling(
     rt: &tokio::runtime::Runtime,
 ) {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     let endpoints = format!("/api/v1/clusters/{name}/endpoints");
     let sg = json!({"endpoint": "sg", "engine": "sglang", "replicas": 1,
@@ -607,35 +607,14 @@ fn router_and_autoscaling(
     };
     // Load: requests that generate to max_tokens (ignore_eos, as load generators ask)
     // keep several in flight at the router at every look KEDA takes.
-    // Set when this function ends, however it ends: a load task left running would keep
-    // the runtime (and the test) from ever finishing.
-    struct Stop(Arc<AtomicBool>);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let _stop = Stop(stop.clone());
+    let load = Load::start(
+        rt,
+        &client,
+        "sg",
+        8,
+        json!({"max_tokens": 2000, "ignore_eos": true}),
+    );
     let most = Arc::new(AtomicU32::new(0));
-    let load: Vec<_> = (0..8)
-        .map(|i| {
-            let (client, stop) = (client.clone(), stop.clone());
-            rt.spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let body = json!({"model": "sg", "max_tokens": 2000, "ignore_eos": true,
-                        "messages": [{"role": "user", "content": format!("load {i}")}]});
-                    let request = http::Request::post(
-                        "/api/v1/namespaces/default/services/sg:30000/proxy/v1/chat/completions",
-                    )
-                    .header("content-type", "application/json")
-                    .body(serde_json::to_vec(&body).unwrap())
-                    .unwrap();
-                    let _ = client.request_text(request).await;
-                }
-            })
-        })
-        .collect();
     let metrics = rt
         .block_on(
             client.request_text(
@@ -665,10 +644,7 @@ fn router_and_autoscaling(
         most.fetch_max(replicas(), Ordering::Relaxed);
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in load {
-        rt.block_on(task).unwrap();
-    }
+    load.stop(rt);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while replicas() != 1 {
         most.fetch_max(replicas(), Ordering::Relaxed);
@@ -821,9 +797,6 @@ fn scale_to_zero(
 /// workers to the maximum; once they stop, the rate falls to nothing and the workers go
 /// back to the minimum. Deleted, the Prometheus objects go too.
 fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio::runtime::Runtime) {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
     let endpoints = format!("/api/v1/clusters/{name}/endpoints");
     let rr = json!({"endpoint": "rr", "engine": "sglang", "replicas": 1,
         "command": "python3 -m sglang.launch_server --model-path /s3/models/qwen --served-model-name rr",
@@ -866,32 +839,7 @@ fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio:
     // At this clock a request takes a few sim seconds' worth of real time at most, so a
     // handful of callers make several requests a sim second.
     clock(world, 20.0);
-    struct Stop(Arc<AtomicBool>);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let _stop = Stop(stop.clone());
-    let load: Vec<_> = (0..4)
-        .map(|i| {
-            let (client, stop) = (client.clone(), stop.clone());
-            rt.spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let body = json!({"model": "rr", "max_tokens": 4,
-                        "messages": [{"role": "user", "content": format!("rate {i}")}]});
-                    let request = http::Request::post(
-                        "/api/v1/namespaces/default/services/rr:30000/proxy/v1/chat/completions",
-                    )
-                    .header("content-type", "application/json")
-                    .body(serde_json::to_vec(&body).unwrap())
-                    .unwrap();
-                    let _ = client.request_text(request).await;
-                }
-            })
-        })
-        .collect();
+    let load = Load::start(rt, &client, "rr", 4, json!({"max_tokens": 4}));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     while replicas() != 3 {
         assert!(
@@ -925,10 +873,7 @@ fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio:
         .parse()
         .unwrap();
     assert!(rate > 1.0, "{asked}");
-    stop.store(true, Ordering::Relaxed);
-    for task in load {
-        rt.block_on(task).unwrap();
-    }
+    load.stop(rt);
     clock(world, FAST);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     while replicas() != 1 {
@@ -963,4 +908,61 @@ fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio:
             .collect::<Vec<_>>()
     });
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Callers of endpoint `endpoint`'s Service through the API server's proxy, each asking
+/// again as soon as it is answered, until stopped (or dropped, however the test ends: a
+/// load task left running would keep the runtime, and the test, from ever finishing).
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(
+        rt: &tokio::runtime::Runtime,
+        client: &kube::Client,
+        endpoint: &str,
+        callers: usize,
+        options: Value,
+    ) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let path = format!(
+            "/api/v1/namespaces/default/services/{endpoint}:30000/proxy/v1/chat/completions"
+        );
+        let tasks = (0..callers)
+            .map(|i| {
+                let (client, stop, path) = (client.clone(), stop.clone(), path.clone());
+                let mut body = json!({"model": endpoint,
+                    "messages": [{"role": "user", "content": format!("load {i}")}]});
+                for (k, v) in options.as_object().unwrap() {
+                    body[k] = v.clone();
+                }
+                rt.spawn(async move {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let request = http::Request::post(path.as_str())
+                            .header("content-type", "application/json")
+                            .body(serde_json::to_vec(&body).unwrap())
+                            .unwrap();
+                        let _ = client.request_text(request).await;
+                    }
+                })
+            })
+            .collect();
+        Load { stop, tasks }
+    }
+
+    /// Stops the callers and waits until each has had its last answer.
+    fn stop(mut self, rt: &tokio::runtime::Runtime) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for task in std::mem::take(&mut self.tasks) {
+            rt.block_on(task).unwrap();
+        }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
