@@ -761,11 +761,11 @@ fn scale_to_zero(
             .replicas
             .unwrap_or(1)
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while replicas() != 0 {
-        assert!(std::time::Instant::now() < deadline, "never scaled to zero");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    crate::wait_until(
+        "a scale to zero",
+        std::time::Duration::from_secs(60),
+        || replicas() == 0,
+    );
     let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/zz"), None);
     assert_eq!(got["phase"], "scaled_to_zero", "{got:#}");
     assert_eq!(got["autoscaling"]["min_replicas"], 0, "{got:#}");
@@ -820,14 +820,11 @@ fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio:
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0)
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while ready("rr-prometheus") < 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Prometheus never ready"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    crate::wait_until(
+        "Prometheus ready",
+        std::time::Duration::from_secs(60),
+        || ready("rr-prometheus") >= 1,
+    );
     let replicas = || {
         rt.block_on(deployments.get("rr"))
             .unwrap()
@@ -840,14 +837,11 @@ fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio:
     // handful of callers make several requests a sim second.
     clock(world, 20.0);
     let load = Load::start(rt, &client, "rr", 4, json!({"max_tokens": 4}));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    while replicas() != 3 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never scaled up on the rate"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    crate::wait_until(
+        "a scale-up on the rate",
+        std::time::Duration::from_secs(90),
+        || replicas() == 3,
+    );
     // What KEDA read: the rate Prometheus computes, well above one replica's share.
     let mut url = reqwest::Url::parse("http://prometheus/api/v1/query").unwrap();
     url.query_pairs_mut().append_pair(
@@ -875,14 +869,11 @@ fn request_rate(world: &World, hypd: &Hypd, token: &str, name: &str, rt: &tokio:
     assert!(rate > 1.0, "{asked}");
     load.stop(rt);
     clock(world, FAST);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    while replicas() != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never scaled down once the rate fell"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    crate::wait_until(
+        "a scale-down once the rate fell",
+        std::time::Duration::from_secs(90),
+        || replicas() == 1,
+    );
     let (_, got) = hypd.call(token, Method::GET, &format!("{endpoints}/rr"), None);
     let sizes: Vec<u64> = got["replica_history"]
         .as_array()

@@ -492,15 +492,7 @@ async fn keda_scales_sglang_workers_on_the_gateways_requests_in_flight() {
         replicas(&deployments).await == 1
     })
     .await;
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let rescales: Vec<Event> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("SuccessfulRescale"))
-        .collect();
+    let rescales = rescales(&client).await;
     let messages: Vec<&str> = rescales
         .iter()
         .filter_map(|e| e.message.as_deref())
@@ -782,6 +774,19 @@ async fn prometheus_query(
     )
 }
 
+/// The HPA's `SuccessfulRescale` events in `default`.
+async fn rescales(client: &kube::Client) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SuccessfulRescale"))
+        .collect()
+}
+
 /// [`RATE_QUERY`] at `time` (else now): its one sample's value, if it has one.
 async fn request_rate(client: &kube::Client, time: Option<f64>) -> Option<f64> {
     let (kind, result) = prometheus_query(client, RATE_QUERY, time).await;
@@ -918,14 +923,9 @@ async fn keda_scales_sglang_workers_on_the_request_rate_prometheus_scrapes() {
     })
     .await;
     assert_eq!(request_rate(&client, None).await, Some(0.0));
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let messages: Vec<String> = events
-        .list(&ListParams::default())
+    let messages: Vec<String> = rescales(&client)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("SuccessfulRescale"))
         .filter_map(|e| e.message)
         .collect();
     assert!(
